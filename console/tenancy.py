@@ -1,0 +1,56 @@
+"""The one tenancy mechanism: every team-owned queryset is narrowed by ``for_user``.
+
+A model opts in with ``objects = TeamScopedQuerySet.as_manager(team_path="team")``,
+where ``team_path`` is the lookup from the model to its Team ("" for Team itself).
+Operators (staff) see every team; everyone else sees the teams they belong to,
+optionally only those where they hold one of ``roles``. Another team's object is
+simply absent, so detail views answer 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import models
+
+READ_ROLES = ("member", "admin", "auditor")
+WRITE_ROLES = ("member", "admin")
+ADMIN_ROLES = ("admin",)
+AUDIT_ROLES = ("admin", "auditor")
+
+
+def is_operator(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+
+
+def team_ids(user, roles: Iterable[str] = READ_ROLES):
+    """A subquery of the ids of the teams where ``user`` holds one of ``roles``."""
+    from console.models import Membership
+
+    return Membership.objects.filter(user_id=user.pk, role__in=list(roles)).values("team_id")
+
+
+def has_role(user, team_id: int, roles: Iterable[str]) -> bool:
+    from console.models import Membership
+
+    if not (user and user.is_authenticated):
+        return False
+    return Membership.objects.filter(user_id=user.pk, team_id=team_id, role__in=list(roles)).exists()
+
+
+class TeamScopedQuerySet(models.QuerySet):
+    team_path = "team"
+
+    @classmethod
+    def as_manager(cls, team_path: str = "team"):
+        scoped = type(cls.__name__, (cls,), {"team_path": team_path, "__module__": cls.__module__})
+        manager = models.Manager.from_queryset(scoped)()
+        return manager
+
+    def for_user(self, user, roles: Iterable[str] = READ_ROLES, *, operators: bool = True):
+        if not (user and user.is_authenticated and user.is_active):
+            return self.none()
+        if operators and user.is_staff:
+            return self
+        lookup = f"{self.team_path}__in" if self.team_path else "pk__in"
+        return self.filter(**{lookup: team_ids(user, roles)})

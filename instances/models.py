@@ -1,0 +1,215 @@
+from django.db import models
+from django.utils import timezone
+
+from console.tenancy import TeamScopedQuerySet
+from console.validators import plain_name
+
+
+class Region(models.Model):
+    name = models.CharField(max_length=40, unique=True, validators=[plain_name])
+    display_name = models.CharField(max_length=80, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuModel(models.Model):
+    """A GPU product, e.g. H100-80GB. Prices and placement key on it."""
+
+    name = models.CharField(max_length=40, unique=True, validators=[plain_name])
+    memory_gb = models.PositiveIntegerField()
+    power_limit_w = models.PositiveIntegerField(default=700)
+    architecture = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SliceKind(models.TextChoices):
+    MIG = "mig", "MIG slice"
+    VGPU = "vgpu", "vGPU slice"
+
+
+class SliceProfile(models.Model):
+    """A MIG or vGPU profile of a GPU model, e.g. H100-80GB MIG 1g.10gb."""
+
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="slice_profiles")
+    kind = models.CharField(max_length=8, choices=SliceKind.choices)
+    name = models.CharField(max_length=40, validators=[plain_name])
+    memory_gb = models.PositiveIntegerField()
+    # Share of the whole GPU, in sevenths for MIG (1g = 1/7) or in slices per GPU for vGPU.
+    slices_per_gpu = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["gpu_model__name", "kind", "name"]
+        constraints = [models.UniqueConstraint(fields=["gpu_model", "kind", "name"], name="unique_profile")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model.name} {self.kind} {self.name}"
+
+    @property
+    def sku(self) -> str:
+        return f"{self.gpu_model.name}:{self.kind}:{self.name}"
+
+
+class HostKind(models.TextChoices):
+    PASSTHROUGH = "passthrough", "Bare metal / passthrough"
+    VGPU = "vgpu", "vGPU-capable"
+    MIG = "mig", "MIG-capable"
+
+
+class HostState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    DRAINING = "draining", "Draining"
+    DOWN = "down", "Down"
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[plain_name])
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="hosts")
+    kind = models.CharField(max_length=16, choices=HostKind.choices, default=HostKind.PASSTHROUGH)
+    state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.ACTIVE)
+    nvlink_group = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["region__name", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuQuerySet(TeamScopedQuerySet):
+    pass
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, unique=True)
+    model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
+    memory_total = models.BigIntegerField(help_text="bytes")
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    # The instance that holds the whole GPU now (slices are held through GpuSlice).
+    instance = models.ForeignKey(
+        "Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="gpus"
+    )
+    team = models.ForeignKey("console.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    objects = GpuQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="one_gpu_per_index")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}/gpu{self.index} ({self.model.name})"
+
+
+class GpuSlice(models.Model):
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="slices")
+    profile = models.ForeignKey(SliceProfile, on_delete=models.PROTECT, related_name="slices")
+    uuid = models.CharField(max_length=80, unique=True)
+    gpu_instance_id = models.PositiveSmallIntegerField(default=0, help_text="MIG GPU instance id")
+    instance = models.ForeignKey(
+        "Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="slices"
+    )
+    team = models.ForeignKey("console.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["gpu__host__name", "gpu__index", "gpu_instance_id"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} {self.profile.name} #{self.gpu_instance_id}"
+
+
+class PricingModel(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    RESERVED = "reserved", "Reserved"
+    SPOT = "spot", "Spot"
+
+
+class State(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    TERMINATED = "terminated", "Terminated"
+    PREEMPTED = "preempted", "Preempted"
+
+
+# state -> states it may move to
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    State.PENDING: (State.RUNNING, State.STOPPED, State.TERMINATED),
+    State.RUNNING: (State.STOPPING, State.TERMINATED, State.PREEMPTED),
+    State.STOPPING: (State.STOPPED, State.TERMINATED),
+    State.STOPPED: (State.PENDING, State.TERMINATED),
+    State.TERMINATED: (),
+    State.PREEMPTED: (State.TERMINATED,),
+}
+# States in which the instance holds its GPUs (and is billed).
+HOLDING_STATES = (State.PENDING, State.RUNNING, State.STOPPING)
+
+
+class Instance(models.Model):
+    team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="instances")
+    name = models.CharField(max_length=63, validators=[plain_name])
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="instances")
+    slice_profile = models.ForeignKey(
+        SliceProfile, null=True, blank=True, on_delete=models.PROTECT, related_name="instances"
+    )
+    gpu_count = models.PositiveSmallIntegerField()
+    pricing_model = models.CharField(max_length=16, choices=PricingModel.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
+    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="instances")
+    created_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def sku(self) -> str:
+        return self.slice_profile.sku if self.slice_profile_id else self.gpu_model.name
+
+    def can_move_to(self, state: str) -> bool:
+        return state in TRANSITIONS[self.state]
+
+
+class LifecycleEvent(models.Model):
+    """Every state change of an instance, timestamped. Billing meters from these."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    from_state = models.CharField(max_length=16, choices=State.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=State.choices)
+    gpu_count = models.PositiveSmallIntegerField()
+    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=200, blank=True)
+    # True when the platform, not the user, caused it (spot preemption, host failure).
+    by_platform = models.BooleanField(default=False)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="instance__team")
+
+    class Meta:
+        ordering = ["time", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.instance} {self.from_state or '-'} -> {self.to_state} at {self.time:%Y-%m-%d %H:%M:%S}"
