@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -37,7 +37,7 @@ def canonical(event: AuditEvent) -> bytes:
     """The bytes the chain hashes: every field that says what happened, in a fixed form."""
     body = {
         "seq": event.seq,
-        "time": event.time.astimezone(timezone.UTC).isoformat(timespec="microseconds"),
+        "time": event.time.astimezone(UTC).isoformat(timespec="microseconds"),
         "actor_type": event.actor_type,
         "actor_id": event.actor_id,
         "actor_name": event.actor_name,

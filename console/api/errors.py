@@ -1,0 +1,31 @@
+"""One place that turns domain errors into HTTP answers, and audits denials."""
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from audit.models import Outcome
+from audit.services import record_event
+from instances.services import LifecycleError
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, LifecycleError):
+        return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        exc = exceptions.ValidationError(detail)
+    if isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if isinstance(exc, exceptions.PermissionDenied) and response is not None:
+        request = context["request"]
+        record_event(
+            actor=request.user,
+            action="api.denied",
+            outcome=Outcome.DENIED,
+            details={"method": request.method, "path": request.path[:300], "reason": str(exc.detail)[:300]},
+        )
+    return response

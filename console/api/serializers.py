@@ -1,0 +1,65 @@
+from django.contrib.auth.models import User
+from rest_framework import serializers
+
+from console.models import ApiToken, Membership, Role, Team
+from console.validators import no_control_characters, plain_name
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=80, validators=[plain_name])
+    my_role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "created_at", "my_role"]
+        read_only_fields = ["slug", "created_at"]
+
+    def get_my_role(self, team) -> str | None:
+        roles = self.context.get("roles") or {}
+        return roles.get(team.pk)
+
+    def validate_name(self, value):
+        if Team.objects.filter(name__iexact=value).exists():
+            raise serializers.ValidationError("A team with this name exists.")
+        return value
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.SlugRelatedField(
+        source="user", slug_field="username", queryset=User.objects.filter(is_active=True)
+    )
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.all())
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "team", "username", "role", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def validate(self, attrs):
+        if self.instance is None and Membership.objects.filter(team=attrs["team"], user=attrs["user"]).exists():
+            raise serializers.ValidationError({"username": "This user is already a member of the team."})
+        return attrs
+
+
+class RoleChangeSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class LoginSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150, validators=[no_control_characters])
+    password = serializers.CharField(max_length=256, trim_whitespace=False, style={"input_type": "password"})
+    name = serializers.CharField(max_length=80, required=False, default="api", validators=[plain_name])
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = ApiTokenSerializer.Meta.fields + ["token"]

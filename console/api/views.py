@@ -1,0 +1,119 @@
+from django.contrib.auth import authenticate
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from console import services
+from console.models import ApiToken, Membership, Team
+from console.tenancy import ADMIN_ROLES, is_operator
+
+from .mixins import TeamScopedViewSetMixin
+from .serializers import (
+    ApiTokenSerializer,
+    LoginSerializer,
+    MembershipSerializer,
+    NewApiTokenSerializer,
+    RoleChangeSerializer,
+    TeamSerializer,
+)
+
+
+class ObtainTokenView(APIView):
+    """Exchange a username and password for a personal API token (shown once)."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "login"
+
+    @extend_schema(request=LoginSerializer, responses={201: NewApiTokenSerializer})
+    def post(self, request):
+        form = LoginSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        user = authenticate(request, username=data["username"], password=data["password"])
+        if user is None:
+            services.record_login(user=None, success=False, username=data["username"], via="api")
+            return Response({"detail": "Wrong username or password."}, status=status.HTTP_400_BAD_REQUEST)
+        with transaction.atomic():
+            services.record_login(user=user, success=True, via="api")
+            token, raw = services.create_api_token(actor=user, user=user, name=data["name"])
+        body = NewApiTokenSerializer(token).data | {"token": raw}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Your own API tokens; revoke one with POST …/{id}/revoke/."""
+
+    serializer_class = ApiTokenSerializer
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(request=None, responses=ApiTokenSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = self.get_object()
+        if token.revoked_at is None:
+            services.revoke_api_token(actor=request.user, token=token)
+        return Response(ApiTokenSerializer(token).data)
+
+
+class TeamViewSet(
+    TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Teams you belong to (operators: all). Operators create teams."""
+
+    queryset = Team.objects.all()
+    serializer_class = TeamSerializer
+    filterset_fields = ["name", "slug"]
+    ordering_fields = ["name", "created_at"]
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if self.request.user.is_authenticated:
+            context["roles"] = dict(
+                Membership.objects.filter(user=self.request.user).values_list("team_id", "role")
+            )
+        return context
+
+    def perform_create(self, serializer):
+        if not is_operator(self.request.user):
+            self.permission_denied(self.request, message="Only operators can create teams.")
+        serializer.instance = services.create_team(actor=self.request.user, name=serializer.validated_data["name"])
+
+
+class MembershipViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
+    """Members of your teams. Team admins add, change and remove them."""
+
+    queryset = Membership.objects.select_related("user", "team")
+    serializer_class = MembershipSerializer
+    filterset_fields = ["team", "role"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def perform_create(self, serializer):
+        team = serializer.validated_data["team"]
+        if not Team.objects.for_user(self.request.user).filter(pk=team.pk).exists():
+            self.permission_denied(self.request, message="You are not a member of that team.")
+        self.require_role(team.pk, ADMIN_ROLES, "manage members")
+        serializer.instance = services.add_member(
+            actor=self.request.user, team=team, user=serializer.validated_data["user"], role=serializer.validated_data["role"]
+        )
+
+    @extend_schema(request=RoleChangeSerializer, responses=MembershipSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        membership = self.get_object()
+        self.require_role(membership.team_id, ADMIN_ROLES, "manage members")
+        form = RoleChangeSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        services.change_role(actor=request.user, membership=membership, role=form.validated_data["role"])
+        return Response(MembershipSerializer(membership).data)
+
+    def perform_destroy(self, membership):
+        self.require_role(membership.team_id, ADMIN_ROLES, "manage members")
+        services.remove_member(actor=self.request.user, membership=membership)

@@ -1,0 +1,23 @@
+"""HTTP through Django; websockets through each app's routing (agents and browsers)."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+from django.conf import settings  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from console.routing import websocket_urlpatterns  # noqa: E402
+
+if settings.SERVE_STATIC:
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    http_app = ASGIStaticFilesHandler(django_app)
+else:
+    http_app = django_app
+
+application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})

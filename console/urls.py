@@ -1,0 +1,32 @@
+import importlib
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("account/tokens/", views.tokens, name="tokens"),
+    path("team/", views.team_members, name="team-members"),
+    path("healthz", views.healthz, name="healthz"),
+    path("api/v1/", include("console.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("django-admin/", admin.site.urls),
+]
+
+for app in ("instances", "monitoring", "billing", "audit"):
+    try:
+        importlib.import_module(f"{app}.urls")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{app}.urls":
+            raise
+        continue
+    urlpatterns.append(path("", include(f"{app}.urls")))
+
+handler403 = "console.views.forbidden"
+handler404 = "console.views.not_found"

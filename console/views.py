@@ -1,0 +1,93 @@
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from audit.models import Outcome
+from audit.services import record_event
+
+from . import services
+from .forms import TokenForm
+from .models import ApiToken, Membership
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "console/login.html"
+    redirect_authenticated_user = True
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.record_login(user=form.get_user(), success=True)
+        return response
+
+    def form_invalid(self, form):
+        services.record_login(user=None, success=False, username=form.data.get("username", ""))
+        return super().form_invalid(form)
+
+
+@require_POST
+def logout_view(request):
+    if request.user.is_authenticated:
+        services.record_logout(user=request.user)
+    logout(request)
+    return redirect("login")
+
+
+@login_required
+def home(request):
+    from importlib import import_module
+
+    try:
+        overview = import_module("monitoring.pages").overview
+    except (ModuleNotFoundError, AttributeError):
+        return redirect("instance-list")
+    return overview(request)
+
+
+@login_required
+def tokens(request):
+    raw = None
+    if request.method == "POST":
+        if "revoke" in request.POST:
+            token = get_object_or_404(ApiToken.objects.live(), pk=request.POST.get("revoke"), user=request.user)
+            services.revoke_api_token(actor=request.user, token=token)
+            messages.success(request, f"Token {token.name} revoked.")
+            return redirect("tokens")
+        form = TokenForm(request.POST)
+        if form.is_valid():
+            _, raw = services.create_api_token(actor=request.user, user=request.user, name=form.cleaned_data["name"])
+            form = TokenForm()
+    else:
+        form = TokenForm()
+    rows = ApiToken.objects.filter(user=request.user)
+    return render(request, "console/tokens.html", {"form": form, "tokens": rows, "raw": raw})
+
+
+@login_required
+def team_members(request):
+    rows = Membership.objects.for_user(request.user).select_related("team", "user").order_by("team__name", "user__username")
+    return render(request, "console/members.html", {"memberships": rows})
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+def forbidden(request, exception=None):
+    if request.user.is_authenticated:
+        record_event(
+            actor=request.user,
+            action="page.denied",
+            outcome=Outcome.DENIED,
+            details={"method": request.method, "path": request.path[:300]},
+        )
+    return render(request, "console/error.html", {"status": 403, "message": str(exception or "") or "You may not open this page."}, status=403)
+
+
+def not_found(request, exception=None):
+    return render(request, "console/error.html", {"status": 404, "message": "No such page, or not yours to see."}, status=404)
+
+

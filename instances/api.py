@@ -1,0 +1,145 @@
+from django.db.models import Count, Prefetch, Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
+from console.tenancy import WRITE_ROLES
+
+from . import services
+from .models import Gpu, GpuModel, GpuSlice, Host, Instance, LifecycleEvent, Region, SliceProfile
+from .serializers import (
+    GpuModelSerializer,
+    GpuSerializer,
+    HostSerializer,
+    InstanceDetailSerializer,
+    InstanceSerializer,
+    RegionSerializer,
+    SliceProfileSerializer,
+)
+
+
+class RegionViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Region.objects.all()
+    serializer_class = RegionSerializer
+    pagination_class = None
+
+
+class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPU models on offer, with their MIG/vGPU slice profiles at /api/v1/slice-profiles/."""
+
+    queryset = GpuModel.objects.all()
+    serializer_class = GpuModelSerializer
+    pagination_class = None
+
+
+class SliceProfileViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = SliceProfile.objects.select_related("gpu_model")
+    serializer_class = SliceProfileSerializer
+    filterset_fields = ["kind", "gpu_model__name"]
+    pagination_class = None
+
+
+class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Fleet hosts (operators). PATCH state to drain a host or mark it down."""
+
+    queryset = Host.objects.select_related("region").annotate(
+        gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=Q(gpus__instance__isnull=True))
+    )
+    serializer_class = HostSerializer
+    filterset_fields = ["region__name", "kind", "state"]
+    ordering_fields = ["name", "state"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.register_host(
+            actor=self.request.user, name=data["name"], region=data["region"], kind=data["kind"],
+            nvlink_group=data.get("nvlink_group", ""),
+        )
+        serializer.instance.gpu_count = serializer.instance.gpus_free = 0
+
+    def perform_update(self, serializer):
+        host = services.update_host(actor=self.request.user, host=serializer.instance, **serializer.validated_data)
+        serializer.instance = self.get_queryset().get(pk=host.pk)
+
+
+class GpuViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
+    """GPUs: operators see the fleet, teams the GPUs their instances hold."""
+
+    queryset = Gpu.objects.select_related("host", "model").prefetch_related(
+        Prefetch("slices", queryset=GpuSlice.objects.select_related("profile"))
+    )
+    serializer_class = GpuSerializer
+    lookup_field = "uuid"
+    lookup_value_regex = "[^/]+"
+    filterset_fields = ["host__name", "model__name", "instance"]
+
+
+class InstanceViewSet(
+    TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
+):
+    """Launch, list and act on your teams' instances."""
+
+    queryset = Instance.objects.select_related("team", "gpu_model", "slice_profile__gpu_model", "host").prefetch_related(
+        Prefetch("gpus", queryset=Gpu.objects.only("uuid", "instance_id"))
+    )
+    serializer_class = InstanceSerializer
+    filterset_fields = ["team", "state", "pricing_model", "gpu_model__name", "host__name"]
+    ordering_fields = ["created_at", "name", "state"]
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "retrieve":
+            qs = qs.prefetch_related(Prefetch("events", queryset=LifecycleEvent.objects.select_related("host")))
+        return qs
+
+    def get_serializer_class(self):
+        return InstanceDetailSerializer if self.action == "retrieve" else InstanceSerializer
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        self.require_role(data["team"].pk, WRITE_ROLES, "launch instances")
+        serializer.instance = services.launch_instance(
+            actor=self.request.user,
+            team=data["team"],
+            name=data["name"],
+            gpu_model=data["gpu_model"],
+            gpu_count=data["gpu_count"],
+            pricing_model=data["pricing_model"],
+            slice_profile=data["slice_profile"],
+            region=data.get("region"),
+        )
+
+    def _act(self, request, verb, what):
+        instance = self.get_object()
+        self.require_role(instance.team_id, WRITE_ROLES, what)
+        verb(actor=request.user, instance=instance)
+        fresh = self.get_queryset().get(pk=instance.pk)
+        return Response(InstanceSerializer(fresh, context={"request": request}).data, status=status.HTTP_200_OK)
+
+    @extend_schema(request=None, responses=InstanceSerializer)
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._act(request, services.start_instance, "start instances")
+
+    @extend_schema(request=None, responses=InstanceSerializer)
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._act(request, services.stop_instance, "stop instances")
+
+    @extend_schema(request=None, responses=InstanceSerializer)
+    @action(detail=True, methods=["post"])
+    def terminate(self, request, pk=None):
+        return self._act(request, services.terminate_instance, "terminate instances")
+
+
+routes = [
+    ("regions", RegionViewSet, "region"),
+    ("gpu-models", GpuModelViewSet, "gpu-model"),
+    ("slice-profiles", SliceProfileViewSet, "slice-profile"),
+    ("hosts", HostViewSet, "host"),
+    ("gpus", GpuViewSet, "gpu"),
+    ("instances", InstanceViewSet, "instance"),
+]

@@ -1,0 +1,154 @@
+from django.db.models import Count, Max
+from rest_framework import serializers
+
+from console.models import Team
+from console.validators import plain_name
+
+from .models import (
+    Gpu,
+    GpuModel,
+    GpuSlice,
+    Host,
+    HostKind,
+    HostState,
+    Instance,
+    LifecycleEvent,
+    PricingModel,
+    Region,
+    SliceProfile,
+)
+from .services import MAX_GPUS_PER_INSTANCE
+
+
+class RegionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Region
+        fields = ["id", "name", "display_name"]
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuModel
+        fields = ["id", "name", "memory_gb", "power_limit_w", "architecture"]
+
+
+class SliceProfileSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = SliceProfile
+        fields = ["id", "gpu_model", "kind", "name", "memory_gb", "slices_per_gpu", "sku"]
+
+
+class GpuSliceSerializer(serializers.ModelSerializer):
+    profile = serializers.CharField(source="profile.name", read_only=True)
+    kind = serializers.CharField(source="profile.kind", read_only=True)
+    instance = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = GpuSlice
+        fields = ["uuid", "kind", "profile", "gpu_instance_id", "instance"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    instance = serializers.PrimaryKeyRelatedField(read_only=True)
+    team = serializers.PrimaryKeyRelatedField(read_only=True)
+    slices = GpuSliceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Gpu
+        fields = ["uuid", "host", "index", "model", "memory_total", "pci_bus_id", "instance", "team", "slices"]
+
+
+class HostSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(max_length=63, validators=[plain_name])
+    region = serializers.SlugRelatedField(slug_field="name", queryset=Region.objects.all())
+    kind = serializers.ChoiceField(choices=HostKind.choices, default=HostKind.PASSTHROUGH)
+    state = serializers.ChoiceField(choices=HostState.choices, required=False)
+    nvlink_group = serializers.CharField(max_length=40, required=False, allow_blank=True, validators=[plain_name])
+    gpu_count = serializers.IntegerField(read_only=True)
+    gpus_free = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Host
+        fields = ["id", "name", "region", "kind", "state", "nvlink_group", "gpu_count", "gpus_free", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def validate_name(self, value):
+        taken = Host.objects.filter(name=value)
+        if self.instance is not None:
+            taken = taken.exclude(pk=self.instance.pk)
+        if taken.exists():
+            raise serializers.ValidationError("A host with this name exists.")
+        return value
+
+
+class LifecycleEventSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = LifecycleEvent
+        fields = ["time", "from_state", "to_state", "gpu_count", "host", "reason", "by_platform"]
+
+
+class InstanceSerializer(serializers.ModelSerializer):
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
+    name = serializers.CharField(max_length=63, validators=[plain_name])
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    slice_profile = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, write_only=True,
+        help_text="MIG or vGPU profile name of the GPU model, e.g. 1g.10gb; omit for whole GPUs.",
+    )
+    slice = SliceProfileSerializer(source="slice_profile", read_only=True)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_INSTANCE)
+    pricing_model = serializers.ChoiceField(choices=PricingModel.choices)
+    region = serializers.SlugRelatedField(
+        slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True, write_only=True
+    )
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = serializers.SlugRelatedField(slug_field="uuid", many=True, read_only=True)
+
+    class Meta:
+        model = Instance
+        fields = [
+            "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
+            "state", "host", "gpus", "created_at", "state_changed_at",
+        ]
+        read_only_fields = ["state", "created_at", "state_changed_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = Team.objects.for_user(request.user)
+
+    def validate(self, attrs):
+        name = attrs.get("slice_profile") or None
+        attrs["slice_profile"] = None
+        if name:
+            profile = SliceProfile.objects.filter(gpu_model=attrs["gpu_model"], name=name).first()
+            if profile is None:
+                raise serializers.ValidationError(
+                    {"slice_profile": f"{attrs['gpu_model'].name} has no slice profile named {name!r}."}
+                )
+            attrs["slice_profile"] = profile
+        model, count = attrs["gpu_model"], attrs["gpu_count"]
+        per_host = model.gpus.values("host").order_by().annotate(n=Count("id")).aggregate(m=Max("n"))["m"] or 0
+        if per_host == 0:
+            raise serializers.ValidationError({"gpu_model": f"The fleet has no {model.name} GPUs."})
+        if attrs["slice_profile"] is not None:
+            per_host *= attrs["slice_profile"].slices_per_gpu
+        if count > per_host:
+            raise serializers.ValidationError(
+                {"gpu_count": f"At most {per_host} fit on one host of {model.name}; you asked for {count}."}
+            )
+        return attrs
+
+
+class InstanceDetailSerializer(InstanceSerializer):
+    events = LifecycleEventSerializer(many=True, read_only=True)
+
+    class Meta(InstanceSerializer.Meta):
+        fields = InstanceSerializer.Meta.fields + ["events"]

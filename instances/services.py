@@ -1,0 +1,326 @@
+"""Instance lifecycle and placement. Every state change goes through one of these verbs;
+each writes its lifecycle event and audit event in the same transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import record_event
+
+from .models import (
+    HOLDING_STATES,
+    Gpu,
+    GpuModel,
+    GpuSlice,
+    Host,
+    HostKind,
+    HostState,
+    Instance,
+    LifecycleEvent,
+    PricingModel,
+    Region,
+    SliceProfile,
+    State,
+)
+
+MAX_GPUS_PER_INSTANCE = 16
+
+
+class LifecycleError(Exception):
+    """A request the instance's state does not allow (answers 409)."""
+
+    code = "invalid_transition"
+
+
+class PlacementError(LifecycleError):
+    """No host can hold the request now (answers 409 with the reason)."""
+
+    code = "no_capacity"
+
+
+@dataclass(frozen=True)
+class Placement:
+    host: Host
+    gpus: list[Gpu]
+    slices: list[GpuSlice]
+
+
+def _free_whole_gpus(model: GpuModel):
+    # MIG and vGPU hosts hand out slices; whole GPUs come from passthrough hosts.
+    return Gpu.objects.filter(
+        model=model, instance__isnull=True, host__state=HostState.ACTIVE, host__kind=HostKind.PASSTHROUGH
+    )
+
+
+def place(
+    *,
+    gpu_model: GpuModel,
+    count: int,
+    slice_profile: SliceProfile | None = None,
+    region: Region | None = None,
+    host: Host | None = None,
+) -> Placement:
+    """All of an instance's GPUs (or slices) on one host; the fullest host that fits wins,
+    so whole hosts stay free for large jobs. Callers hold the model's row lock."""
+    if slice_profile is not None:
+        free = GpuSlice.objects.filter(
+            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True
+        ).select_related("gpu__host")
+        if region is not None:
+            free = free.filter(gpu__host__region=region)
+        if host is not None:
+            free = free.filter(gpu__host=host)
+        by_host: dict[int, list[GpuSlice]] = {}
+        for s in free.order_by("gpu__host__name", "gpu__index", "gpu_instance_id"):
+            by_host.setdefault(s.gpu.host_id, []).append(s)
+        fits = [slices for slices in by_host.values() if len(slices) >= count]
+        if not fits:
+            most = max((len(v) for v in by_host.values()), default=0)
+            raise PlacementError(
+                f"No capacity: no active host has {count} free {slice_profile.name} "
+                f"{slice_profile.get_kind_display()}s of {gpu_model.name} (most free on one host: {most})."
+            )
+        chosen = min(fits, key=len)[:count]
+        return Placement(host=chosen[0].gpu.host, gpus=[], slices=chosen)
+
+    free = _free_whole_gpus(gpu_model).select_related("host")
+    if region is not None:
+        free = free.filter(host__region=region)
+    if host is not None:
+        free = free.filter(host=host)
+    by_host_gpus: dict[int, list[Gpu]] = {}
+    for g in free.order_by("host__name", "index"):
+        by_host_gpus.setdefault(g.host_id, []).append(g)
+    fits = [gpus for gpus in by_host_gpus.values() if len(gpus) >= count]
+    if not fits:
+        most = max((len(v) for v in by_host_gpus.values()), default=0)
+        where = f" in {region.name}" if region else ""
+        raise PlacementError(
+            f"No capacity: no active host{where} has {count} free {gpu_model.name} GPUs "
+            f"(most free on one host: {most})."
+        )
+    chosen = min(fits, key=len)
+    # Prefer GPUs that share an NVLink group: on one host they all do, so lowest indexes.
+    return Placement(host=chosen[0].host, gpus=chosen[:count], slices=[])
+
+
+def _allocate(instance: Instance, placement: Placement) -> None:
+    Gpu.objects.filter(pk__in=[g.pk for g in placement.gpus]).update(instance=instance, team=instance.team)
+    GpuSlice.objects.filter(pk__in=[s.pk for s in placement.slices]).update(instance=instance, team=instance.team)
+    instance.host = placement.host
+
+
+def _release(instance: Instance) -> None:
+    Gpu.objects.filter(instance=instance).update(instance=None, team=None)
+    GpuSlice.objects.filter(instance=instance).update(instance=None, team=None)
+
+
+def _transition(
+    instance: Instance,
+    to_state: str,
+    *,
+    actor,
+    action: str,
+    reason: str = "",
+    by_platform: bool = False,
+    at: datetime | None = None,
+    details: dict | None = None,
+) -> Instance:
+    if not instance.can_move_to(to_state):
+        raise LifecycleError(
+            f"Instance {instance.name} is {instance.state}; it cannot become {to_state}."
+        )
+    at = at or timezone.now()
+    from_state = instance.state
+    instance.state = to_state
+    instance.state_changed_at = at
+    instance.save(update_fields=["state", "state_changed_at", "host"])
+    LifecycleEvent.objects.create(
+        instance=instance,
+        time=at,
+        from_state=from_state,
+        to_state=to_state,
+        gpu_count=instance.gpu_count,
+        host=instance.host,
+        reason=reason[:200],
+        by_platform=by_platform,
+    )
+    record_event(
+        actor=actor,
+        action=action,
+        target=instance,
+        team=instance.team_id,
+        details={"from": from_state, "to": to_state, "reason": reason, **(details or {})},
+    )
+    return instance
+
+
+def _locked(instance: Instance) -> Instance:
+    return Instance.objects.select_for_update().select_related("team", "gpu_model").get(pk=instance.pk)
+
+
+def _after_commit_provision(instance: Instance) -> None:
+    from . import tasks
+
+    transaction.on_commit(lambda: tasks.provision_instance.delay(instance.pk))
+
+
+@transaction.atomic
+def launch_instance(
+    *,
+    actor,
+    team,
+    name: str,
+    gpu_model: GpuModel,
+    gpu_count: int,
+    pricing_model: str,
+    slice_profile: SliceProfile | None = None,
+    region: Region | None = None,
+    host: Host | None = None,
+    at: datetime | None = None,
+    provision: bool = True,
+) -> Instance:
+    if pricing_model not in PricingModel.values:
+        raise LifecycleError(f"Unknown pricing model {pricing_model!r}.")
+    if not 1 <= gpu_count <= MAX_GPUS_PER_INSTANCE:
+        raise LifecycleError(f"gpu_count must be between 1 and {MAX_GPUS_PER_INSTANCE}.")
+    GpuModel.objects.select_for_update().get(pk=gpu_model.pk)  # serialises placement per model
+    placement = place(gpu_model=gpu_model, count=gpu_count, slice_profile=slice_profile, region=region, host=host)
+    at = at or timezone.now()
+    instance = Instance.objects.create(
+        team=team,
+        name=name,
+        gpu_model=gpu_model,
+        slice_profile=slice_profile,
+        gpu_count=gpu_count,
+        pricing_model=pricing_model,
+        state=State.PENDING,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_at=at,
+        state_changed_at=at,
+    )
+    _allocate(instance, placement)
+    instance.save(update_fields=["host"])
+    LifecycleEvent.objects.create(
+        instance=instance, time=at, from_state="", to_state=State.PENDING, gpu_count=gpu_count, host=placement.host
+    )
+    record_event(
+        actor=actor,
+        action="instance.launch",
+        target=instance,
+        team=team,
+        details={
+            "name": name,
+            "sku": instance.sku,
+            "gpu_count": gpu_count,
+            "pricing_model": pricing_model,
+            "host": placement.host.name,
+        },
+    )
+    if provision:
+        _after_commit_provision(instance)
+    return instance
+
+
+@transaction.atomic
+def mark_running(*, actor="system", instance: Instance, at: datetime | None = None) -> Instance:
+    return _transition(_locked(instance), State.RUNNING, actor=actor, action="instance.running", at=at)
+
+
+@transaction.atomic
+def start_instance(
+    *, actor, instance: Instance, at: datetime | None = None, provision: bool = True
+) -> Instance:
+    instance = _locked(instance)
+    if not instance.can_move_to(State.PENDING):
+        raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a stopped instance can start.")
+    GpuModel.objects.select_for_update().get(pk=instance.gpu_model_id)
+    placement = place(
+        gpu_model=instance.gpu_model, count=instance.gpu_count, slice_profile=instance.slice_profile
+    )
+    _allocate(instance, placement)
+    _transition(instance, State.PENDING, actor=actor, action="instance.start", at=at)
+    if provision:
+        _after_commit_provision(instance)
+    return instance
+
+
+@transaction.atomic
+def stop_instance(*, actor, instance: Instance, at: datetime | None = None, finish: bool = True) -> Instance:
+    instance = _locked(instance)
+    if instance.state == State.PENDING:
+        _release(instance)
+        return _transition(instance, State.STOPPED, actor=actor, action="instance.stop", at=at)
+    _transition(instance, State.STOPPING, actor=actor, action="instance.stop", at=at)
+    if finish:
+        from . import tasks
+
+        transaction.on_commit(lambda: tasks.finish_stop.delay(instance.pk))
+    return instance
+
+
+@transaction.atomic
+def finish_stop(*, actor="system", instance: Instance, at: datetime | None = None) -> Instance:
+    instance = _locked(instance)
+    _release(instance)
+    return _transition(instance, State.STOPPED, actor=actor, action="instance.stopped", at=at)
+
+
+@transaction.atomic
+def terminate_instance(*, actor, instance: Instance, at: datetime | None = None) -> Instance:
+    instance = _locked(instance)
+    if instance.state == State.TERMINATED:
+        raise LifecycleError(f"Instance {instance.name} is already terminated.")
+    _release(instance)
+    return _transition(instance, State.TERMINATED, actor=actor, action="instance.terminate", at=at)
+
+
+@transaction.atomic
+def preempt_instance(
+    *, actor="system", instance: Instance, reason: str = "capacity reclaimed", at: datetime | None = None
+) -> Instance:
+    instance = _locked(instance)
+    if instance.pricing_model != PricingModel.SPOT:
+        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
+    _release(instance)
+    return _transition(
+        instance, State.PREEMPTED, actor=actor, action="instance.preempt", reason=reason, by_platform=True, at=at
+    )
+
+
+def holding(instance: Instance) -> bool:
+    return instance.state in HOLDING_STATES
+
+
+# --- inventory (operators) -------------------------------------------------------
+
+
+@transaction.atomic
+def register_host(*, actor, name: str, region: Region, kind: str = HostKind.PASSTHROUGH, nvlink_group: str = "") -> Host:
+    host = Host.objects.create(name=name, region=region, kind=kind, nvlink_group=nvlink_group)
+    record_event(actor=actor, action="host.register", target=host, details={"name": name, "region": region.name, "kind": kind})
+    return host
+
+
+@transaction.atomic
+def update_host(*, actor, host: Host, **changes) -> Host:
+    before = {field: getattr(host, field) for field in changes}
+    for field, value in changes.items():
+        setattr(host, field, value)
+    host.full_clean()
+    host.save()
+    after = {k: (v.name if hasattr(v, "name") else v) for k, v in changes.items()}
+    before = {k: (v.name if hasattr(v, "name") else v) for k, v in before.items()}
+    record_event(actor=actor, action="host.update", target=host, details={"before": before, "after": after})
+    return host
+
+
+@transaction.atomic
+def add_gpu(*, actor, host: Host, index: int, uuid: str, model: GpuModel, memory_total: int, pci_bus_id: str = "") -> Gpu:
+    gpu = Gpu.objects.create(host=host, index=index, uuid=uuid, model=model, memory_total=memory_total, pci_bus_id=pci_bus_id)
+    record_event(actor=actor, action="gpu.register", target=gpu, details={"host": host.name, "index": index, "uuid": uuid, "model": model.name})
+    return gpu

@@ -1,0 +1,20 @@
+"""Thin Celery adapters: reload by id, return quietly if gone, call one service."""
+
+from celery import shared_task
+
+from . import services
+from .models import Instance, State
+
+
+@shared_task
+def provision_instance(instance_id: int) -> None:
+    instance = Instance.objects.filter(pk=instance_id, state=State.PENDING).first()
+    if instance is not None:
+        services.mark_running(actor="system", instance=instance)
+
+
+@shared_task
+def finish_stop(instance_id: int) -> None:
+    instance = Instance.objects.filter(pk=instance_id, state=State.STOPPING).first()
+    if instance is not None:
+        services.finish_stop(actor="system", instance=instance)

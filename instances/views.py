@@ -1,0 +1,90 @@
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.tenancy import WRITE_ROLES, has_role, is_operator
+
+from . import services
+from .forms import LaunchForm
+from .models import Host, Instance, State
+
+ACTIONS = {
+    "start": services.start_instance,
+    "stop": services.stop_instance,
+    "terminate": services.terminate_instance,
+}
+
+
+def _instances(request):
+    return Instance.objects.for_user(request.user).select_related("team", "gpu_model", "slice_profile", "host")
+
+
+@login_required
+def instance_list(request):
+    qs = _instances(request)
+    state = request.GET.get("state", "")
+    if state in State.values:
+        qs = qs.filter(state=state)
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    return render(request, "instances/list.html", {"page": page, "states": State.choices, "state": state})
+
+
+@login_required
+def instance_detail(request, pk):
+    instance = get_object_or_404(_instances(request).prefetch_related("gpus", "slices", "events__host"), pk=pk)
+    can_act = is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)
+    return render(request, "instances/detail.html", {"instance": instance, "can_act": can_act})
+
+
+@login_required
+def launch(request):
+    form = LaunchForm(request.POST or None, user=request.user)
+    if not form.fields["team"].queryset.exists():
+        raise PermissionDenied("Your role does not allow launching instances.")
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            instance = services.launch_instance(
+                actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
+                gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],
+                slice_profile=data["slice_profile"], region=data["region"],
+            )
+        except services.LifecycleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Instance {instance.name} launched on {instance.host.name}.")
+            return redirect("instance-detail", pk=instance.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "instances/launch.html", {"form": form}, status=status)
+
+
+@login_required
+@require_POST
+def instance_action(request, pk, verb):
+    instance = get_object_or_404(_instances(request), pk=pk)
+    if verb not in ACTIONS:
+        return redirect("instance-detail", pk=pk)
+    if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
+        raise PermissionDenied(f"Your role does not allow you to {verb} instances.")
+    try:
+        ACTIONS[verb](actor=request.user, instance=instance)
+    except services.LifecycleError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{verb.capitalize()} requested for {instance.name}.")
+    return redirect("instance-detail", pk=pk)
+
+
+@login_required
+def host_list(request):
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators can see the fleet inventory.")
+    hosts = Host.objects.select_related("region").annotate(
+        gpu_count=Count("gpus"),
+        gpus_used=Count("gpus", filter=Q(gpus__instance__isnull=False)),
+    )
+    return render(request, "instances/hosts.html", {"hosts": hosts})
