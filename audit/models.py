@@ -54,5 +54,8 @@ class ChainHead(models.Model):
     seq = models.BigIntegerField(default=0)
     hash = models.CharField(max_length=64, default="0" * 64)
 
+    def __str__(self) -> str:
+        return f"head #{self.seq}"
+
 
 GENESIS_HASH = "0" * 64

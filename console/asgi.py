@@ -20,4 +20,9 @@ if settings.SERVE_STATIC:
 else:
     http_app = django_app
 
+if settings.INPROCESS_SCHEDULER:
+    from console.schedule import InProcessScheduler
+
+    InProcessScheduler().start()
+
 application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})

@@ -156,6 +156,7 @@ def _transition(
         team=instance.team_id,
         details={"from": from_state, "to": to_state, "reason": reason, **(details or {})},
     )
+    _announce(instance)
     return instance
 
 
@@ -324,3 +325,13 @@ def add_gpu(*, actor, host: Host, index: int, uuid: str, model: GpuModel, memory
     gpu = Gpu.objects.create(host=host, index=index, uuid=uuid, model=model, memory_total=memory_total, pci_bus_id=pci_bus_id)
     record_event(actor=actor, action="gpu.register", target=gpu, details={"host": host.name, "index": index, "uuid": uuid, "model": model.name})
     return gpu
+
+
+def _announce(instance: Instance) -> None:
+    from console.live import FLEET_GROUP, instance_group, publish_on_commit, team_group
+
+    publish_on_commit(
+        [team_group(instance.team_id), instance_group(instance.pk), FLEET_GROUP],
+        "instance",
+        {"id": instance.pk, "name": instance.name, "state": instance.state, "team": instance.team_id},
+    )

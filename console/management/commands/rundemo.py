@@ -1,0 +1,75 @@
+"""python manage.py rundemo — serve the console and start the demo's agents."""
+
+import importlib
+import signal
+import subprocess
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from console import demo
+
+
+class Command(BaseCommand):
+    help = "Serve the console with daphne on 127.0.0.1 and run the demo agents until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--bind", default="127.0.0.1")
+        parser.add_argument("--no-agents", action="store_true", help="serve only; start no demo agents")
+
+    def handle(self, *args, port, bind, no_agents, **options):
+        if not 1 <= port <= 65535:
+            raise CommandError(f"--port {port} is not a TCP port (1-65535)")
+        base = f"http://{bind}:{port}"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), "console.asgi:application"]
+        )
+        children = [server]
+        try:
+            if not _wait_for(base + "/healthz", server):
+                raise CommandError(f"the console did not start on {base}")
+            if not no_agents:
+                children += [subprocess.Popen(cmd) for cmd in _agent_commands(base)]
+            self.stdout.write(self.style.SUCCESS(f"\nGPU Console is running at {base}/"))
+            self.stdout.write("Log in as one of (password 'demo'):")
+            for username, what in demo.LOGINS:
+                self.stdout.write(f"  {username:8} {what}")
+            self.stdout.write("Press Ctrl-C to stop.")
+            server.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for child in reversed(children):
+                if child.poll() is None:
+                    child.send_signal(signal.SIGINT)
+            for child in children:
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+
+
+def _agent_commands(base: str) -> list[list[str]]:
+    try:
+        module = importlib.import_module("monitoring.demo")
+    except ModuleNotFoundError:
+        return []
+    return module.agent_commands(base)
+
+
+def _wait_for(url: str, server, timeout: float = 30.0) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False

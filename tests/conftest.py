@@ -1,0 +1,136 @@
+"""Shared fixtures. Every test world has an owner, a teammate and an outsider:
+alice (Acme admin), bob (Acme member), charlie (Globex admin), audrey (auditor of
+both teams) and ops (operator)."""
+
+import os
+
+os.environ.setdefault("INPROCESS_SCHEDULER", "false")
+
+import pytest  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.cache import cache  # noqa: E402
+from rest_framework.test import APIClient  # noqa: E402
+
+from console.models import Membership, Team  # noqa: E402
+from instances import services as instance_services  # noqa: E402
+from instances.models import Gpu, GpuModel, GpuSlice, Host, HostKind, Region, SliceKind, SliceProfile  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def _user(username, staff=False):
+    return User.objects.create_user(username, f"{username}@example.com", "demo-password", is_staff=staff)
+
+
+@pytest.fixture
+def acme(db):
+    return Team.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def globex(db):
+    return Team.objects.create(name="Globex", slug="globex")
+
+
+@pytest.fixture
+def alice(acme):
+    user = _user("alice")
+    Membership.objects.create(team=acme, user=user, role="admin")
+    return user
+
+
+@pytest.fixture
+def bob(acme):
+    user = _user("bob")
+    Membership.objects.create(team=acme, user=user, role="member")
+    return user
+
+
+@pytest.fixture
+def charlie(globex):
+    user = _user("charlie")
+    Membership.objects.create(team=globex, user=user, role="admin")
+    return user
+
+
+@pytest.fixture
+def audrey(acme, globex):
+    user = _user("audrey")
+    Membership.objects.create(team=acme, user=user, role="auditor")
+    Membership.objects.create(team=globex, user=user, role="auditor")
+    return user
+
+
+@pytest.fixture
+def ops(db):
+    return _user("ops", staff=True)
+
+
+@pytest.fixture
+def fleet(db):
+    """us-east-1: h100-a and h100-b (8 × H100 each), a100-mig (2 × A100 in 7 MIG slices),
+    h200-a (1 × H200)."""
+    region = Region.objects.create(name="us-east-1")
+    h100 = GpuModel.objects.create(name="H100-80GB", memory_gb=80, power_limit_w=700)
+    a100 = GpuModel.objects.create(name="A100-80GB", memory_gb=80, power_limit_w=400)
+    h200 = GpuModel.objects.create(name="H200-141GB", memory_gb=141, power_limit_w=700)
+    mig = SliceProfile.objects.create(gpu_model=a100, kind=SliceKind.MIG, name="1g.10gb", memory_gb=10, slices_per_gpu=7)
+    hosts = {}
+    for name, model, count, kind in [
+        ("h100-a", h100, 8, HostKind.PASSTHROUGH),
+        ("h100-b", h100, 8, HostKind.PASSTHROUGH),
+        ("a100-mig", a100, 2, HostKind.MIG),
+        ("h200-a", h200, 1, HostKind.PASSTHROUGH),
+    ]:
+        host = hosts[name] = Host.objects.create(name=name, region=region, kind=kind, nvlink_group=f"{name}-nvl")
+        for index in range(count):
+            gpu = Gpu.objects.create(
+                host=host, index=index, uuid=f"GPU-{name}-{index}", model=model, memory_total=model.memory_gb * 1024**3
+            )
+            if kind == HostKind.MIG:
+                for k in range(7):
+                    GpuSlice.objects.create(gpu=gpu, profile=mig, uuid=f"MIG-{name}-{index}-{k}", gpu_instance_id=k + 1)
+    return {"region": region, "h100": h100, "a100": a100, "h200": h200, "mig": mig, "hosts": hosts}
+
+
+@pytest.fixture
+def launch(fleet):
+    """Launch an instance through the service, as ``actor`` for ``team``; runs at once."""
+
+    def _launch(actor, team, name="job", model="H100-80GB", count=1, pricing="on_demand", **kwargs):
+        return instance_services.launch_instance(
+            actor=actor, team=team, name=name, gpu_model=GpuModel.objects.get(name=model), gpu_count=count,
+            pricing_model=pricing, provision=False, **kwargs,
+        )
+
+    return _launch
+
+
+@pytest.fixture
+def acme_instance(launch, bob, acme):
+    instance = launch(bob, acme, name="acme-train", count=2)
+    return instance_services.mark_running(instance=instance)
+
+
+@pytest.fixture
+def globex_instance(launch, charlie, globex):
+    instance = launch(charlie, globex, name="globex-train", count=1)
+    return instance_services.mark_running(instance=instance)
+
+
+@pytest.fixture
+def api():
+    """An API client logged in as the given user (or anonymous)."""
+
+    def _client(user=None):
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+    return _client
