@@ -19,14 +19,14 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
 ]
 
-for app in ("instances", "monitoring", "billing", "audit"):
+for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls"):
     try:
-        importlib.import_module(f"{app}.urls")
+        importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name != f"{app}.urls":
+        if exc.name != module:
             raise
         continue
-    urlpatterns.append(path("", include(f"{app}.urls")))
+    urlpatterns.append(path("", include(module)))
 
 handler403 = "console.views.forbidden"
 handler404 = "console.views.not_found"
