@@ -1,0 +1,647 @@
+"""Real GPUs through NVML (pynvml, imported only here and only when used).
+
+Three threads, so that nothing slow ever delays the fast path:
+- fast, every ``interval``: utilization, memory, power, temperature, clocks,
+  clock-event reasons, ECC, fan, per-process memory (microseconds per call);
+- slow, every ``slow_interval``: total energy, PCIe/NVLink byte counters through
+  field values, GPM metrics (Hopper and later; also per MIG slice), per-process SM
+  use (milliseconds per call);
+- XID errors, pushed by the driver through an NVML event set.
+
+A call that a GPU does not support is remembered and not made again, and its
+metric is absent from the samples, never 0. A GPU that is lost becomes a
+``gpu_lost`` event; the others keep being sampled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+from . import Emit, HostInfo, Source, run_every
+
+log = logging.getLogger("gpuconsole.agent")
+
+ALL_LINKS = 0xFFFFFFFF
+NO_GPU_INSTANCE = 0xFFFFFFFF
+LOST_PROBE_S = 30.0
+EVENT_WAIT_MS = 500
+
+# metric -> candidate field values, tried in order: (pynvml constant, numeric id, scope, scale)
+FIELD_METRICS = {
+    "pcie_tx_bytes": [("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197, 0, 1)],
+    "pcie_rx_bytes": [("NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198, 0, 1)],
+    "nvlink_tx_bytes": [
+        ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138, ALL_LINKS, 1024),  # KiB
+        ("NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", 202, ALL_LINKS, 1),
+    ],
+    "nvlink_rx_bytes": [
+        ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139, ALL_LINKS, 1024),
+        ("NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 204, ALL_LINKS, 1),
+    ],
+}
+
+# GPM metric -> our name; (pynvml constant, numeric id)
+GPM_METRICS = {
+    "sm_occupancy_pct": ("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
+    "tensor_active_pct": ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5),
+    "dram_bw_util_pct": ("NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
+}
+# NVML utilization does not exist on MIG slices; GPM's graphics activity is the same
+# measure (share of time any kernel ran), so slices report it as gpu_util.
+GPM_SLICE_METRICS = {**GPM_METRICS, "gpu_util": ("NVML_GPM_METRIC_GRAPHICS_UTIL", 1)}
+
+XID_MESSAGES = {
+    13: "Graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double-bit ECC error",
+    61: "Internal micro-controller breakpoint/warning",
+    62: "Internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+class NvmlUnavailable(Exception):
+    pass
+
+
+class _GpuLost(Exception):
+    pass
+
+
+@dataclass
+class _Tally:
+    calls: int = 0
+    unknown: int = 0
+
+
+@dataclass
+class _Device:
+    handle: object
+    uuid: str
+    unsupported: set = field(default_factory=set)
+    gpm_ok: bool = False
+    gpm_samples: list | None = None
+    gpm_primed: bool = False
+
+
+@dataclass
+class _Slice(_Device):
+    gpu_instance_id: int = 0
+    profile: str = ""
+    memory_total: int = 0
+
+    def hello(self) -> dict:
+        return {
+            "uuid": self.uuid,
+            "gpu_instance_id": self.gpu_instance_id,
+            "profile": self.profile,
+            "memory_total": self.memory_total,
+        }
+
+
+@dataclass
+class _Gpu(_Device):
+    index: int = 0
+    name: str = ""
+    memory_total: int = 0
+    pci_bus_id: str | None = None
+    power_limit_mw: int | None = None
+    mig_mode: bool = False
+    slices: list[_Slice] = field(default_factory=list)
+    fields: dict = field(default_factory=dict)  # metric -> index of the candidate in use
+    lost: bool = False
+    last_probe: float = 0.0
+    proc_ts: int = 0
+    proc_sm: dict = field(default_factory=dict)
+
+    def hello(self) -> dict:
+        entry = {
+            "uuid": self.uuid,
+            "index": self.index,
+            "name": self.name,
+            "memory_total": self.memory_total,
+            "mig_mode": self.mig_mode,
+            "slices": [s.hello() for s in self.slices],
+        }
+        if self.pci_bus_id:
+            entry["pci_bus_id"] = self.pci_bus_id
+        if self.power_limit_mw:
+            entry["power_limit_mw"] = self.power_limit_mw
+        return entry
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _handle_key(handle) -> int:
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value or id(handle)
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
+def _field_value(fv):
+    v = fv.value
+    return {
+        0: lambda: v.dVal,
+        1: lambda: v.uiVal,
+        2: lambda: v.ulVal,
+        3: lambda: v.ullVal,
+        4: lambda: v.sllVal,
+        5: lambda: v.siVal,
+        6: lambda: v.usVal,
+    }.get(fv.valueType, lambda: v.ullVal)()
+
+
+class NvmlSource(Source):
+    name = "nvml"
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        interval: float = 1.0,
+        slow_interval: float = 5.0,
+        once: bool = False,
+        nvml=None,
+    ):
+        super().__init__()
+        self.host = host
+        self.interval = interval
+        self.slow_interval = slow_interval
+        self.once = once
+        self.nv = nvml
+        self.gpus: list[_Gpu] = []
+        self._by_handle: dict[int, _Gpu] = {}
+
+    # -- discovery --------------------------------------------------------------
+
+    def open(self) -> None:
+        if self.nv is None:
+            try:
+                self.nv = importlib.import_module("pynvml")
+            except ImportError:
+                raise NvmlUnavailable(
+                    "pynvml is not installed (pip install nvidia-ml-py)"
+                ) from None
+        nv = self.nv
+        self._errors()
+        self._reads = self._scalar_reads()
+        try:
+            nv.nvmlInit()
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML is not available: {exc}") from None
+        for index in range(count):
+            gpu = self._probe(index)
+            if gpu is not None:
+                self.gpus.append(gpu)
+                self._by_handle[_handle_key(gpu.handle)] = gpu
+
+    def _errors(self) -> None:
+        nv = self.nv
+        names = ("NotSupported", "FunctionNotFound", "NoPermission", "InvalidArgument")
+        self._unsupported = tuple(
+            getattr(nv, f"NVMLError_{n}") for n in names if hasattr(nv, f"NVMLError_{n}")
+        )
+        self._lost_error = nv.NVMLError_GpuIsLost
+        self._unknown_error = nv.NVMLError_Unknown
+        self._timeout_error = nv.NVMLError_Timeout
+
+    def _probe(self, index: int) -> _Gpu | None:
+        nv = self.nv
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            gpu = _Gpu(
+                handle=handle,
+                uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+                index=index,
+                name=_text(nv.nvmlDeviceGetName(handle)),
+                memory_total=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+            )
+        except nv.NVMLError as exc:
+            log.error("GPU %d cannot be read (%s); it is left out", index, exc)
+            return None
+        pci = self._call(gpu, "pci", nv.nvmlDeviceGetPciInfo, handle)
+        if pci is not None:
+            gpu.pci_bus_id = _text(pci.busId)
+        limit = self._call(gpu, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, handle)
+        gpu.power_limit_mw = int(limit) if limit else None
+        mig = self._call(gpu, "mig", nv.nvmlDeviceGetMigMode, handle)
+        gpu.mig_mode = bool(mig) and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
+        support = self._call(gpu, "gpm", nv.nvmlGpmQueryDeviceSupport, handle)
+        gpu.gpm_ok = bool(support is not None and support.isSupportedDevice)
+        if gpu.mig_mode:
+            gpu.slices = self._probe_slices(gpu)
+        return gpu
+
+    def _probe_slices(self, gpu: _Gpu) -> list[_Slice]:
+        nv = self.nv
+        count = self._call(gpu, "mig_count", nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle) or 0
+        slices = []
+        for i in range(count):
+            try:
+                handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i)
+            except nv.NVMLError:
+                continue  # no MIG device at this index
+            try:
+                name = _text(nv.nvmlDeviceGetName(handle))
+                match = re.search(r"MIG\s+(\S+)\s*$", name)
+                slices.append(
+                    _Slice(
+                        handle=handle,
+                        uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+                        gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(handle)),
+                        profile=match.group(1) if match else name,
+                        memory_total=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+                        gpm_ok=gpu.gpm_ok,
+                    )
+                )
+            except nv.NVMLError as exc:
+                log.warning("MIG device %d of GPU %d cannot be read: %s", i, gpu.index, exc)
+        return slices
+
+    def hosts(self) -> list[HostInfo]:
+        return [HostInfo(self.host, [g.hello() for g in self.gpus])]
+
+    # -- calls ------------------------------------------------------------------
+
+    def _call(self, dev: _Device, key: str, fn, *args, tally: _Tally | None = None):
+        """fn(*args), or None when it failed; remembers calls the device does not support."""
+        if key in dev.unsupported:
+            return None
+        if tally is not None:
+            tally.calls += 1
+        try:
+            return fn(*args)
+        except self._lost_error:
+            raise _GpuLost from None
+        except self._unsupported as exc:
+            dev.unsupported.add(key)
+            log.debug("%s: %s not supported (%s)", dev.uuid, key, exc)
+        except self._unknown_error:
+            if tally is not None:
+                tally.unknown += 1
+        except self.nv.NVMLError as exc:
+            log.debug("%s: %s failed (%s)", dev.uuid, key, exc)
+        return None
+
+    # -- fast path --------------------------------------------------------------
+
+    def sample_fast(self, now: float | None = None) -> list[dict]:
+        now = time.time() if now is None else now
+        records = []
+        for gpu in self.gpus:
+            records.extend(self._fast_gpu(gpu, now))
+        return records
+
+    def _fast_gpu(self, gpu: _Gpu, now: float) -> list[dict]:
+        if gpu.lost:
+            return self._probe_back(gpu, now)
+        tally = _Tally()
+        try:
+            m, procs = self._fast_metrics(gpu, tally)
+            slices = [self._fast_slice(gpu, s, now) for s in gpu.slices]
+        except _GpuLost:
+            return [self._mark_lost(gpu, now, "GPU is lost")]
+        if tally.calls and tally.unknown == tally.calls:
+            return [self._mark_lost(gpu, now, "every NVML call failed with Unknown Error")]
+        record = {"t": now, "gpu": gpu.uuid, "m": m}
+        if procs is not None:
+            record["procs"] = procs
+        return [record, *(s for s in slices if s is not None)]
+
+    def _scalar_reads(self) -> list[tuple[str, object, tuple]]:
+        """(metric, NVML function, extra arguments) for the one-number fast reads."""
+        nv = self.nv
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if reasons is None:
+            reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        ecc = nv.nvmlDeviceGetTotalEccErrors
+        return [
+            ("power_mw", nv.nvmlDeviceGetPowerUsage, ()),
+            ("temp_c", nv.nvmlDeviceGetTemperature, (nv.NVML_TEMPERATURE_GPU,)),
+            ("sm_clock_mhz", nv.nvmlDeviceGetClockInfo, (nv.NVML_CLOCK_SM,)),
+            ("mem_clock_mhz", nv.nvmlDeviceGetClockInfo, (nv.NVML_CLOCK_MEM,)),
+            ("clocks_event_reasons", reasons, ()),
+            (
+                "ecc_corrected_volatile",
+                ecc,
+                (nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+            ),
+            (
+                "ecc_uncorrected_volatile",
+                ecc,
+                (nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            ),
+            ("fan_pct", nv.nvmlDeviceGetFanSpeed, ()),
+        ]
+
+    def _fast_metrics(self, gpu: _Gpu, tally: _Tally) -> tuple[dict, list | None]:
+        nv, h = self.nv, gpu.handle
+        m = {}
+        util = self._call(gpu, "util", nv.nvmlDeviceGetUtilizationRates, h, tally=tally)
+        if util is not None:
+            m["gpu_util"] = util.gpu
+            m["mem_util"] = util.memory
+        mem = self._call(gpu, "mem", nv.nvmlDeviceGetMemoryInfo, h, tally=tally)
+        if mem is not None:
+            m["mem_used"] = mem.used
+            m["mem_total"] = mem.total
+        if gpu.power_limit_mw:
+            m["power_limit_mw"] = gpu.power_limit_mw
+        for metric, fn, args in self._reads:
+            value = self._call(gpu, metric, fn, h, *args, tally=tally)
+            if value is not None:
+                m[metric] = value
+        return m, self._procs(gpu, h, tally, gpu.proc_sm)
+
+    def _procs(self, dev: _Device, handle, tally: _Tally | None, sm: dict) -> list | None:
+        running = self._call(
+            dev, "procs", self.nv.nvmlDeviceGetComputeRunningProcesses, handle, tally=tally
+        )
+        if running is None:
+            return None
+        by_pid: dict[int, dict] = {}
+        for p in running:
+            entry = by_pid.setdefault(p.pid, {"pid": p.pid})
+            if p.usedGpuMemory is not None:
+                entry["used_memory"] = entry.get("used_memory", 0) + p.usedGpuMemory
+            if p.pid in sm:
+                entry["sm_util"] = sm[p.pid]
+        return list(by_pid.values())
+
+    def _fast_slice(self, gpu: _Gpu, sl: _Slice, now: float) -> dict | None:
+        m = {}
+        mem = self._call(sl, "mem", self.nv.nvmlDeviceGetMemoryInfo, sl.handle)
+        if mem is not None:
+            m["mem_used"] = mem.used
+            m["mem_total"] = mem.total
+        procs = self._procs(sl, sl.handle, None, {})
+        if not m and procs is None:
+            return None
+        record = {"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": m}
+        if procs is not None:
+            record["procs"] = procs
+        return record
+
+    def _mark_lost(self, gpu: _Gpu, now: float, message: str) -> dict:
+        gpu.lost = True
+        gpu.last_probe = time.monotonic()
+        log.error("GPU %d (%s) is lost: %s; still serving the others", gpu.index, gpu.uuid, message)
+        return {"t": now, "gpu": gpu.uuid, "event": {"kind": "gpu_lost", "message": message}}
+
+    def _probe_back(self, gpu: _Gpu, now: float) -> list[dict]:
+        if time.monotonic() - gpu.last_probe < LOST_PROBE_S:
+            return []
+        gpu.last_probe = time.monotonic()
+        try:
+            self.nv.nvmlDeviceGetMemoryInfo(gpu.handle)
+        except self.nv.NVMLError:
+            return []
+        gpu.lost = False
+        log.warning("GPU %d (%s) answers again", gpu.index, gpu.uuid)
+        return [{"t": now, "gpu": gpu.uuid, "event": {"kind": "gpu_back"}}]
+
+    # -- slow path --------------------------------------------------------------
+
+    def sample_slow(self, now: float | None = None) -> list[dict]:
+        now = time.time() if now is None else now
+        records = []
+        for gpu in self.gpus:
+            if gpu.lost:
+                continue
+            try:
+                records.extend(self._slow_gpu(gpu, now))
+            except _GpuLost:
+                continue  # the fast path reports it
+        return records
+
+    def _slow_gpu(self, gpu: _Gpu, now: float) -> list[dict]:
+        nv = self.nv
+        m = {}
+        energy = self._call(gpu, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
+        if energy is not None:
+            m["energy_mj"] = energy
+        self._read_fields(gpu, m)
+        if not gpu.mig_mode:
+            m.update(self._gpm(gpu, lambda s: nv.nvmlGpmSampleGet(gpu.handle, s), GPM_METRICS))
+        self._read_process_utilization(gpu)
+        records = [{"t": now, "gpu": gpu.uuid, "m": m}] if m else []
+        for sl in gpu.slices:
+
+            def take(sample, sl=sl):
+                return nv.nvmlGpmMigSampleGet(gpu.handle, sl.gpu_instance_id, sample)
+
+            sm = self._gpm(sl, take, GPM_SLICE_METRICS)
+            if sm:
+                records.append({"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": sm})
+        return records
+
+    def _field_id(self, name: str, number: int) -> int:
+        return getattr(self.nv, name, number)
+
+    def _read_fields(self, gpu: _Gpu, m: dict) -> None:
+        if "fields" in gpu.unsupported:
+            return
+        wanted = []
+        for metric, candidates in FIELD_METRICS.items():
+            choice = gpu.fields.setdefault(metric, 0)
+            if choice < len(candidates):
+                const, number, scope, scale = candidates[choice]
+                wanted.append((metric, self._field_id(const, number), scope, scale))
+        if not wanted:
+            gpu.unsupported.add("fields")
+            return
+        values = self._call(
+            gpu, "fields", self.nv.nvmlDeviceGetFieldValues, gpu.handle,
+            [(fid, scope) for _, fid, scope, _ in wanted],
+        )  # fmt: skip
+        if values is None:
+            return
+        not_supported = getattr(self.nv, "NVML_ERROR_NOT_SUPPORTED", 3)
+        for (metric, _, _, scale), fv in zip(wanted, values, strict=False):
+            if fv.nvmlReturn == 0:
+                m[metric] = int(_field_value(fv)) * scale
+            elif fv.nvmlReturn == not_supported:
+                gpu.fields[metric] += 1  # try the next candidate next time
+
+    def _gpm(self, dev: _Device, take, metrics: dict) -> dict:
+        """GPM metrics between the previous slow tick's sample and a new one."""
+        nv = self.nv
+        if not dev.gpm_ok or "gpm" in dev.unsupported:
+            return {}
+        if dev.gpm_samples is None:
+            alloc = self._call(dev, "gpm_alloc", lambda: [nv.nvmlGpmSampleAlloc() for _ in "ab"])
+            if alloc is None:
+                dev.gpm_ok = False
+                return {}
+            dev.gpm_samples = alloc
+        previous, current = dev.gpm_samples
+        if self._call(dev, "gpm", take, current) is None:
+            dev.gpm_primed = False
+            return {}
+        out = {}
+        if dev.gpm_primed:
+            out = self._gpm_values(dev, previous, current, metrics)
+        dev.gpm_samples = [current, previous]
+        dev.gpm_primed = True
+        return out
+
+    def _gpm_values(self, dev: _Device, first, second, metrics: dict) -> dict:
+        nv = self.nv
+        request = nv.c_nvmlGpmMetricsGet_t()
+        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metrics)
+        request.sample1 = first
+        request.sample2 = second
+        names = list(metrics)
+        for i, name in enumerate(names):
+            const, number = metrics[name]
+            request.metrics[i].metricId = getattr(nv, const, number)
+        if self._call(dev, "gpm_metrics", nv.nvmlGpmMetricsGet, request) is None:
+            return {}
+        out = {}
+        for i, name in enumerate(names):
+            metric = request.metrics[i]
+            if metric.nvmlReturn == 0:
+                out[name] = round(min(100.0, max(0.0, float(metric.value))), 2)
+        return out
+
+    def _read_process_utilization(self, gpu: _Gpu) -> None:
+        nv = self.nv
+        if "proc_util" in gpu.unsupported:
+            return
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(gpu.handle, gpu.proc_ts)
+        except self._lost_error:
+            raise _GpuLost from None
+        except self._unsupported:
+            gpu.unsupported.add("proc_util")
+            gpu.proc_sm = {}
+            return
+        except nv.NVMLError:
+            gpu.proc_sm = {}  # NotFound: no process ran since the last read
+            return
+        latest: dict[int, tuple[int, int]] = {}
+        for s in samples:
+            if s.pid not in latest or s.timeStamp >= latest[s.pid][0]:
+                latest[s.pid] = (s.timeStamp, s.smUtil)
+        if samples:
+            gpu.proc_ts = max(s.timeStamp for s in samples)
+        gpu.proc_sm = {pid: util for pid, (_, util) in latest.items()}
+
+    # -- XID events -------------------------------------------------------------
+
+    def watch_xids(self, emit: Emit) -> None:
+        nv = self.nv
+        try:
+            event_set = nv.nvmlEventSetCreate()
+        except nv.NVMLError as exc:
+            log.warning("XID events are not available: %s", exc)
+            return
+        registered = 0
+        for gpu in self.gpus:
+            try:
+                nv.nvmlDeviceRegisterEvents(gpu.handle, nv.nvmlEventTypeXidCriticalError, event_set)
+                registered += 1
+            except nv.NVMLError as exc:
+                log.info("XID events are not available on GPU %d: %s", gpu.index, exc)
+        try:
+            while registered and not self.stop_event.is_set():
+                try:
+                    data = nv.nvmlEventSetWait(event_set, EVENT_WAIT_MS)
+                except self._timeout_error:
+                    continue
+                except nv.NVMLError as exc:
+                    log.debug("waiting for NVML events failed: %s", exc)
+                    self.stop_event.wait(1.0)
+                    continue
+                record = self.xid_record(data)
+                if record is not None:
+                    emit(self.host, [record])
+        finally:
+            try:
+                nv.nvmlEventSetFree(event_set)
+            except nv.NVMLError:
+                pass
+
+    def xid_record(self, data, now: float | None = None) -> dict | None:
+        if not data.eventType & self.nv.nvmlEventTypeXidCriticalError:
+            return None
+        gpu = self._by_handle.get(_handle_key(data.device))
+        if gpu is None:
+            return None
+        code = int(data.eventData)
+        record = {
+            "t": time.time() if now is None else now,
+            "gpu": gpu.uuid,
+            "event": {
+                "kind": "xid",
+                "code": code,
+                "message": XID_MESSAGES.get(code, f"Xid {code}"),
+            },
+        }
+        gi = getattr(data, "gpuInstanceId", NO_GPU_INSTANCE)
+        for sl in gpu.slices:
+            if gi != NO_GPU_INSTANCE and sl.gpu_instance_id == gi:
+                record["slice"] = sl.uuid
+        return record
+
+    # -- running ----------------------------------------------------------------
+
+    def start(self, emit: Emit) -> None:
+        if self.once:
+
+            def once():
+                emit(self.host, self.sample_fast())
+                emit(self.host, self.sample_slow())
+                self.done.set()
+
+            self.spawn(once, "nvml-once")
+            return
+        stop = self.stop_event
+        self.spawn(
+            lambda: run_every(stop, self.interval, lambda: emit(self.host, self.sample_fast())),
+            "nvml-fast",
+        )
+        self.spawn(
+            lambda: run_every(
+                stop, self.slow_interval, lambda: emit(self.host, self.sample_slow())
+            ),
+            "nvml-slow",
+        )
+        self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
+
+    def stop(self) -> None:
+        super().stop()
+        nv = self.nv
+        if nv is None:
+            return
+        for dev in [*self.gpus, *(s for g in self.gpus for s in g.slices)]:
+            for sample in dev.gpm_samples or ():
+                try:
+                    nv.nvmlGpmSampleFree(sample)
+                except nv.NVMLError:
+                    pass
+            dev.gpm_samples = None
+        try:
+            nv.nvmlShutdown()
+        except nv.NVMLError:
+            pass

@@ -1,0 +1,297 @@
+"""A synthetic fleet: N hosts x M GPUs with believable, varied workloads.
+
+Every GPU runs a sequence of workload phases drawn from its own random stream,
+seeded by (seed, GPU UUID), so a fleet replays identically for a given seed:
+- training: utilization ~100%, tensor cores busy, power near the limit;
+- inference: bursty, a duty cycle of short kernels;
+- copy: memory-bound, utilization ~100% with tensor activity ~0;
+- held: memory allocated, GPU idle (utilization ~0);
+- idle.
+Values depend on the tick number, never on the wall clock. The per-GPU step is a
+few dozen arithmetic operations so one process can drive a thousand GPUs at 1 Hz.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+from . import Emit, HostInfo, Source, run_every
+
+DEFAULT_MODEL = "H100-80GB"
+DEFAULT_MEMORY = 85_899_345_920
+DEFAULT_POWER_LIMIT_MW = 700_000
+
+KINDS = ("training", "inference", "copy", "held", "idle")
+
+# Per GPU "personality": how likely each workload is when a phase ends.
+PERSONALITIES = (
+    (0.60, 0.10, 0.10, 0.10, 0.10),  # a training box
+    (0.10, 0.60, 0.05, 0.10, 0.15),  # an inference server
+    (0.25, 0.25, 0.15, 0.15, 0.20),  # a mixed research GPU
+    (0.05, 0.10, 0.05, 0.40, 0.40),  # mostly allocated, mostly idle
+)
+
+# kind -> gpu_util, mem_util, tensor, occupancy, dram, power fraction, memory fraction
+PROFILES = {
+    "training": ((94, 100), (25, 55), (45, 85), (35, 65), (30, 60), (0.80, 0.97), (0.70, 0.95)),
+    "inference": ((20, 90), (10, 45), (10, 45), (10, 40), (10, 40), (0.30, 0.70), (0.40, 0.70)),
+    "copy": ((97, 100), (85, 100), (0, 1), (5, 15), (85, 99), (0.45, 0.65), (0.20, 0.50)),
+    "held": ((0, 2), (0, 1), (0, 0), (0, 0), (0, 0), (0.11, 0.14), (0.70, 0.80)),
+    "idle": ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0), (0.10, 0.12), (0.004, 0.006)),
+}
+
+MAX_SM_CLOCK = 1980
+IDLE_SM_CLOCK = 345
+MEM_CLOCK = 2619
+REASON_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+XID_CODES = (13, 31, 43, 63, 94)
+XID_CHANCE = 2e-6
+ECC_CHANCE = 1e-5
+
+
+class FleetError(Exception):
+    pass
+
+
+def stable_uuid(*parts: str) -> str:
+    h = hashlib.sha1("/".join(parts).encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+class SimGpu:
+    __slots__ = (
+        "uuid", "index", "name", "memory_total", "power_limit_mw", "rng", "weights", "kind",
+        "left", "burst", "temp", "energy_mj", "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx",
+        "ecc", "pid", "mem_frac",
+    )  # fmt: skip
+
+    def __init__(self, spec: dict, seed: int):
+        self.uuid = spec["uuid"]
+        self.index = spec["index"]
+        self.name = spec.get("name", DEFAULT_MODEL)
+        self.memory_total = spec.get("memory_total", DEFAULT_MEMORY)
+        self.power_limit_mw = spec.get("power_limit_mw", DEFAULT_POWER_LIMIT_MW)
+        self.rng = random.Random(f"{seed}:{self.uuid}")
+        self.weights = self.rng.choice(PERSONALITIES)
+        self.kind = "idle"
+        self.left = 0
+        self.burst = 0.3
+        self.temp = 30.0 + self.rng.random() * 5
+        self.energy_mj = self.rng.randrange(10**7, 10**9)
+        self.pcie_tx = self.pcie_rx = self.nvlink_tx = self.nvlink_rx = 0
+        self.ecc = 0
+        self.pid = 0
+        self.mem_frac = 0.005
+
+    def hello(self) -> dict:
+        return {
+            "uuid": self.uuid,
+            "index": self.index,
+            "name": self.name,
+            "memory_total": self.memory_total,
+            "power_limit_mw": self.power_limit_mw,
+            "mig_mode": False,
+            "slices": [],
+        }
+
+    def _next_phase(self) -> None:
+        rng = self.rng
+        self.kind = rng.choices(KINDS, self.weights)[0]
+        self.left = rng.randrange(60, 900)
+        self.burst = rng.uniform(0.2, 0.6)
+        lo, hi = PROFILES[self.kind][6]
+        self.mem_frac = rng.uniform(lo, hi)
+        self.pid = rng.randrange(1000, 4_000_000) if self.kind != "idle" else 0
+
+    def step(self, dt: float, slow: bool) -> tuple[dict, list[dict] | None, dict | None]:
+        """Advance one tick: (metrics, processes, event or None)."""
+        if self.left <= 0:
+            self._next_phase()
+        self.left -= 1
+        rng = self.rng
+        rand = rng.random
+        util_r, memu_r, tens_r, occ_r, dram_r, pow_r, _ = PROFILES[self.kind]
+        active = 1.0 if self.kind != "inference" else (1.0 if rand() < self.burst else 0.15)
+
+        def pick(bounds):
+            lo, hi = bounds
+            return lo + (hi - lo) * rand()
+
+        util = pick(util_r) * active
+        power_frac = pick(pow_r)
+        if self.kind == "inference":
+            power_frac = 0.12 + (power_frac - 0.12) * active
+        power = int(self.power_limit_mw * power_frac)
+        self.temp += (28 + 52 * power_frac - self.temp) * 0.08
+        mem_used = int(self.memory_total * self.mem_frac)
+        busy = util > 5
+        sm_clock = MAX_SM_CLOCK - int(225 * rand()) if busy else IDLE_SM_CLOCK
+        reasons = 0 if busy else REASON_IDLE
+        if power_frac > 0.93:
+            reasons |= REASON_SW_POWER_CAP
+        if rand() < ECC_CHANCE:
+            self.ecc += 1
+        m = {
+            "gpu_util": int(util),
+            "mem_util": int(pick(memu_r) * active),
+            "mem_used": mem_used,
+            "mem_total": self.memory_total,
+            "power_mw": power,
+            "power_limit_mw": self.power_limit_mw,
+            "temp_c": int(self.temp),
+            "sm_clock_mhz": sm_clock,
+            "mem_clock_mhz": MEM_CLOCK,
+            "clocks_event_reasons": reasons,
+            "ecc_corrected_volatile": self.ecc,
+            "ecc_uncorrected_volatile": 0,
+        }
+        self.energy_mj += int(power * dt)
+        if busy:
+            traffic = int(util * 2.5e8 * dt)
+            self.pcie_tx += traffic // 20
+            self.pcie_rx += traffic // 10
+            if self.kind == "training":
+                self.nvlink_tx += traffic * 4
+                self.nvlink_rx += traffic * 4
+        procs = None
+        if self.pid:
+            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 520_093_696)}]
+        if slow:
+            m["energy_mj"] = self.energy_mj
+            m["pcie_tx_bytes"] = self.pcie_tx
+            m["pcie_rx_bytes"] = self.pcie_rx
+            m["nvlink_tx_bytes"] = self.nvlink_tx
+            m["nvlink_rx_bytes"] = self.nvlink_rx
+            m["sm_occupancy_pct"] = round(pick(occ_r) * active, 1)
+            m["tensor_active_pct"] = round(pick(tens_r) * active, 1)
+            m["dram_bw_util_pct"] = round(pick(dram_r) * active, 1)
+            if procs:
+                procs[0]["sm_util"] = int(util)
+        event = None
+        if self.kind != "idle" and rand() < XID_CHANCE:
+            code = rng.choice(XID_CODES)
+            event = {"kind": "xid", "code": code, "message": f"Xid {code}"}
+        return m, procs, event
+
+
+class SimHost:
+    def __init__(self, host: str, gpus: list[SimGpu], token: str | None = None):
+        self.host = host
+        self.gpus = gpus
+        self.token = token
+
+
+class SimSource(Source):
+    name = "sim"
+
+    def __init__(
+        self,
+        hosts: list[SimHost],
+        *,
+        interval: float = 1.0,
+        slow_interval: float = 5.0,
+        once: bool = False,
+    ):
+        super().__init__()
+        self.fleet = hosts
+        self.interval = interval
+        self.slow_every = max(1, round(slow_interval / interval))
+        self.once = once
+        self.ticks = 0
+
+    @classmethod
+    def synthetic(cls, hosts: int, gpus: int, *, prefix: str = "sim-host", seed: int = 0, **kw):
+        fleet = []
+        for h in range(hosts):
+            name = f"{prefix}-{h:03d}"
+            specs = [{"uuid": stable_uuid(name, str(i)), "index": i} for i in range(gpus)]
+            fleet.append(SimHost(name, [SimGpu(s, seed) for s in specs]))
+        return cls(fleet, **kw)
+
+    @classmethod
+    def from_fleet(cls, data: list, *, seed: int = 0, **kw):
+        return cls([SimHost(h["host"], [SimGpu(g, seed) for g in h["gpus"]], h.get("token"))
+                    for h in data], **kw)  # fmt: skip
+
+    def hosts(self) -> list[HostInfo]:
+        return [HostInfo(h.host, [g.hello() for g in h.gpus], h.token) for h in self.fleet]
+
+    def tick(self, now: float | None = None) -> dict[str, list[dict]]:
+        """One sample of every GPU of the fleet, by host."""
+        now = time.time() if now is None else now
+        slow = self.ticks % self.slow_every == 0
+        self.ticks += 1
+        out = {}
+        for host in self.fleet:
+            records = []
+            for gpu in host.gpus:
+                m, procs, event = gpu.step(self.interval, slow)
+                record = {"t": now, "gpu": gpu.uuid, "m": m}
+                if procs is not None:
+                    record["procs"] = procs
+                records.append(record)
+                if event is not None:
+                    records.append({"t": now, "gpu": gpu.uuid, "event": event})
+            out[host.host] = records
+        return out
+
+    def start(self, emit: Emit) -> None:
+        def step():
+            for host, records in self.tick().items():
+                emit(host, records)
+            if self.once:
+                self.done.set()
+                self.stop_event.set()
+
+        self.spawn(lambda: run_every(self.stop_event, self.interval, step), "sim")
+
+
+def load_fleet(path: str | Path) -> list[dict]:
+    """Read and check a fleet file; raises FleetError naming the bad field."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise FleetError(f"cannot read fleet file {path}: {exc.strerror or exc}") from None
+    except ValueError:
+        raise FleetError(f"fleet file {path} is not valid JSON") from None
+    if not isinstance(data, list) or not data:
+        raise FleetError(f"fleet file {path} must hold a non-empty JSON list of hosts")
+    seen_hosts, seen_gpus = set(), set()
+    for i, host in enumerate(data):
+        where = f"fleet file {path}: host #{i}"
+        if not isinstance(host, dict) or not isinstance(host.get("host"), str) or not host["host"]:
+            raise FleetError(f'{where}: "host" must be a non-empty string')
+        if host["host"] in seen_hosts:
+            raise FleetError(f"{where}: host {host['host']!r} appears twice")
+        seen_hosts.add(host["host"])
+        if "token" in host and (not isinstance(host["token"], str) or not host["token"]):
+            raise FleetError(f'{where}: "token" must be a non-empty string')
+        gpus = host.get("gpus")
+        if not isinstance(gpus, list) or not gpus:
+            raise FleetError(f'{where}: "gpus" must be a non-empty list')
+        for j, gpu in enumerate(gpus):
+            _check_gpu(f"{where} gpus[{j}]", gpu, seen_gpus)
+    return data
+
+
+def _check_gpu(where: str, gpu, seen: set) -> None:
+    if not isinstance(gpu, dict):
+        raise FleetError(f"{where}: must be an object")
+    if not isinstance(gpu.get("uuid"), str) or not gpu["uuid"].startswith("GPU-"):
+        raise FleetError(f"{where}.uuid must be a string starting with GPU-")
+    if gpu["uuid"] in seen:
+        raise FleetError(f"{where}.uuid {gpu['uuid']} appears twice in the fleet")
+    seen.add(gpu["uuid"])
+    for key, required in (("index", True), ("memory_total", False), ("power_limit_mw", False)):
+        value = gpu.get(key)
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise FleetError(f"{where}.{key} must be a non-negative integer")
+    if "name" in gpu and not isinstance(gpu["name"], str):
+        raise FleetError(f"{where}.name must be a string")

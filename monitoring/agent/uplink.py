@@ -1,0 +1,362 @@
+"""One host's way to the server: outbox -> spool -> websocket, with acks and retries.
+
+Sampling threads hand records to the :class:`Outbox` (numbered, encoded, kept in
+memory). A flusher moves them to the spool in batches, off the event loop. The
+sender sends the spool's oldest records, one frame at a time, and forgets them
+only when the server acknowledges them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from . import protocol
+from .spool import Batch, Spool
+
+log = logging.getLogger("gpuconsole.agent")
+
+WELCOME_TIMEOUT_S = 10.0
+ACK_TIMEOUT_S = 30.0
+CLOCK_SKEW_WARNING_S = 2.0
+
+
+class FatalError(Exception):
+    """The server refused this agent in a way that retrying cannot fix."""
+
+
+def new_boot_id() -> str:
+    return secrets.token_hex(16)
+
+
+class Outbox:
+    """Thread-safe queue of encoded records; assigns the seq of each record."""
+
+    def __init__(self, boot_id: str, notify: Callable[[], None] | None = None):
+        self.boot_id = boot_id
+        self.notify = notify
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._pending: list[tuple[int, str]] = []
+
+    def put(self, records: list[dict]) -> None:
+        with self._lock:
+            for record in records:
+                clean = protocol.clean_record(record)
+                if clean is None:
+                    continue
+                self._seq += 1
+                clean["seq"] = self._seq
+                self._pending.append((self._seq, protocol.dumps(clean)))
+        if self.notify is not None:
+            self.notify()
+
+    def take(self) -> list[tuple[int, str]]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter."""
+
+    base_s: float = 0.5
+    cap_s: float = 30.0
+    attempt: int = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap_s, self.base_s * 2**self.attempt)
+        self.attempt = min(self.attempt + 1, 30)
+        return random.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A short human phrase for why a connection attempt failed."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "host name not found"
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(exc, InvalidStatus):
+        return f"the server answered HTTP {exc.response.status_code}"
+    if isinstance(exc, InvalidHandshake):
+        return f"websocket handshake failed ({exc})"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc) or type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+class _Reconnect(Exception):
+    """Leave this connection and open a new one (after backoff unless immediate)."""
+
+    def __init__(self, message: str, *, immediate: bool = False):
+        super().__init__(message)
+        self.immediate = immediate
+
+
+class HostLink:
+    def __init__(
+        self,
+        *,
+        server: str,
+        host: str,
+        token: str,
+        gpus: list[dict],
+        backend: str,
+        spool: Spool,
+        boot_id: str | None = None,
+        retry_auth: bool = False,
+        label: str = "",
+        backoff: Backoff | None = None,
+    ):
+        self.server = server
+        self.host = host
+        self.token = token
+        self.gpus = gpus
+        self.backend = backend
+        self.spool = spool
+        self.boot_id = boot_id or new_boot_id()
+        self.retry_auth = retry_auth
+        self.label = label
+        self.backoff = backoff or Backoff()
+        self.outbox = Outbox(self.boot_id)
+        self.connected = False
+        self._wake: asyncio.Event | None = None
+        self._spooled: asyncio.Event | None = None
+        self._skew_warned = False
+        self._writing: asyncio.Future | None = None
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _say(self, text: str) -> str:
+        return f"{self.label}: {text}" if self.label else text
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._wake = asyncio.Event()
+        self._spooled = asyncio.Event()
+        wake = self._wake
+        self.outbox.notify = lambda: loop.call_soon_threadsafe(wake.set)
+
+    @property
+    def drained(self) -> bool:
+        return len(self.outbox) == 0 and len(self.spool) == 0
+
+    def flush_now(self) -> None:
+        """Move whatever the outbox holds into the spool (used at shutdown)."""
+        self.spool.append(self.boot_id, self.outbox.take())
+
+    async def run(self) -> None:
+        if self._wake is None:
+            self.bind(asyncio.get_running_loop())
+        flusher = asyncio.create_task(self._flush_loop())
+        try:
+            await self._connect_loop()
+        finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            if self._writing is not None:
+                # A write already handed to a thread finishes before anything newer is spooled.
+                await asyncio.gather(self._writing, return_exceptions=True)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            rows = self.outbox.take()
+            if rows:
+                self._writing = asyncio.ensure_future(
+                    asyncio.to_thread(self.spool.append, self.boot_id, rows)
+                )
+                await asyncio.shield(self._writing)
+                self._writing = None
+                self._spooled.set()
+
+    # -- connection -------------------------------------------------------------
+
+    async def _connect_loop(self) -> None:
+        while True:
+            try:
+                await self._connection()
+                delay = self.backoff.next_delay()
+            except FatalError:
+                raise
+            except _Reconnect as exc:
+                delay = 0.0 if exc.immediate else self.backoff.next_delay()
+                log.warning(self._say(f"{exc} (reconnecting in {delay:.1f} s)"))
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                delay = self.backoff.next_delay()
+                if isinstance(exc, InvalidStatus) and exc.response.status_code in (401, 403):
+                    message = f"the server refused the token (HTTP {exc.response.status_code})"
+                    if not self.retry_auth:
+                        raise FatalError(self._say(message)) from None
+                    log.error(self._say(f"{message} (retrying in {delay:.1f} s)"))
+                else:
+                    log.error(
+                        self._say(
+                            f"cannot reach {self.server}: {describe_failure(exc)} "
+                            f"(retrying in {delay:.1f} s)"
+                        )
+                    )
+            except Exception as exc:  # keep serving: one bad connection must not end the agent
+                delay = self.backoff.next_delay()
+                log.error(self._say(f"connection failed: {exc!r} (retrying in {delay:.1f} s)"))
+                log.debug("connection failure", exc_info=True)
+            finally:
+                self.connected = False
+            await asyncio.sleep(delay)
+
+    def _refused(self, message: str) -> None:
+        """Stop the agent, unless --retry-auth asks to keep trying."""
+        if not self.retry_auth:
+            raise FatalError(self._say(message))
+        raise _Reconnect(f"{message}; retrying because of --retry-auth")
+
+    async def _connection(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with connect(
+            self.server,
+            additional_headers=headers,
+            user_agent_header=protocol.AGENT,
+            open_timeout=10,
+            close_timeout=5,
+            max_size=1 << 20,
+        ) as ws:
+            inflight: Batch | None = None
+            try:
+                await ws.send(
+                    protocol.hello_frame(
+                        host=self.host, boot_id=self.boot_id, backend=self.backend, gpus=self.gpus
+                    )
+                )
+                await self._await_welcome(ws)
+                self.connected = True
+                log.info(self._say(f"connected to {self.server} (boot {self.boot_id})"))
+                while True:
+                    inflight = await self._next_batch(ws)
+                    await ws.send(inflight.text)
+                    await self._await_ack(ws, inflight)
+                    self.backoff.reset()
+                    inflight = None
+            except ConnectionClosed as exc:
+                self._closed(exc, inflight)
+
+    def _closed(self, exc: ConnectionClosed, inflight: Batch | None) -> None:
+        code = exc.rcvd.code if exc.rcvd is not None else 1006
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        action = protocol.close_action(code)
+        text = protocol.describe_close(code, reason)
+        if action == protocol.FATAL:
+            if code == protocol.CLOSE_VERSION:
+                raise FatalError(self._say(f"the server does not speak protocol v1 ({text})"))
+            self._refused(f"the server refused this agent ({text})")
+        if action == protocol.DROP and inflight is not None:
+            self.spool.drop(inflight)
+            log.error(
+                self._say(
+                    f"server rejected records {inflight.first_seq}-{inflight.last_seq} of boot "
+                    f"{inflight.boot_id} ({text}); dropped them from the spool"
+                )
+            )
+            raise _Reconnect("reconnecting after a rejected batch", immediate=True)
+        raise _Reconnect(f"server closed the connection ({text})")
+
+    async def _recv(self, ws, timeout: float) -> dict:
+        """The next well-formed server frame; errors are logged, unknown types skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            text = await asyncio.wait_for(ws.recv(), left)
+            frame = protocol.parse_server_frame(text)
+            if frame is None:
+                log.warning(self._say("ignored a server frame that is not a JSON object"))
+                continue
+            if frame["type"] == "error":
+                log.error(
+                    self._say(f"server error {frame.get('code', '?')}: {frame.get('message', '')}")
+                )
+                continue
+            if frame["type"] == "ack":
+                await self._apply_ack(frame)
+            return frame
+
+    async def _await_welcome(self, ws) -> None:
+        try:
+            frame = await self._recv(ws, WELCOME_TIMEOUT_S)
+        except TimeoutError:
+            await ws.close(1011, "no welcome")
+            raise _Reconnect("no welcome from the server") from None
+        if frame["type"] != "welcome":
+            await ws.close(1011, "expected welcome")
+            raise _Reconnect(f"expected a welcome, got {frame['type']!r}")
+        if frame.get("v") != protocol.VERSION:
+            raise FatalError(self._say(f"the server speaks protocol v{frame.get('v')}, not v1"))
+        self._check_clock(frame.get("server_time"))
+
+    def _check_clock(self, server_time) -> None:
+        if self._skew_warned or not isinstance(server_time, int | float):
+            return
+        skew = time.time() - server_time
+        if abs(skew) > CLOCK_SKEW_WARNING_S:
+            self._skew_warned = True
+            log.warning(self._say(f"this host's clock is {skew:+.1f} s off the server's"))
+
+    async def _next_batch(self, ws) -> Batch:
+        while True:
+            self._spooled.clear()
+            batch = await asyncio.to_thread(self.spool.oldest_batch)
+            if batch is not None:
+                return batch
+            waiter = asyncio.create_task(self._spooled.wait())
+            closed = asyncio.create_task(ws.wait_closed())
+            done, pending = await asyncio.wait(
+                {waiter, closed}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            if closed in done:
+                await ws.recv()  # raises ConnectionClosed with the close code
+
+    async def _await_ack(self, ws, batch: Batch) -> None:
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        while True:
+            try:
+                frame = await self._recv(ws, deadline - time.monotonic())
+            except TimeoutError:
+                await ws.close(1011, "no ack")
+                raise _Reconnect(f"no ack within {ACK_TIMEOUT_S:.0f} s") from None
+            if (
+                frame["type"] == "ack"
+                and frame.get("boot_id") == batch.boot_id
+                and isinstance(frame.get("seq"), int)
+                and frame["seq"] >= batch.last_seq
+            ):
+                return
+
+    async def _apply_ack(self, frame: dict) -> None:
+        boot_id, seq = frame.get("boot_id"), frame.get("seq")
+        if isinstance(boot_id, str) and isinstance(seq, int) and not isinstance(seq, bool):
+            await asyncio.to_thread(self.spool.ack, boot_id, seq)
