@@ -5,7 +5,7 @@ from pathlib import Path
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import database_from_url, envbool, envint, envlist, envstr, redis_url
+from .env import database_from_url, envbool, envint, envlist, envrate, envstr, redis_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("GPUCONSOLE_VAR_DIR", str(BASE_DIR / "var")))
@@ -156,9 +156,9 @@ REST_FRAMEWORK = {
         "rest_framework.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "anon": envstr("THROTTLE_ANON", "60/min"),
-        "user": envstr("THROTTLE_USER", "1200/min"),
-        "login": envstr("THROTTLE_LOGIN", "10/min"),
+        "anon": envrate("THROTTLE_ANON", "60/min"),
+        "user": envrate("THROTTLE_USER", "1200/min"),
+        "login": envrate("THROTTLE_LOGIN", "10/min"),
     },
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
@@ -170,6 +170,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "InstanceStateEnum": "instances.models.State",
+        "HostStateEnum": "instances.models.HostState",
+    },
 }
 
 EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

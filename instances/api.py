@@ -46,7 +46,7 @@ class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModel
 
     queryset = Host.objects.select_related("region").annotate(
         gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=Q(gpus__instance__isnull=True))
-    )
+    ).order_by("region__name", "name")
     serializer_class = HostSerializer
     filterset_fields = ["region__name", "kind", "state"]
     ordering_fields = ["name", "state"]

@@ -28,13 +28,19 @@ class MembershipSerializer(serializers.ModelSerializer):
     username = serializers.SlugRelatedField(
         source="user", slug_field="username", queryset=User.objects.filter(is_active=True)
     )
-    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.all())
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
     role = serializers.ChoiceField(choices=Role.choices)
 
     class Meta:
         model = Membership
         fields = ["id", "team", "username", "role", "created_at"]
         read_only_fields = ["created_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = Team.objects.for_user(request.user)
 
     def validate(self, attrs):
         if self.instance is None and Membership.objects.filter(team=attrs["team"], user=attrs["user"]).exists():

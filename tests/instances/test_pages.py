@@ -1,0 +1,86 @@
+import pytest
+
+from instances.models import Instance
+
+
+@pytest.fixture
+def logged_in(client):
+    def _as(user):
+        client.force_login(user)
+        return client
+
+    return _as
+
+
+def test_login_page_logs_bob_in(client, bob):
+    response = client.post("/login/", {"username": "bob", "password": "demo-password"}, follow=True)
+    assert response.context["user"].username == "bob"
+
+
+def test_wrong_password_shows_an_error(client, bob):
+    response = client.post("/login/", {"username": "bob", "password": "nope"})
+    assert response.status_code == 200
+    assert b"Please enter a correct username and password" in response.content
+
+
+def test_pages_need_a_login(client, fleet):
+    assert client.get("/instances/").status_code == 302
+
+
+def test_bob_sees_acme_instances_only(logged_in, bob, acme_instance, globex_instance):
+    page = logged_in(bob).get("/instances/").content.decode()
+    assert "acme-train" in page and "globex-train" not in page
+
+
+def test_charlie_gets_404_for_an_acme_instance_page(logged_in, charlie, acme_instance):
+    assert logged_in(charlie).get(f"/instances/{acme_instance.pk}/").status_code == 404
+
+
+def test_charlie_cannot_stop_acme_from_a_page(logged_in, charlie, acme_instance):
+    assert logged_in(charlie).post(f"/instances/{acme_instance.pk}/stop/").status_code == 404
+    acme_instance.refresh_from_db()
+    assert acme_instance.state == "running"
+
+
+def test_bob_launches_from_the_form(logged_in, bob, acme, fleet):
+    body = {"team": acme.pk, "name": "from-form", "gpu_model": "H100-80GB", "gpu_count": 2, "pricing_model": "spot"}
+    response = logged_in(bob).post("/instances/new/", body)
+    instance = Instance.objects.get(name="from-form")
+    assert response.status_code == 302 and response.url == f"/instances/{instance.pk}/"
+
+
+def test_the_form_names_a_bad_field(logged_in, bob, acme, fleet):
+    body = {"team": acme.pk, "name": "bad\tname", "gpu_model": "H100-80GB", "gpu_count": 0, "pricing_model": "spot"}
+    response = logged_in(bob).post("/instances/new/", body)
+    assert response.status_code == 400
+    assert set(response.context["form"].errors) == {"name", "gpu_count"}
+    assert not Instance.objects.exists()
+
+
+def test_the_form_shows_no_capacity(logged_in, bob, acme, fleet):
+    body = {"team": acme.pk, "name": "huge", "gpu_model": "H200-141GB", "gpu_count": 2, "pricing_model": "spot"}
+    response = logged_in(bob).post("/instances/new/", body)
+    assert b"No capacity" in response.content
+
+
+def test_bob_stops_from_the_page(logged_in, bob, acme_instance, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        logged_in(bob).post(f"/instances/{acme_instance.pk}/stop/")
+    acme_instance.refresh_from_db()
+    assert acme_instance.state == "stopped"
+
+
+def test_audrey_sees_no_launch_form(logged_in, audrey, fleet):
+    assert logged_in(audrey).get("/instances/new/").status_code == 403
+
+
+def test_hosts_page_is_for_operators(logged_in, bob, ops, fleet):
+    assert logged_in(bob).get("/hosts/").status_code == 403
+    assert b"h100-a" in logged_in(ops).get("/hosts/").content
+
+
+def test_logout_needs_post(logged_in, bob):
+    client = logged_in(bob)
+    assert client.get("/logout/").status_code == 405
+    client.post("/logout/")
+    assert client.get("/instances/").status_code == 302
