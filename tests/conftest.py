@@ -5,6 +5,8 @@ both teams) and ops (operator)."""
 import os
 
 os.environ.setdefault("INPROCESS_SCHEDULER", "false")
+# Tasks run inline in tests, also when REDIS_URL points the rest at real services.
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
 
 import pytest  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
@@ -13,7 +15,16 @@ from rest_framework.test import APIClient  # noqa: E402
 
 from console.models import Membership, Team  # noqa: E402
 from instances import services as instance_services  # noqa: E402
-from instances.models import Gpu, GpuModel, GpuSlice, Host, HostKind, Region, SliceKind, SliceProfile  # noqa: E402
+from instances.models import (  # noqa: E402
+    Gpu,
+    GpuModel,
+    GpuSlice,
+    Host,
+    HostKind,
+    Region,
+    SliceKind,
+    SliceProfile,
+)
 
 
 @pytest.fixture(autouse=True)
