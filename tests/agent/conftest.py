@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from websockets.asyncio.server import serve
@@ -154,3 +156,254 @@ def replay():
         return ReplaySource(Trace.load(path), host=host, speed=speed, once=True)
 
     return make
+
+
+# -- a fake pynvml ---------------------------------------------------------------
+
+
+class FakeNvmlError(Exception):
+    value = 999
+
+
+def _error(name: str, value: int):
+    return type(f"NVMLError_{name}", (FakeNvmlError,), {"value": value})
+
+
+class FakeDevice:
+    """One GPU (or MIG slice). Values can be changed between samples by a test."""
+
+    def __init__(self, index=0, uuid=None, *, name="NVIDIA H200", memory_total=150 * 2**30):
+        self.index = index
+        self.uuid = uuid or f"GPU-{index:08d}-0000-0000-0000-000000000000"
+        self.name = name
+        self.memory_total = memory_total
+        self.values = {
+            "util": (87, 31), "mem_used": 40 * 2**30, "power": 612_345, "power_limit": 700_000,
+            "temp": 61, "sm_clock": 1980, "mem_clock": 3201, "reasons": 4, "ecc": (2, 0),
+            "fan": 40, "energy": 123_456_789,
+        }  # fmt: skip
+        self.fields = {197: 1_000, 198: 2_000, 138: 30, 139: 40}
+        self.gpm = {3: 41.5, 5: 66.25, 10: 38.0, 1: 97.0}
+        self.gpm_supported = True
+        self.unsupported: set[str] = set()
+        self.lost = False
+        self.unknown = False
+        self.procs = [(4242, 30 * 2**30)]
+        self.proc_util = [(4242, 1_000, 55)]
+        self.mig_slices: list[FakeDevice] = []
+        self.gpu_instance_id = None
+        self.calls: dict[str, int] = {}
+
+    def add_slice(self, gi: int, profile: str, memory_total: int) -> FakeDevice:
+        mig = FakeDevice(self.index, f"MIG-{self.index:04d}{gi:04d}-0000-0000-0000-000000000000",
+                         name=f"{self.name} MIG {profile}", memory_total=memory_total)  # fmt: skip
+        mig.gpu_instance_id = gi
+        mig.values["mem_used"] = memory_total // 4
+        mig.unsupported = {"util", "power", "temp", "sm_clock", "mem_clock", "reasons"}
+        mig.gpm = {1: 12.5 * gi, 3: 20.0, 5: 5.0 * gi, 10: 9.0}
+        self.mig_slices.append(mig)
+        return mig
+
+
+class FakePynvml:
+    """Just enough of pynvml's API for the nvml backend, over FakeDevice objects."""
+
+    NVMLError = FakeNvmlError
+    NVMLError_NotSupported = _error("NotSupported", 3)
+    NVMLError_NoPermission = _error("NoPermission", 4)
+    NVMLError_NotFound = _error("NotFound", 6)
+    NVMLError_Timeout = _error("Timeout", 10)
+    NVMLError_FunctionNotFound = _error("FunctionNotFound", 13)
+    NVMLError_GpuIsLost = _error("GpuIsLost", 15)
+    NVMLError_Unknown = _error("Unknown", 999)
+    NVMLError_InvalidArgument = _error("InvalidArgument", 2)
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+    NVML_VOLATILE_ECC = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    NVML_GPM_METRICS_GET_VERSION = 1
+    nvmlEventTypeXidCriticalError = 0x8
+
+    def __init__(self, devices: list[FakeDevice]):
+        self.devices = devices
+        self.events: list[tuple[FakeDevice, int, int]] = []
+        self.registered: list[FakeDevice] = []
+        self.initialized = False
+
+    # helpers
+    def _use(self, dev: FakeDevice, what: str):
+        dev.calls[what] = dev.calls.get(what, 0) + 1
+        if dev.lost:
+            raise self.NVMLError_GpuIsLost()
+        if dev.unknown:
+            raise self.NVMLError_Unknown()
+        if what in dev.unsupported:
+            raise self.NVMLError_NotSupported()
+        return dev.values
+
+    def calls(self, dev: FakeDevice, what: str) -> int:
+        return dev.calls.get(what, 0)
+
+    # library
+    def nvmlInit(self):
+        self.initialized = True
+
+    def nvmlShutdown(self):
+        self.initialized = False
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return self.devices[i]
+
+    def nvmlDeviceGetUUID(self, dev):
+        self._use(dev, "uuid")
+        return dev.uuid
+
+    def nvmlDeviceGetName(self, dev):
+        self._use(dev, "name")
+        return dev.name
+
+    def nvmlDeviceGetPciInfo(self, dev):
+        self._use(dev, "pci")
+        return SimpleNamespace(busId=f"00000000:{dev.index + 0x18:02X}:00.0".encode())
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, dev):
+        return self._use(dev, "power_limit")["power_limit"]
+
+    def nvmlDeviceGetMigMode(self, dev):
+        self._use(dev, "mig")
+        return [1 if dev.mig_slices else 0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, dev):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, dev, i):
+        if i >= len(dev.mig_slices):
+            raise self.NVMLError_NotFound()
+        return dev.mig_slices[i]
+
+    def nvmlDeviceGetGpuInstanceId(self, dev):
+        return dev.gpu_instance_id
+
+    def nvmlDeviceGetMemoryInfo(self, dev):
+        v = self._use(dev, "mem")
+        return SimpleNamespace(total=dev.memory_total, used=v["mem_used"],
+                               free=dev.memory_total - v["mem_used"])  # fmt: skip
+
+    def nvmlDeviceGetUtilizationRates(self, dev):
+        gpu, memory = self._use(dev, "util")["util"]
+        return SimpleNamespace(gpu=gpu, memory=memory)
+
+    def nvmlDeviceGetPowerUsage(self, dev):
+        return self._use(dev, "power")["power"]
+
+    def nvmlDeviceGetTemperature(self, dev, sensor):
+        return self._use(dev, "temp")["temp"]
+
+    def nvmlDeviceGetClockInfo(self, dev, which):
+        key = "sm_clock" if which == self.NVML_CLOCK_SM else "mem_clock"
+        return self._use(dev, key)[key]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, dev):
+        return self._use(dev, "reasons")["reasons"]
+
+    def nvmlDeviceGetTotalEccErrors(self, dev, kind, counter):
+        return self._use(dev, "ecc")["ecc"][kind]
+
+    def nvmlDeviceGetFanSpeed(self, dev):
+        return self._use(dev, "fan")["fan"]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, dev):
+        self._use(dev, "procs")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in dev.procs]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, dev):
+        return self._use(dev, "energy")["energy"]
+
+    def nvmlDeviceGetFieldValues(self, dev, requests):
+        self._use(dev, "fields")
+        out = []
+        for field_id, scope in requests:
+            ok = field_id in dev.fields
+            value = SimpleNamespace(ullVal=dev.fields.get(field_id, 0))
+            out.append(SimpleNamespace(fieldId=field_id, scopeId=scope, valueType=3,
+                                       nvmlReturn=0 if ok else 3, value=value))  # fmt: skip
+        return out
+
+    def nvmlDeviceGetProcessUtilization(self, dev, since):
+        self._use(dev, "proc_util")
+        if not dev.proc_util:
+            raise self.NVMLError_NotFound()
+        return [SimpleNamespace(pid=p, timeStamp=ts, smUtil=sm) for p, ts, sm in dev.proc_util
+                if ts > since]  # fmt: skip
+
+    # GPM
+    def nvmlGpmQueryDeviceSupport(self, dev):
+        return SimpleNamespace(isSupportedDevice=int(dev.gpm_supported))
+
+    def nvmlGpmSampleAlloc(self):
+        return SimpleNamespace(device=None)
+
+    def nvmlGpmSampleFree(self, sample):
+        pass
+
+    def nvmlGpmSampleGet(self, dev, sample):
+        self._use(dev, "gpm_sample")
+        sample.device = dev
+        return sample
+
+    def nvmlGpmMigSampleGet(self, dev, gi, sample):
+        self._use(dev, "gpm_mig_sample")
+        sample.device = next(s for s in dev.mig_slices if s.gpu_instance_id == gi)
+        return sample
+
+    class c_nvmlGpmMetricsGet_t:  # noqa: N801 (pynvml's name)
+        def __init__(self):
+            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(8)]
+
+    def nvmlGpmMetricsGet(self, request):
+        dev = request.sample2.device
+        for metric in request.metrics[: request.numMetrics]:
+            if metric.metricId in dev.gpm:
+                metric.value, metric.nvmlReturn = dev.gpm[metric.metricId], 0
+            else:
+                metric.nvmlReturn = 3
+        return request
+
+    # events
+    def nvmlEventSetCreate(self):
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, dev, types, event_set):
+        self.registered.append(dev)
+
+    def nvmlEventSetWait(self, event_set, timeout_ms):
+        if not self.events:
+            time.sleep(min(timeout_ms, 20) / 1000)
+            raise self.NVMLError_Timeout()
+        dev, code, gi = self.events.pop(0)
+        return SimpleNamespace(device=dev, eventType=0x8, eventData=code, gpuInstanceId=gi)
+
+    def nvmlEventSetFree(self, event_set):
+        pass
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    """Install a fake pynvml with the given devices (two plain H200s by default)."""
+
+    def install(devices=None) -> FakePynvml:
+        fake = FakePynvml(devices if devices is not None else [FakeDevice(0), FakeDevice(1)])
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        return fake
+
+    return install
+
+
+@pytest.fixture
+def fake_device():
+    return FakeDevice
