@@ -1,0 +1,612 @@
+"""Plotly figures as pure functions: data in, figure dict out.
+
+Series come in the metrics API's shape, ``{metric: {"t": [iso…], "avg": […],
+"min": […], "max": […]}}``. Every trace that draws a metric carries
+``meta = {"metric", "stat", "scale"}`` so that the browser can refill it from the
+metrics API or extend it from live samples without knowing how the figure was
+built (value shown = value × scale). Times are UTC, drawn without a zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+GIB = 1024**3
+
+PALETTE = {
+    "text": "#e6edf3",
+    "muted": "#8b98a5",
+    "grid": "#2a3642",
+    "panel": "#171e26",
+    "accent": "#4fb3ff",
+    "ok": "#3fb950",
+    "warn": "#d29922",
+    "bad": "#f85149",
+    "violet": "#a371f7",
+    "pink": "#f778ba",
+    "teal": "#39c5cf",
+}
+
+# NVML clock event reasons (nvmlClocksEventReason*). Idle is not a slowdown.
+CLOCK_IDLE = 0x1
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x2, "application clocks setting"),
+    (0x4, "software power cap"),
+    (0x8, "hardware slowdown"),
+    (0x10, "sync boost"),
+    (0x20, "software thermal slowdown"),
+    (0x40, "hardware thermal slowdown"),
+    (0x80, "hardware power brake"),
+    (0x100, "display clock setting"),
+)
+# The reasons that mean "the GPU ran slower than it could"; the others are settings.
+SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+# Tile colour levels: (metric, warn at, bad at).
+TILE_LEVELS = {"temp_c": (80, 87), "power_pct": (90, 98), "mem_pct": (90, 97)}
+
+CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "toImage"],
+}
+
+
+# --- small pieces -----------------------------------------------------------------
+
+
+def plot_time(value: str | datetime) -> str:
+    """An ISO 8601 time (any zone) as a UTC wall-clock string plotly reads as-is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat(sep=" ", timespec="milliseconds")
+
+
+def _scaled(values: Iterable, scale: float) -> list:
+    if scale == 1:
+        return [None if v is None else v for v in values]
+    return [None if v is None else round(v * scale, 4) for v in values]
+
+
+def has_data(series: dict, metric: str) -> bool:
+    """True when ``metric`` has at least one reading in ``series``."""
+    points = (series or {}).get(metric) or {}
+    return any(v is not None for v in points.get("avg") or ())
+
+
+def layout(
+    title: str, y_title: str, *, y_range: Sequence[float] | None = None, height: int = 260
+) -> dict:
+    """The shared look: dark, compact, titled axes, legend on top, UTC time axis."""
+    y_axis = {
+        "title": {"text": y_title},
+        "gridcolor": PALETTE["grid"],
+        "zerolinecolor": PALETTE["grid"],
+        "rangemode": "tozero",
+        "fixedrange": True,
+    }
+    if y_range is not None:
+        y_axis["range"] = list(y_range)
+        y_axis.pop("rangemode")
+    return {
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
+        "height": height,
+        "margin": {"l": 60, "r": 16, "t": 40, "b": 44},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": PALETTE["panel"],
+        "font": {"color": PALETTE["text"], "size": 12},
+        "hovermode": "x unified",
+        "showlegend": True,
+        "legend": {"orientation": "h", "x": 0, "y": -0.28, "font": {"size": 11}},
+        "xaxis": {
+            "title": {"text": "Time (UTC)"},
+            "type": "date",
+            "gridcolor": PALETTE["grid"],
+            "zeroline": False,
+        },
+        "yaxis": y_axis,
+        "shapes": [],
+        "annotations": [],
+        "uirevision": "keep",
+    }
+
+
+def line(
+    series: dict,
+    metric: str,
+    name: str,
+    *,
+    unit: str,
+    color: str,
+    scale: float = 1,
+    stat: str = "avg",
+    dash: str = "solid",
+    width: float = 2,
+) -> dict:
+    """One metric's ``stat`` as a line; empty when the metric has no data."""
+    points = (series or {}).get(metric) or {}
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "name": name,
+        "x": [plot_time(t) for t in points.get("t") or ()],
+        "y": _scaled(points.get(stat) or (), scale),
+        "line": {"color": color, "width": width, "dash": dash, "shape": "linear"},
+        "hovertemplate": f"%{{y:.1f}} {unit}<extra>{name}</extra>",
+        "connectgaps": False,
+        "meta": {"metric": metric, "stat": stat, "scale": scale},
+    }
+
+
+def band(series: dict, metric: str, name: str, *, color: str, scale: float = 1) -> list[dict]:
+    """The min…max envelope of a metric as a shaded band (two traces, max then min)."""
+    points = (series or {}).get(metric) or {}
+    x = [plot_time(t) for t in points.get("t") or ()]
+    common = {
+        "type": "scatter",
+        "mode": "lines",
+        "x": x,
+        "line": {"width": 0, "color": color},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "legendgroup": metric,
+    }
+    upper = common | {
+        "name": f"{name} max",
+        "y": _scaled(points.get("max") or (), scale),
+        "meta": {"metric": metric, "stat": "max", "scale": scale},
+    }
+    lower = common | {
+        "name": f"{name} min",
+        "y": _scaled(points.get("min") or (), scale),
+        "fill": "tonexty",
+        "fillcolor": _alpha(color, 0.18),
+        "meta": {"metric": metric, "stat": "min", "scale": scale},
+    }
+    return [upper, lower]
+
+
+def _alpha(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def level_line(value: float, label: str, *, color: str) -> tuple[dict, dict]:
+    """A dashed horizontal line across the plot, and its label."""
+    shape = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "yref": "y",
+        "y0": value,
+        "y1": value,
+        "line": {"color": color, "width": 1.5, "dash": "dash"},
+    }
+    note = {
+        "xref": "paper",
+        "x": 1,
+        "xanchor": "right",
+        "yref": "y",
+        "y": value,
+        "yanchor": "bottom",
+        "text": label,
+        "showarrow": False,
+        "font": {"size": 11, "color": color},
+    }
+    return shape, note
+
+
+def figure(data: list[dict], fig_layout: dict, *, name: str, unit: str) -> dict:
+    return {"data": data, "layout": fig_layout, "config": CONFIG, "name": name, "unit": unit}
+
+
+# --- GPU charts -------------------------------------------------------------------
+
+
+def utilization_figure(series: dict) -> dict:
+    """GPU utilization, next to tensor-core activity and SM occupancy where reported.
+
+    Utilization alone misleads (a memory copy reads 100%), so the GPM metrics sit
+    beside it whenever the GPU reports them.
+    """
+    data = band(series, "gpu_util", "GPU utilization", color=PALETTE["accent"])
+    data.append(line(series, "gpu_util", "GPU utilization", unit="%", color=PALETTE["accent"]))
+    for metric, name, color in (
+        ("tensor_active_pct", "Tensor-core activity", PALETTE["violet"]),
+        ("sm_occupancy_pct", "SM occupancy", PALETTE["ok"]),
+    ):
+        if has_data(series, metric):
+            data.append(line(series, metric, name, unit="%", color=color))
+    return figure(
+        data, layout("Utilization", "Percent (%)", y_range=(0, 105)), name="utilization", unit="%"
+    )
+
+
+def memory_figure(series: dict, *, memory_total: int | None = None) -> dict:
+    """Memory used, in GiB, against the GPU's total."""
+    scale = 1 / GIB
+    data = [line(series, "mem_used", "Memory used", unit="GiB", color=PALETTE["teal"], scale=scale)]
+    data[0] |= {"fill": "tozeroy", "fillcolor": _alpha(PALETTE["teal"], 0.15)}
+    fig_layout = layout("Memory used", "Memory (GiB)")
+    if memory_total:
+        total = round(memory_total / GIB, 1)
+        shape, note = level_line(total, f"total {total:g} GiB", color=PALETTE["muted"])
+        fig_layout["shapes"].append(shape)
+        fig_layout["annotations"].append(note)
+        fig_layout["yaxis"]["range"] = [0, total * 1.08]
+        fig_layout["yaxis"].pop("rangemode", None)
+    return figure(data, fig_layout, name="memory", unit="GiB")
+
+
+def power_figure(series: dict, *, power_limit_mw: int | None = None) -> dict:
+    """Power draw in watts (min…max band, average line) against the power limit."""
+    scale = 1 / 1000
+    data = band(series, "power_mw", "Power", color=PALETTE["warn"], scale=scale)
+    data.append(line(series, "power_mw", "Power", unit="W", color=PALETTE["warn"], scale=scale))
+    fig_layout = layout("Power", "Power (W)")
+    if power_limit_mw:
+        limit = power_limit_mw / 1000
+        shape, note = level_line(limit, f"limit {limit:g} W", color=PALETTE["bad"])
+        fig_layout["shapes"].append(shape)
+        fig_layout["annotations"].append(note)
+        fig_layout["yaxis"]["range"] = [0, limit * 1.1]
+        fig_layout["yaxis"].pop("rangemode", None)
+    return figure(data, fig_layout, name="power", unit="W")
+
+
+def temperature_figure(series: dict, *, alert_c: float | None = None) -> dict:
+    """GPU temperature in °C, with the alert threshold when one is set."""
+    data = band(series, "temp_c", "Temperature", color=PALETTE["pink"])
+    data.append(line(series, "temp_c", "Temperature", unit="°C", color=PALETTE["pink"]))
+    fig_layout = layout("Temperature", "Temperature (°C)")
+    if alert_c is not None:
+        shape, note = level_line(alert_c, f"alert {alert_c:g} °C", color=PALETTE["bad"])
+        fig_layout["shapes"].append(shape)
+        fig_layout["annotations"].append(note)
+        fig_layout["yaxis"]["range"] = [0, max(alert_c + 10, 100)]
+        fig_layout["yaxis"].pop("rangemode", None)
+    return figure(data, fig_layout, name="temperature", unit="°C")
+
+
+def throttle_names(mask: int | None) -> list[str]:
+    """The clock event reasons set in ``mask``, idle left out."""
+    if not mask:
+        return []
+    return [name for bit, name in THROTTLE_REASONS if int(mask) & bit]
+
+
+def throttle_segments(times: Sequence, masks: Sequence) -> list[dict]:
+    """Runs of equal non-idle clock event reasons: ``[{"start", "end", "mask", "reasons"}]``.
+
+    A run ends at the next reading whose reasons differ (or at its own last reading).
+    """
+    segments: list[dict] = []
+    current = None
+    for t, mask in zip(times, masks, strict=True):
+        reasons = (int(mask) & ~CLOCK_IDLE) if mask is not None else 0
+        if current is not None and reasons == current["mask"]:
+            current["end"] = t
+            continue
+        if current is not None:
+            current["end"] = t
+            segments.append(current)
+            current = None
+        if reasons:
+            current = {"start": t, "end": t, "mask": reasons, "reasons": throttle_names(reasons)}
+    if current is not None:
+        segments.append(current)
+    return segments
+
+
+def clock_figure(
+    series: dict, *, throttle: Sequence[dict] = (), max_clock_mhz: int | None = None
+) -> dict:
+    """SM clock in MHz with each run of throttle reasons shaded and named.
+
+    Slowdowns (power cap, thermal, hardware) are shaded red; clock settings amber.
+    Hovering the marker row at the top names the reasons.
+    """
+    data = [line(series, "sm_clock_mhz", "SM clock", unit="MHz", color=PALETTE["accent"])]
+    if has_data(series, "mem_clock_mhz"):
+        data.append(
+            line(
+                series,
+                "mem_clock_mhz",
+                "Memory clock",
+                unit="MHz",
+                color=PALETTE["muted"],
+                width=1.5,
+            )
+        )
+    fig_layout = layout("SM clock and throttle reasons", "Clock (MHz)")
+    if max_clock_mhz:
+        shape, note = level_line(max_clock_mhz, f"max {max_clock_mhz} MHz", color=PALETTE["muted"])
+        fig_layout["shapes"].append(shape)
+        fig_layout["annotations"].append(note)
+    marks = {"x": [], "text": [], "color": []}
+    for seg in throttle:
+        slowdown = bool(seg["mask"] & SLOWDOWN_MASK)
+        color = PALETTE["bad"] if slowdown else PALETTE["warn"]
+        start, end = plot_time(seg["start"]), plot_time(seg["end"])
+        fig_layout["shapes"].append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "x0": start,
+                "x1": end,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": _alpha(color, 0.16),
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+        marks["x"].append(start)
+        marks["text"].append(", ".join(seg["reasons"]))
+        marks["color"].append(color)
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "Throttle reasons",
+            "x": marks["x"],
+            "y": [1] * len(marks["x"]),
+            "yaxis": "y2",
+            "text": marks["text"],
+            "marker": {
+                "symbol": "triangle-down",
+                "size": 10,
+                "color": marks["color"] or PALETTE["bad"],
+            },
+            "hovertemplate": "%{text}<extra>throttled</extra>",
+            "meta": {"metric": "clocks_event_reasons", "stat": "throttle", "scale": 1},
+        }
+    )
+    fig_layout["yaxis2"] = {
+        "overlaying": "y",
+        "range": [0, 1.05],
+        "visible": False,
+        "fixedrange": True,
+    }
+    return figure(data, fig_layout, name="clocks", unit="MHz")
+
+
+def gpu_figures(
+    series: dict,
+    *,
+    memory_total: int | None = None,
+    power_limit_mw: int | None = None,
+    max_clock_mhz: int | None = None,
+    alert_c: float | None = None,
+    throttle: Sequence[dict] = (),
+) -> dict[str, dict]:
+    """Every chart of one GPU's detail view, in page order."""
+    return {
+        "utilization": utilization_figure(series),
+        "memory": memory_figure(series, memory_total=memory_total),
+        "power": power_figure(series, power_limit_mw=power_limit_mw),
+        "temperature": temperature_figure(series, alert_c=alert_c),
+        "clocks": clock_figure(series, throttle=throttle, max_clock_mhz=max_clock_mhz),
+    }
+
+
+# Metrics a GPU view asks the metrics API for.
+GPU_METRICS = (
+    "gpu_util",
+    "tensor_active_pct",
+    "sm_occupancy_pct",
+    "mem_used",
+    "power_mw",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
+
+
+# --- fleet and processes -----------------------------------------------------------
+
+
+def heatmap_figure(
+    rows: Sequence[tuple[str, Sequence[float | None]]], *, title: str = "GPU utilization"
+) -> dict:
+    """Hosts (rows) × GPU index (columns), coloured by utilization 0–100%.
+
+    ``rows`` is ``[(host name, [utilization per GPU index, None when unknown]), …]``.
+    """
+    width = max((len(values) for _, values in rows), default=0)
+    z = [list(values) + [None] * (width - len(values)) for _, values in rows]
+    hosts = [name for name, _ in rows]
+    fig_layout = layout(title, "Host", height=max(180, 60 + 22 * len(rows)))
+    fig_layout["xaxis"] = {
+        "title": {"text": "GPU index"},
+        "dtick": 1,
+        "side": "top",
+        "fixedrange": True,
+        "gridcolor": PALETTE["grid"],
+    }
+    fig_layout["yaxis"] = {
+        "title": {"text": "Host"},
+        "autorange": "reversed",
+        "fixedrange": True,
+        "automargin": True,
+        "type": "category",
+    }
+    fig_layout["margin"] = {"l": 10, "r": 10, "t": 56, "b": 16}
+    fig_layout["hovermode"] = "closest"
+    fig_layout["showlegend"] = False
+    data = [
+        {
+            "type": "heatmap",
+            "x": list(range(width)),
+            "y": hosts,
+            "z": z,
+            "zmin": 0,
+            "zmax": 100,
+            "xgap": 2,
+            "ygap": 2,
+            "hoverongaps": False,
+            "colorscale": [
+                [0, "#1b2a38"],
+                [0.25, "#1f6feb"],
+                [0.6, "#3fb950"],
+                [0.85, "#d29922"],
+                [1, "#f85149"],
+            ],
+            "colorbar": {
+                "title": {"text": "GPU util (%)", "side": "right"},
+                "thickness": 12,
+                "len": 0.9,
+            },
+            "hovertemplate": "%{y} gpu%{x}: %{z:.0f}%<extra></extra>",
+            "meta": {"metric": "gpu_util", "stat": "heatmap", "scale": 1},
+        }
+    ]
+    return figure(data, fig_layout, name="heatmap", unit="%")
+
+
+def capacity_figure(rows: Sequence[dict]) -> dict:
+    """Used and free GPUs per model as stacked horizontal bars.
+
+    ``rows`` is ``[{"model", "used", "free"}, …]``.
+    """
+    models = [r["model"] for r in rows]
+    bar = {"type": "bar", "orientation": "h", "y": models}
+    data = [
+        bar
+        | {
+            "name": "Used",
+            "x": [r["used"] for r in rows],
+            "marker": {"color": PALETTE["accent"]},
+            "hovertemplate": "%{y}: %{x} used<extra></extra>",
+        },
+        bar
+        | {
+            "name": "Free",
+            "x": [r["free"] for r in rows],
+            "marker": {"color": PALETTE["grid"]},
+            "hovertemplate": "%{y}: %{x} free<extra></extra>",
+        },
+    ]
+    fig_layout = layout("Capacity by GPU model", "GPU model", height=max(160, 90 + 34 * len(rows)))
+    fig_layout["barmode"] = "stack"
+    fig_layout["xaxis"] = {
+        "title": {"text": "GPUs"},
+        "gridcolor": PALETTE["grid"],
+        "fixedrange": True,
+        "rangemode": "tozero",
+    }
+    fig_layout["yaxis"] = {
+        "title": {"text": "GPU model"},
+        "automargin": True,
+        "fixedrange": True,
+        "type": "category",
+    }
+    fig_layout["hovermode"] = "closest"
+    fig_layout["legend"]["y"] = -0.45
+    return figure(data, fig_layout, name="capacity", unit="GPUs")
+
+
+def process_memory_figure(procs: Sequence[dict], *, memory_total: int | None = None) -> dict:
+    """Memory held by each process on a GPU, largest first, in GiB."""
+    ranked = sorted(
+        (p for p in procs if p.get("used_memory") is not None),
+        key=lambda p: p["used_memory"],
+        reverse=True,
+    )
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "Memory used",
+            "y": [f"pid {p['pid']}" for p in ranked],
+            "x": [round(p["used_memory"] / GIB, 2) for p in ranked],
+            "marker": {"color": PALETTE["teal"]},
+            "hovertemplate": "%{y}: %{x:.2f} GiB<extra></extra>",
+        }
+    ]
+    fig_layout = layout("Memory per process", "Process", height=max(150, 80 + 28 * len(ranked)))
+    fig_layout["xaxis"] = {
+        "title": {"text": "Memory (GiB)"},
+        "gridcolor": PALETTE["grid"],
+        "rangemode": "tozero",
+        "fixedrange": True,
+    }
+    if memory_total:
+        fig_layout["xaxis"]["range"] = [0, round(memory_total / GIB, 1)]
+        fig_layout["xaxis"].pop("rangemode")
+    fig_layout["yaxis"] = {
+        "title": {"text": "Process"},
+        "automargin": True,
+        "autorange": "reversed",
+        "fixedrange": True,
+        "type": "category",
+    }
+    fig_layout["showlegend"] = False
+    fig_layout["hovermode"] = "closest"
+    return figure(data, fig_layout, name="processes", unit="GiB")
+
+
+# --- tiles --------------------------------------------------------------------------
+
+
+def _busy_level(util: float | None) -> str:
+    if util is None:
+        return "unknown"
+    return "idle" if util < 5 else "low" if util < 50 else "busy"
+
+
+def _level(value: float | None, warn: float, bad: float) -> str:
+    if value is None:
+        return "unknown"
+    if value >= bad:
+        return "bad"
+    if value >= warn:
+        return "warn"
+    return "ok"
+
+
+def tile(
+    metrics: dict | None, *, memory_total: int | None = None, power_limit_mw: int | None = None
+) -> dict:
+    """What a GPU tile shows: rounded values with units and a colour level for each.
+
+    ``util_level`` is the utilization bucket (idle/low/busy) used to tint the tile.
+    """
+    m = metrics or {}
+    total = m.get("mem_total") or memory_total
+    limit = m.get("power_limit_mw") or power_limit_mw
+    util = m.get("gpu_util")
+    mem_pct = 100.0 * m["mem_used"] / total if m.get("mem_used") is not None and total else None
+    power_pct = 100.0 * m["power_mw"] / limit if m.get("power_mw") is not None and limit else None
+    tensor = m.get("tensor_active_pct")
+    return {
+        "util": None if util is None else round(util),
+        "util_level": _busy_level(util),
+        "tensor": None if tensor is None else round(tensor),
+        "mem_gib": None if m.get("mem_used") is None else round(m["mem_used"] / GIB, 1),
+        "mem_total_gib": None if not total else round(total / GIB),
+        "mem_pct": None if mem_pct is None else round(mem_pct),
+        "mem_level": _level(mem_pct, *TILE_LEVELS["mem_pct"]),
+        "power_w": None if m.get("power_mw") is None else round(m["power_mw"] / 1000),
+        "power_limit_w": None if not limit else round(limit / 1000),
+        "power_level": _level(power_pct, *TILE_LEVELS["power_pct"]),
+        "temp_c": None if m.get("temp_c") is None else round(m["temp_c"]),
+        "temp_level": _level(m.get("temp_c"), *TILE_LEVELS["temp_c"]),
+        "throttle": throttle_names(int(m.get("clocks_event_reasons") or 0) & SLOWDOWN_MASK),
+    }
+
+
+def client_settings() -> dict:
+    """What the browser needs to draw tiles and throttle marks like the server does."""
+    return {
+        "throttle": [[bit, name] for bit, name in THROTTLE_REASONS],
+        "slowdown_mask": SLOWDOWN_MASK,
+        "levels": TILE_LEVELS,
+        "gib": GIB,
+        "palette": PALETTE,
+    }

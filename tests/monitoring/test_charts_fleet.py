@@ -1,0 +1,41 @@
+"""The operators' fleet charts: utilization heatmap (hosts × GPUs) and capacity."""
+
+from monitoring import charts
+
+
+def test_heatmap_has_a_row_per_host_and_a_column_per_gpu_index():
+    fig = charts.heatmap_figure([("use1-a", [10, 20, 30]), ("use1-b", [90])])
+    heat = fig["data"][0]
+    assert heat["y"] == ["use1-a", "use1-b"]
+    assert heat["x"] == [0, 1, 2]
+    assert heat["z"] == [[10, 20, 30], [90, None, None]]
+    assert (heat["zmin"], heat["zmax"]) == (0, 100)
+
+
+def test_heatmap_grows_with_the_number_of_hosts():
+    small = charts.heatmap_figure([("a", [1])])["layout"]["height"]
+    big = charts.heatmap_figure([(f"h{i}", [1]) for i in range(100)])["layout"]["height"]
+    assert big > small
+
+
+def test_capacity_stacks_used_and_free_per_model():
+    fig = charts.capacity_figure(
+        [{"model": "A100-80GB", "used": 6, "free": 2}, {"model": "H100-80GB", "used": 1, "free": 7}]
+    )
+    used, free = fig["data"]
+    assert (used["name"], used["x"]) == ("Used", [6, 1])
+    assert (free["name"], free["x"]) == ("Free", [2, 7])
+    assert fig["layout"]["barmode"] == "stack"
+
+
+def test_process_memory_lists_the_largest_holder_first():
+    fig = charts.process_memory_figure(
+        [
+            {"pid": 1, "used_memory": charts.GIB},
+            {"pid": 2, "used_memory": 5 * charts.GIB},
+            {"pid": 3},
+        ]
+    )
+    bars = fig["data"][0]
+    assert bars["y"] == ["pid 2", "pid 1"]
+    assert bars["x"] == [5.0, 1.0]

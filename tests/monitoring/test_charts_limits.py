@@ -1,0 +1,48 @@
+"""Power is drawn against the power limit, memory against the total, in real units."""
+
+from monitoring import charts
+
+T = ["2026-12-02T10:00:00Z", "2026-12-02T10:00:01Z"]
+
+
+def test_power_is_in_watts_against_the_limit():
+    series = {
+        "power_mw": {
+            "t": T,
+            "avg": [660_000, 70_500],
+            "min": [650_000, 70_000],
+            "max": [670_000, 71_000],
+        }
+    }
+    fig = charts.power_figure(series, power_limit_mw=700_000)
+    avg = next(t for t in fig["data"] if t["meta"]["stat"] == "avg")
+    assert avg["y"] == [660.0, 70.5]
+    assert avg["meta"]["scale"] == 0.001
+    limit = fig["layout"]["shapes"][0]
+    assert (limit["y0"], limit["y1"]) == (700.0, 700.0)
+    assert fig["layout"]["annotations"][0]["text"] == "limit 700 W"
+
+
+def test_power_without_a_known_limit_draws_no_limit_line():
+    fig = charts.power_figure({"power_mw": {"t": T, "avg": [1, 2], "min": [1, 2], "max": [1, 2]}})
+    assert fig["layout"]["shapes"] == []
+
+
+def test_memory_is_in_gib_against_the_total():
+    series = {"mem_used": {"t": T[:1], "avg": [109 * charts.GIB], "min": [0], "max": [0]}}
+    fig = charts.memory_figure(series, memory_total=150754820096)
+    assert fig["data"][0]["y"] == [109.0]
+    assert fig["layout"]["shapes"][0]["y0"] == 140.4
+    assert fig["layout"]["yaxis"]["range"][1] > 140.4
+
+
+def test_times_are_drawn_as_utc_wall_clock():
+    assert charts.plot_time("2026-12-02T10:00:01.5+01:00") == "2026-12-02 09:00:01.500"
+    assert charts.plot_time("2026-12-02T10:00:00Z") == "2026-12-02 10:00:00.000"
+
+
+def test_missing_readings_stay_gaps():
+    series = {"temp_c": {"t": T, "avg": [None, 50], "min": [None, 50], "max": [None, 50]}}
+    avg = charts.temperature_figure(series)["data"][-1]
+    assert avg["y"] == [None, 50]
+    assert avg["connectgaps"] is False

@@ -1,0 +1,38 @@
+"""GPU tiles show rounded values with units and colour each by how close it runs to a limit."""
+
+from monitoring import charts
+
+
+def test_a_hot_gpu_near_its_power_limit_is_red():
+    tile = charts.tile(
+        {
+            "gpu_util": 99.6,
+            "temp_c": 88,
+            "power_mw": 690_000,
+            "power_limit_mw": 700_000,
+            "mem_used": 40 * charts.GIB,
+            "mem_total": 80 * charts.GIB,
+        }
+    )
+    assert (tile["util"], tile["util_level"]) == (100, "busy")
+    assert (tile["temp_c"], tile["temp_level"]) == (88, "bad")
+    assert (tile["power_w"], tile["power_limit_w"], tile["power_level"]) == (690, 700, "bad")
+    assert (tile["mem_gib"], tile["mem_pct"], tile["mem_level"]) == (40.0, 50, "ok")
+
+
+def test_an_idle_gpu_holding_memory_is_idle_not_unknown():
+    tile = charts.tile({"gpu_util": 0, "mem_used": 109 * charts.GIB}, memory_total=141 * charts.GIB)
+    assert tile["util_level"] == "idle"
+    assert tile["mem_total_gib"] == 141
+
+
+def test_a_gpu_that_never_reported_is_unknown():
+    tile = charts.tile(None)
+    assert tile["util"] is None
+    assert {tile["util_level"], tile["temp_level"], tile["power_level"]} == {"unknown"}
+
+
+def test_only_slowdowns_are_named_on_a_tile():
+    assert charts.tile({"clocks_event_reasons": 0x1 | 0x2 | 0x4})["throttle"] == [
+        "software power cap"
+    ]
