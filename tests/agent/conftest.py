@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,6 +55,28 @@ class FakeServer:
         self._server.close()
         await self._server.wait_closed()
 
+    def run_in_thread(self):
+        """Serve from a thread of its own (for tests that call the blocking CLI)."""
+        ready = threading.Event()
+        loop = asyncio.new_event_loop()
+
+        def serve_forever():
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.start())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop())
+
+        thread = threading.Thread(target=serve_forever, daemon=True)
+        thread.start()
+        ready.wait(5)
+
+        def stop():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+
+        return stop
+
     async def __aenter__(self):
         return await self.start()
 
@@ -88,8 +111,8 @@ class FakeServer:
                                   "seq": frame["records"][-1]["seq"]}))  # fmt: skip
         if self.go_away_after is not None and len(self.stored) >= self.go_away_after:
             self.go_away_after = None
+            self._server.close()  # stop listening and close every connection with 1001
             self.gone_away.set()
-            await ws.close(1001, "going away")
 
     async def _error(self, ws, close_code: int, code: str, message: str) -> None:
         await ws.send(json.dumps({"type": "error", "code": code, "message": message}))
@@ -130,6 +153,20 @@ async def server():
 @pytest.fixture
 def server_class():
     return FakeServer
+
+
+@pytest.fixture
+def threaded_server():
+    servers = []
+
+    def start(**kw) -> FakeServer:
+        server = FakeServer(**kw)
+        servers.append(server.run_in_thread())
+        return server
+
+    yield start
+    for stop in servers:
+        stop()
 
 
 @pytest.fixture

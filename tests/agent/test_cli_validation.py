@@ -1,0 +1,104 @@
+import subprocess
+import sys
+import time
+
+import pytest
+
+from monitoring.agent.cli import main
+
+SERVER = "ws://127.0.0.1:8000/ws/agent/"
+
+
+@pytest.fixture
+def fail(capsys, tmp_path, monkeypatch):
+    """Run the CLI, expect exit 2, return its one line of stderr."""
+    monkeypatch.delenv("GPUCONSOLE_AGENT_TOKEN", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def run(*argv: str) -> str:
+        assert main(list(argv)) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert err.startswith("gpuconsole-agent: error: ")
+        return err
+
+    return run
+
+
+def test_it_wants_a_websocket_url(fail):
+    assert "--server must be a ws:// or wss:// URL" in fail("--server", "http://h/ws/agent/",
+                                                             "--token", "t")  # fmt: skip
+
+
+def test_it_wants_a_server(fail):
+    assert "--server is required" in fail("--token", "t")
+
+
+def test_it_refuses_a_token_in_the_url(fail):
+    assert "never put the token in the URL" in fail("--server", SERVER + "?token=abc")
+
+
+def test_it_bounds_the_interval(fail):
+    assert "--interval must be between 0.2 and 60" in fail(
+        "--server", SERVER, "--token", "t", "--interval", "0.1"
+    )
+
+
+def test_the_slow_interval_is_not_shorter_than_the_interval(fail):
+    err = fail("--server", SERVER, "--token", "t", "--interval", "10", "--slow-interval", "5")
+    assert "--slow-interval must not be shorter than --interval" in err
+
+
+def test_it_needs_a_token(fail):
+    assert "no token" in fail("--server", SERVER, "--backend", "sim")
+
+
+def test_it_says_when_the_token_file_cannot_be_read(fail, tmp_path):
+    err = fail("--server", SERVER, "--token-file", str(tmp_path / "missing"))
+    assert f"cannot read token file {tmp_path / 'missing'}: No such file or directory" in err
+
+
+def test_it_says_when_the_trace_is_missing(fail, tmp_path):
+    err = fail("--server", SERVER, "--token", "t", "--backend", "replay",
+               "--trace", str(tmp_path / "nope.jsonl"))  # fmt: skip
+    assert "cannot read trace" in err
+
+
+def test_replay_needs_a_trace(fail):
+    assert "--backend replay needs --trace" in fail(
+        "--server", SERVER, "--token", "t", "--backend", "replay"
+    )
+
+
+def test_an_unknown_flag_is_one_line(fail):
+    assert "unrecognized arguments: --colour" in fail("--server", SERVER, "--colour")
+
+
+def test_a_bad_backend_is_one_line(fail):
+    assert "invalid choice: 'cuda'" in fail("--server", SERVER, "--backend", "cuda")
+
+
+def test_the_token_may_come_from_the_environment(fail, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUCONSOLE_AGENT_TOKEN", "from-env")
+    err = fail("--server", SERVER, "--backend", "replay", "--trace", str(tmp_path / "x"))
+    assert "no token" not in err and "cannot read trace" in err
+
+
+def test_an_unreachable_server_is_one_line_per_attempt(small_trace, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitoring.agent", "--server", "ws://127.0.0.1:9/ws/agent/",
+         "--token", "t", "--backend", "replay", "--trace", str(small_trace), "--speed", "50",
+         "--once", "--spool-dir", str(tmp_path / "spool")],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2.5)
+    proc.terminate()
+    _, err = proc.communicate(timeout=10)
+    failures = [line for line in err.splitlines() if "cannot reach" in line]
+    assert failures, err
+    assert failures[0].startswith(
+        "gpuconsole-agent: error: cannot reach ws://127.0.0.1:9/ws/agent/: connection refused "
+        "(retrying in "
+    )
+    assert "Traceback" not in err
+    assert proc.returncode == 0

@@ -1,0 +1,51 @@
+import json
+import math
+
+from monitoring.agent import protocol
+from monitoring.agent.uplink import Outbox
+
+
+def test_records_are_numbered_from_one_in_order():
+    outbox = Outbox("f" * 32)
+    outbox.put([{"t": 1.0, "gpu": "GPU-a", "m": {"gpu_util": 5}}] * 3)
+    assert [seq for seq, _ in outbox.take()] == [1, 2, 3]
+
+
+def test_values_that_are_not_finite_or_out_of_range_are_left_out():
+    m = {"gpu_util": 101, "temp_c": math.nan, "power_mw": math.inf, "mem_used": 5,
+         "fan_pct": True, "sm_occupancy_pct": 12.5}  # fmt: skip
+    assert protocol.clean_metrics(m) == {"mem_used": 5, "sm_occupancy_pct": 12.5}
+
+
+def test_a_record_with_nothing_left_to_send_is_skipped():
+    outbox = Outbox("f" * 32)
+    outbox.put([{"t": 1.0, "gpu": "GPU-a", "m": {"gpu_util": math.nan}}])
+    assert outbox.take() == []
+
+
+def test_processes_are_capped_keeping_the_largest():
+    procs = [{"pid": p, "used_memory": p * 10} for p in range(1, 301)]
+    kept = protocol.clean_procs(procs)
+    assert len(kept) == protocol.MAX_PROCS and kept[0]["pid"] == 300
+
+
+def test_events_keep_their_code_and_a_bounded_message():
+    record = {"t": 1.0, "gpu": "GPU-a", "event": {"kind": "xid", "code": 79, "message": "x" * 5000}}
+    event = protocol.clean_record(record)["event"]
+    assert event["code"] == 79 and len(event["message"]) == protocol.MAX_MESSAGE
+
+
+def test_a_samples_frame_is_valid_json():
+    frame = json.loads(protocol.samples_frame("f" * 32, ['{"seq":1}', '{"seq":2}']))
+    assert frame == {"type": "samples", "v": 1, "boot_id": "f" * 32,
+                     "records": [{"seq": 1}, {"seq": 2}]}  # fmt: skip
+
+
+def test_which_close_codes_the_agent_retries():
+    assert protocol.close_action(1011) == protocol.RETRY
+    assert protocol.close_action(1006) == protocol.RETRY
+    assert protocol.close_action(4408) == protocol.RETRY
+    assert protocol.close_action(4400) == protocol.DROP
+    assert protocol.close_action(4409) == protocol.DROP
+    assert protocol.close_action(4413) == protocol.DROP
+    assert protocol.close_action(4401) == protocol.FATAL

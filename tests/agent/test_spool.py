@@ -1,0 +1,88 @@
+import json
+
+import pytest
+
+from monitoring.agent.protocol import MAX_FRAME_BYTES
+from monitoring.agent.spool import Spool, SpoolError
+
+BOOT_A, BOOT_B = "a" * 32, "b" * 32
+
+
+def rows(first: int, last: int, pad: str = "") -> list[tuple[int, str]]:
+    return [(seq, json.dumps({"seq": seq, "pad": pad})) for seq in range(first, last + 1)]
+
+
+def seqs(batch) -> list[int]:
+    return [r["seq"] for r in json.loads(batch.text)["records"]]
+
+
+def test_it_gives_back_the_oldest_records_first(tmp_path):
+    spool = Spool(tmp_path, max_records=1000)
+    spool.append(BOOT_A, rows(1, 5))
+    spool.append(BOOT_A, rows(6, 8))
+    assert seqs(spool.oldest_batch()) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_a_full_spool_drops_the_oldest_and_counts_them(tmp_path):
+    spool = Spool(tmp_path, max_records=10)
+    spool.append(BOOT_A, rows(1, 8))
+    assert spool.append(BOOT_A, rows(9, 14)) == 4
+    assert len(spool) == 10 and spool.dropped_total == 4
+    assert seqs(spool.oldest_batch())[0] == 5
+
+
+def test_records_survive_a_restart(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append(BOOT_A, rows(1, 3))
+    spool.close()
+    again = Spool(tmp_path)
+    assert len(again) == 3
+    assert seqs(again.oldest_batch()) == [1, 2, 3]
+
+
+def test_an_ack_forgets_records_up_to_its_seq_for_its_boot_only(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append(BOOT_A, rows(1, 4))
+    spool.append(BOOT_B, rows(1, 4))
+    assert spool.ack(BOOT_A, 3) == 3
+    batch = spool.oldest_batch()
+    assert (batch.boot_id, seqs(batch)) == (BOOT_A, [4])
+
+
+def test_a_batch_never_mixes_boot_ids(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append(BOOT_A, rows(7, 9))
+    spool.append(BOOT_B, rows(1, 2))
+    first = spool.oldest_batch()
+    spool.ack(first.boot_id, first.last_seq)
+    second = spool.oldest_batch()
+    assert (first.boot_id, seqs(first)) == (BOOT_A, [7, 8, 9])
+    assert (second.boot_id, seqs(second)) == (BOOT_B, [1, 2])
+
+
+def test_a_batch_holds_at_most_500_records(tmp_path):
+    spool = Spool(tmp_path, max_records=2000)
+    spool.append(BOOT_A, rows(1, 1200))
+    assert spool.oldest_batch().count == 500
+
+
+def test_a_batch_fits_in_512_kib(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append(BOOT_A, rows(1, 300, pad="x" * 4000))
+    batch = spool.oldest_batch()
+    assert len(batch.text.encode()) <= MAX_FRAME_BYTES
+    assert 100 < batch.count < 300
+
+
+def test_dropping_a_batch_removes_only_that_batch(tmp_path):
+    spool = Spool(tmp_path, max_records=2000)
+    spool.append(BOOT_A, rows(1, 700))
+    spool.drop(spool.oldest_batch())
+    assert seqs(spool.oldest_batch())[0] == 501 and len(spool) == 200
+
+
+def test_two_agents_cannot_share_a_spool(tmp_path):
+    first = Spool(tmp_path)
+    with pytest.raises(SpoolError, match="in use by another gpuconsole-agent"):
+        Spool(tmp_path)
+    first.close()
