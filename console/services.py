@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -77,7 +77,7 @@ def record_login(*, user, success: bool, username: str = "", via: str = "page") 
         record_event(actor=user, action="auth.login", target=user, details={"via": via})
     else:
         record_event(
-            actor=None if user is None else user,
+            actor=AnonymousUser() if user is None else user,
             action="auth.login_failed",
             outcome="failure",
             details={"username": username[:150], "via": via},

@@ -1,0 +1,51 @@
+"""With REDIS_URL set, tasks go through Redis to a real Celery worker."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from console.celery import app as celery_app
+from instances import services
+from instances.models import GpuModel, Instance
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a real broker)")
+
+
+@pytest.fixture
+def worker(transactional_db):
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    if db["ENGINE"].endswith("sqlite3"):
+        pytest.skip("a worker process cannot share the in-memory SQLite test database")
+    env = os.environ | {"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "solo", "--loglevel", "WARNING",
+         "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    celery_app.conf.task_always_eager = False
+    yield proc
+    celery_app.conf.task_always_eager = True
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_a_real_worker_provisions_a_launched_instance(worker, fleet, bob, acme):
+    instance = services.launch_instance(
+        actor=bob, team=acme, name="via-worker", gpu_model=GpuModel.objects.get(name="H100-80GB"),
+        gpu_count=1, pricing_model="on_demand",
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if Instance.objects.get(pk=instance.pk).state == "running":
+            break
+        time.sleep(0.5)
+    assert Instance.objects.get(pk=instance.pk).state == "running"
