@@ -213,7 +213,7 @@ def make_sim(args) -> Source:
 
 def plan(argv: list[str] | None, env=os.environ) -> Plan:
     args = build_parser().parse_args(argv)
-    logging.getLogger().setLevel(args.log_level.upper())
+    log.setLevel(args.log_level.upper())
     server = check_server(args.server)
     check_numbers(args)
     token = read_token(args, env)
@@ -232,13 +232,27 @@ def plan(argv: list[str] | None, env=os.environ) -> Plan:
     return Plan(source, hosts, server, token, spool_dirs(args, hosts), args)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of each record."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_Formatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    logging.getLogger("websockets").setLevel(logging.WARNING)
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
