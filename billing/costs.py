@@ -1,0 +1,278 @@
+"""Read side of billing: costs grouped for the explorer, the API and forecasts. Every
+function takes a ``Charge`` (or ``UsageRecord``) queryset the caller has already
+narrowed with ``for_user``; sums are whole cents, turned into Decimal at the end."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db.models import Min, Q, Sum
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from . import forecast as forecasting
+from . import pricing
+from .models import ChargeType, Price, PriceKind, PricingCategory
+
+GROUPS = {
+    "day": ("period_start",),
+    "instance": ("instance_id", "instance__name", "reservation_id"),
+    "model": ("gpu_model__name",),
+    "pricing_category": ("pricing_category",),
+    "team": ("team_id", "team__name"),
+}
+MAX_RANGE_DAYS = 3660
+
+
+def parse_instant(value: str, field: str) -> datetime:
+    """A date (midnight UTC) or an ISO 8601 datetime with a time zone."""
+    value = (value or "").strip()
+    parsed = None
+    try:
+        if len(value) == 10:
+            day = parse_date(value)
+            parsed = datetime(day.year, day.month, day.day, tzinfo=UTC) if day else None
+        else:
+            parsed = parse_datetime(value.replace(" ", "+"))
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ValidationError({field: f"{value!r} is not a date (YYYY-MM-DD) or an ISO 8601 datetime."})
+    if timezone.is_naive(parsed):
+        raise ValidationError({field: "Give a time zone (e.g. 2026-11-01T00:00:00Z) or a plain date."})
+    return parsed.astimezone(UTC)
+
+
+def parse_range(start: str | None, end: str | None, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """[start, end) from query parameters; both default to the current month."""
+    now = now or timezone.now()
+    lo = parse_instant(start, "start") if start else pricing.month_start(now)
+    hi = parse_instant(end, "end") if end else pricing.next_month(lo)
+    if hi <= lo:
+        raise ValidationError({"end": "end must be after start."})
+    if hi - lo > timedelta(days=MAX_RANGE_DAYS):
+        raise ValidationError({"end": f"A range covers at most {MAX_RANGE_DAYS} days."})
+    return lo, hi
+
+
+def in_range(qs, start: datetime, end: datetime):
+    """Charges (or usage records) of the charge periods that start in [start, end)."""
+    return qs.filter(period_start__gte=start, period_start__lt=end)
+
+
+def total(qs) -> Decimal:
+    return pricing.from_cents(qs.aggregate(c=Sum("billed_cents"))["c"])
+
+
+def grouped(qs, group_by: str) -> list[dict]:
+    """Rows {key, label, billed_cost, list_cost, gpu_hours}, largest cost first (by day:
+    in time order)."""
+    fields = GROUPS[group_by]
+    rows = qs.values(*fields).annotate(
+        billed=Sum("billed_cents"), listed=Sum("list_cents"), priced=Sum("priced_seconds")
+    ).order_by(*fields)
+    out = []
+    for row in rows:
+        key, label = _key_label(group_by, row)
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "billed_cost": pricing.from_cents(row["billed"]),
+                "list_cost": pricing.from_cents(row["listed"]),
+                "gpu_hours": pricing.hours(row["priced"] or 0),
+            }
+        )
+    if group_by != "day":
+        out.sort(key=lambda r: (-r["billed_cost"], str(r["label"])))
+    return out
+
+
+def _key_label(group_by: str, row: dict) -> tuple[str, str]:
+    if group_by == "day":
+        return row["period_start"].date().isoformat(), row["period_start"].date().isoformat()
+    if group_by == "instance":
+        if row["instance_id"] is None:
+            return f"RSV-{row['reservation_id']}", f"RSV-{row['reservation_id']} unused commitment"
+        return str(row["instance_id"]), row["instance__name"]
+    if group_by == "team":
+        return str(row["team_id"]), row["team__name"]
+    value = row[GROUPS[group_by][0]]
+    label = dict(PricingCategory.choices).get(value, value) if group_by == "pricing_category" else value
+    return value, label
+
+
+def days_between(start: datetime, end: datetime) -> list[date]:
+    return [day.date() for day, _, _ in pricing.day_segments(start, end)]
+
+
+def daily_by_category(qs, start: datetime, end: datetime) -> tuple[list[date], dict[str, list[Decimal]]]:
+    days = days_between(start, end)
+    index = {d: i for i, d in enumerate(days)}
+    series = {c: [Decimal("0.00")] * len(days) for c in PricingCategory.values}
+    rows = in_range(qs, start, end).values("period_start", "pricing_category").annotate(c=Sum("billed_cents"))
+    for row in rows:
+        i = index.get(row["period_start"].date())
+        if i is not None:
+            series[row["pricing_category"]][i] += pricing.from_cents(row["c"])
+    return days, series
+
+
+def daily_totals(qs, start: datetime, end: datetime) -> dict[date, Decimal]:
+    rows = in_range(qs, start, end).values("period_start").annotate(c=Sum("billed_cents"))
+    return {row["period_start"].date(): pricing.from_cents(row["c"]) for row in rows}
+
+
+@dataclass(frozen=True)
+class CoverageDay:
+    day: date
+    covered_hours: Decimal
+    unused_hours: Decimal
+    overflow_hours: Decimal
+
+
+def coverage_by_day(qs, start: datetime, end: datetime) -> list[CoverageDay]:
+    """Reserved instances' GPU-hours covered by commitments, beyond them (on-demand), and
+    commitment left unused, per day."""
+    covered, unused, overflow = defaultdict(int), defaultdict(int), defaultdict(int)
+    rows = (
+        in_range(qs, start, end)
+        .filter(Q(charge_type=ChargeType.UNUSED_COMMITMENT) | Q(instance__pricing_model="reserved"))
+        .exclude(sku__contains=":")
+        .values("period_start", "charge_type", "pricing_category")
+        .annotate(s=Sum("priced_seconds"))
+        .values_list("period_start", "charge_type", "pricing_category", "s")
+    )
+    for day, kind, category, secs in rows:
+        d = day.date()
+        if kind == ChargeType.UNUSED_COMMITMENT:
+            unused[d] += secs
+        elif category == PricingCategory.COMMITTED:
+            covered[d] += secs
+        else:
+            overflow[d] += secs
+    return [
+        CoverageDay(d, pricing.hours(covered[d]), pricing.hours(unused[d]), pricing.hours(overflow[d]))
+        for d in days_between(start, end)
+    ]
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    instance_id: int
+    name: str
+    cost: Decimal
+    idle_cost: Decimal | None  # None: no telemetry for this instance
+    observed_seconds: int
+    idle_seconds: int
+
+
+@dataclass(frozen=True)
+class IdleSummary:
+    rows: list[IdleRow]
+    idle_cost: Decimal
+    known_cost: Decimal
+    unknown_cost: Decimal
+    efficiency_pct: Decimal | None
+
+
+def _activity(instance_ids: list[int], start: datetime, end: datetime) -> dict[int, tuple[int, int]]:
+    try:
+        from monitoring.activity import activity_by_instance
+    except ImportError:
+        return {}
+    return activity_by_instance(instance_ids, start, end, threshold_pct=10.0)
+
+
+def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
+    """Money paid for GPU-seconds whose real activity was below 10%: an instance's cost ×
+    idle / observed seconds from the telemetry rollups. Without telemetry it is unknown,
+    never zero."""
+    rows = (
+        in_range(qs, start, end)
+        .filter(instance__isnull=False)
+        .values("instance_id", "instance__name")
+        .annotate(c=Sum("billed_cents"))
+        .order_by("-c", "instance_id")
+    )
+    costs = [(r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])) for r in rows]
+    activity = _activity([i for i, _, _ in costs], start, min(end, timezone.now()))
+    out, idle_total, known, unknown, active_total = [], Decimal("0.00"), Decimal("0.00"), Decimal("0.00"), Decimal(0)
+    for iid, name, cost in costs:
+        observed, idle = activity.get(iid, (0, 0))
+        if observed <= 0:
+            out.append(IdleRow(iid, name, cost, None, 0, 0))
+            unknown += cost
+            continue
+        idle_share = Decimal(min(idle, observed)) / Decimal(observed)
+        wasted = (cost * idle_share).quantize(pricing.CENT)
+        out.append(IdleRow(iid, name, cost, wasted, observed, idle))
+        idle_total += wasted
+        known += cost
+        active_total += cost - wasted
+    efficiency = (active_total * 100 / known).quantize(Decimal("0.1")) if known > 0 else None
+    return IdleSummary(out, idle_total, known, unknown, efficiency)
+
+
+def month_to_date(qs, now: datetime) -> Decimal:
+    start = pricing.month_start(now)
+    return total(in_range(qs, start, pricing.next_month(start)))
+
+
+def forecast(qs, now: datetime) -> forecasting.Forecast | None:
+    """The month-end forecast from the complete days before today (back to 14 days,
+    across the month boundary), or None before 7 days of history."""
+    first = qs.aggregate(f=Min("period_start"))["f"]
+    today = pricing.floor_day(now)
+    if first is None:
+        return None
+    start = max(first, today - timedelta(days=forecasting.WINDOW_DAYS))
+    totals = daily_totals(qs, start, today)
+    history = [totals.get(d, Decimal("0.00")) for d in days_between(start, today)]
+    remaining = pricing.seconds(now, pricing.next_month(now))
+    # Today's charges run to ``now``; the rest of today is forecast like the days after.
+    return forecasting.month_end(history, month_to_date(qs, now), remaining)
+
+
+@dataclass(frozen=True)
+class SavingHint:
+    gpu_model: str
+    gpus: int
+    on_demand_cost: Decimal
+    with_reservation: Decimal
+    saving: Decimal
+    reserved_hourly: Decimal
+
+
+def savings_hints(usage_qs, now: datetime, days: int = 30) -> list[SavingHint]:
+    """Per GPU model: what a 1-year reservation of the best size would have saved over
+    the last ``days`` at the team's actual on-demand usage of whole GPUs."""
+    start, end = now - timedelta(days=days), now
+    intervals = defaultdict(list)
+    for sku, s, e, gpus in (
+        usage_qs.filter(pricing_model="on_demand", end__gt=start, start__lt=end)
+        .exclude(sku__contains=":")
+        .values_list("sku", "start", "end", "gpus")
+        .iterator(chunk_size=2000)
+    ):
+        intervals[sku].append((max(s, start), min(e, end), gpus))
+    hints = []
+    for sku, spans in sorted(intervals.items()):
+        price = (
+            Price.objects.filter(sku=sku, kind=PriceKind.ON_DEMAND, effective_from__lte=now)
+            .order_by("-effective_from")
+            .values_list("hourly", flat=True)
+            .first()
+        )
+        if price is None:
+            continue
+        reserved = pricing.one_year_rate(price)
+        best = pricing.best_reservation(pricing.concurrency_profile(spans), pricing.seconds(start, end), price, reserved)
+        if best is not None:
+            hints.append(SavingHint(sku, best.gpus, best.on_demand_cost, best.with_reservation, best.saving, reserved))
+    return hints
+

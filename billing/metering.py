@@ -1,0 +1,288 @@
+"""Metering and rating: lifecycle events → usage records per instance and UTC day →
+rated charges. Reads and writes rows; every price is applied by ``billing.pricing``.
+
+A window is widened to whole UTC days and every day in it is rebuilt from the complete
+event history of the instances that could have run then, so metering a window twice,
+or in two halves, gives the same rows as once. Callers hold the transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.db.models import Q
+
+from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
+
+from . import pricing
+from .models import (
+    Charge,
+    ChargeType,
+    Price,
+    PriceKind,
+    PricingCategory,
+    Reservation,
+    SpotPrice,
+    UsageRecord,
+)
+
+BATCH = 2000
+FREE_NOTE = "preempted by the platform within its first hour: free"
+MINIMUM_NOTE = "includes the 60-second minimum"
+OVERFLOW_NOTE = "beyond the reservation: on-demand"
+SLICE_NOTE = "reservations cover whole GPUs; slices are on-demand"
+
+
+@dataclass
+class Result:
+    start: datetime
+    end: datetime
+    usage_records: int = 0
+    charges: int = 0
+    months: set[tuple[int, date]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Meta:
+    team_id: int
+    gpu_model_id: int
+    sku: str
+    pricing_model: str
+    whole: bool
+
+
+class Catalog:
+    """Price schedules for the window, loaded once."""
+
+    def __init__(self, start: datetime, end: datetime):
+        self.start, self.end = start, end
+        steps: dict[str, list] = defaultdict(list)
+        for sku, frm, until, hourly in Price.objects.filter(kind=PriceKind.ON_DEMAND).values_list(
+            "sku", "effective_from", "effective_until", "hourly"
+        ):
+            steps[sku].append((frm, until, hourly))
+        self.on_demand = {sku: pricing.Schedule(sku, tuple(sorted(p))) for sku, p in steps.items()}
+        self.spot: dict[str, pricing.Schedule] = {}
+
+    def list_schedule(self, sku: str) -> pricing.Schedule:
+        try:
+            return self.on_demand[sku]
+        except KeyError:
+            raise pricing.PricingError(f"No on-demand price for {sku}.") from None
+
+    def spot_schedule(self, sku: str) -> pricing.Schedule:
+        if sku not in self.spot:
+            before = SpotPrice.objects.filter(sku=sku, time__lte=self.start).order_by("-time")
+            steps = list(before.values_list("time", "hourly")[:1])
+            steps += SpotPrice.objects.filter(sku=sku, time__gt=self.start, time__lt=self.end).values_list(
+                "time", "hourly"
+            )
+            self.spot[sku] = pricing.Schedule.from_steps(sku, steps)
+        return self.spot[sku]
+
+
+class Ledger:
+    """Charges being built, keyed by what makes a line item distinct; flushed in batches."""
+
+    def __init__(self):
+        self.rows: dict[tuple, list] = {}
+        self.written = 0
+
+    def add(self, key, meta: Meta, region: str, consumed: int, priced: int, billed_ps, list_ps, unit, list_unit, note=""):
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [meta, region, 0, 0, Decimal(0), Decimal(0), unit, list_unit, note]
+        row[2] += consumed
+        row[3] += priced
+        row[4] += billed_ps
+        row[5] += list_ps
+        if note and not row[8]:
+            row[8] = note
+
+    def flush(self, result: Result) -> None:
+        objs = []
+        for (day, instance_id, charge_type, category, reservation_id, _unit), row in self.rows.items():
+            meta, region, consumed, priced, billed_ps, list_ps, unit, list_unit, note = row
+            month = date(day.year, day.month, 1)
+            result.months.add((meta.team_id, month))
+            objs.append(
+                Charge(
+                    team_id=meta.team_id, instance_id=instance_id, reservation_id=reservation_id,
+                    gpu_model_id=meta.gpu_model_id, sku=meta.sku, region=region, month=month,
+                    period_start=day, period_end=day + pricing.DAY, charge_type=charge_type,
+                    pricing_category=category, consumed_seconds=consumed, priced_seconds=priced,
+                    unit_price=unit, list_unit_price=list_unit, list_cents=pricing.cents(pricing.to_cents(list_ps)),
+                    billed_cents=pricing.cents(pricing.to_cents(billed_ps)), note=note,
+                )
+            )
+        Charge.objects.bulk_create(objs, batch_size=BATCH)
+        result.charges += len(objs)
+        self.rows.clear()
+
+
+def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
+    """Rebuild usage records and charges for every UTC day touching [start, end),
+    counting usage up to ``now``."""
+    day0, day1 = pricing.floor_day(start), pricing.ceil_day(min(end, now))
+    result = Result(day0, day1)
+    if day1 <= day0:
+        return result
+    cutoff = min(day1, now)
+    UsageRecord.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
+    Charge.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
+    catalog = Catalog(day0, cutoff)
+    metas = _candidates(day0, cutoff)
+    regions = dict(Host.objects.values_list("id", "region__name"))
+    ledger = Ledger()
+    usage: list[UsageRecord] = []
+    reserved_uses: dict[tuple[int, int, datetime], list] = defaultdict(list)
+    for instance_id, events in _events(metas):
+        meta = metas[instance_id]
+        for run, host_id in _runs(events):
+            region = regions.get(host_id, "")
+            for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
+                if e <= s:
+                    continue
+                usage.append(_usage_record(instance_id, meta, region, day, s, e, run))
+                if meta.pricing_model == PricingModel.RESERVED and meta.whole:
+                    use = pricing.Use(instance_id, s, e, run.gpus, (run.start, instance_id))
+                    reserved_uses[(meta.team_id, meta.gpu_model_id, day)].append((use, meta, region))
+                else:
+                    _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
+        if len(usage) >= BATCH:
+            _write_usage(usage, result)
+        if len(ledger.rows) >= BATCH:
+            ledger.flush(result)
+    _write_usage(usage, result)
+    _rate_reserved(ledger, catalog, reserved_uses, day0, cutoff)
+    ledger.flush(result)
+    return result
+
+
+def _candidates(start: datetime, cutoff: datetime) -> dict[int, Meta]:
+    """Instances that may have held GPUs in [start, cutoff)."""
+    rows = Instance.objects.filter(created_at__lt=cutoff).filter(
+        Q(state__in=HOLDING_STATES) | Q(state_changed_at__gte=start)
+    ).values_list(
+        "id", "team_id", "gpu_model_id", "gpu_model__name", "slice_profile__kind", "slice_profile__name",
+        "pricing_model",
+    )
+    metas = {}
+    for pk, team_id, model_id, model, kind, profile, pricing_model in rows.iterator(chunk_size=BATCH):
+        sku = f"{model}:{kind}:{profile}" if kind else model
+        metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind)
+    return metas
+
+
+def _events(metas: dict[int, Meta]) -> Iterator[tuple[int, list]]:
+    """(instance id, its events in order) for each candidate, streamed."""
+    ids = sorted(metas)
+    for i in range(0, len(ids), BATCH):
+        chunk = ids[i : i + BATCH]
+        rows = (
+            LifecycleEvent.objects.filter(instance_id__in=chunk)
+            .order_by("instance_id", "time", "id")
+            .values_list("instance_id", "time", "to_state", "gpu_count", "by_platform", "host_id")
+        )
+        current, events = None, []
+        for row in rows.iterator(chunk_size=BATCH):
+            if row[0] != current:
+                if events:
+                    yield current, events
+                current, events = row[0], []
+            events.append(row[1:])
+        if events:
+            yield current, events
+
+
+def _runs(events: list) -> list[tuple[pricing.Run, int | None]]:
+    runs = pricing.runs_from_events(e[:4] for e in events)
+    hosts = {}
+    for time, to_state, _count, _platform, host_id in events:
+        if to_state in pricing.BILLABLE_STATES:
+            hosts.setdefault(time, host_id)
+    return [(run, hosts.get(run.start)) for run in runs]
+
+
+def _usage_record(instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> UsageRecord:
+    return UsageRecord(
+        team_id=meta.team_id, instance_id=instance_id, gpu_model_id=meta.gpu_model_id, sku=meta.sku,
+        pricing_model=meta.pricing_model, region=region, period_start=day, start=s, end=e, gpus=run.gpus,
+        run_start=run.start, run_end=run.end, preempted=run.preempted,
+    )
+
+
+def _write_usage(usage: list, result: Result) -> None:
+    UsageRecord.objects.bulk_create(usage, batch_size=BATCH)
+    result.usage_records += len(usage)
+    usage.clear()
+
+
+def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> None:
+    """On-demand (and reserved slices) at list price; spot at the spot price each second."""
+    g = run.gpus
+    list_pieces = catalog.list_schedule(meta.sku).pieces(s, e)
+    if meta.pricing_model == PricingModel.SPOT:
+        free = run.free_spot()
+        spot_ps = pricing.price_seconds(catalog.spot_schedule(meta.sku).pieces(s, e), g)
+        used = pricing.seconds(s, e) * g
+        key = (day, instance_id, ChargeType.USAGE, PricingCategory.DYNAMIC, None, "free" if free else "spot")
+        ledger.add(
+            key, meta, region, used, used, Decimal(0) if free else spot_ps, pricing.price_seconds(list_pieces, g),
+            Decimal(0) if free else None, list_pieces[0][2], FREE_NOTE if free else "",
+        )
+        return
+    topup = run.minimum_topup() * g if s == run.start else 0
+    note = SLICE_NOTE if meta.pricing_model == PricingModel.RESERVED else ""
+    for i, (ps, pe, price) in enumerate(list_pieces):
+        used = pricing.seconds(ps, pe) * g
+        extra = topup if i == 0 else 0
+        key = (day, instance_id, ChargeType.USAGE, PricingCategory.STANDARD, None, price)
+        ledger.add(
+            key, meta, region, used, used + extra, price * (used + extra), price * (used + extra), price, price,
+            MINIMUM_NOTE if extra else note,
+        )
+
+
+def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime, cutoff: datetime) -> None:
+    """Per team, GPU model and day: commitments cover reserved instances' GPUs second by
+    second; the rest is on-demand, and what no instance used is unused commitment."""
+    reservations = defaultdict(list)
+    for r in Reservation.objects.filter(start__lt=cutoff, end__gt=day0).select_related("gpu_model"):
+        for day, s, e in pricing.day_segments(max(r.start, day0), min(r.end, cutoff)):
+            reservations[(r.team_id, r.gpu_model_id, day)].append((r, s, e))
+    for group in sorted(set(uses) | set(reservations), key=lambda k: (k[2], k[0], k[1])):
+        team_id, model_id, day = group
+        entries = uses.get(group, [])
+        held = reservations.get(group, [])
+        commitments = [pricing.Commitment(r.pk, s, e, r.gpu_count) for r, s, e in held]
+        by_key = {r.pk: r for r, _, _ in held}
+        coverage = pricing.allocate([u for u, _, _ in entries], commitments, day, min(day + pricing.DAY, cutoff))
+        info = {u.key: (meta, region) for u, meta, region in entries}
+        for (instance_id, rkey), pieces in coverage.covered.items():
+            meta, region = info[instance_id]
+            r = by_key[rkey]
+            for s, e, gpus in pieces:
+                used = pricing.seconds(s, e) * gpus
+                list_ps = pricing.price_seconds(catalog.list_schedule(meta.sku).pieces(s, e), gpus)
+                key = (day, instance_id, ChargeType.USAGE, PricingCategory.COMMITTED, rkey, r.hourly)
+                ledger.add(key, meta, region, used, used, r.hourly * used, list_ps, r.hourly, catalog.list_schedule(meta.sku).at(s))
+        for instance_id, pieces in coverage.overflow.items():
+            meta, region = info[instance_id]
+            for s, e, gpus in pieces:
+                for ps, pe, price in catalog.list_schedule(meta.sku).pieces(s, e):
+                    used = pricing.seconds(ps, pe) * gpus
+                    key = (day, instance_id, ChargeType.USAGE, PricingCategory.STANDARD, None, price)
+                    ledger.add(key, meta, region, used, used, price * used, price * used, price, price, OVERFLOW_NOTE)
+        for rkey, unused in coverage.unused.items():
+            if not unused:
+                continue
+            r = by_key[rkey]
+            meta = Meta(team_id, model_id, r.gpu_model.name, PricingModel.RESERVED, True)
+            key = (day, None, ChargeType.UNUSED_COMMITMENT, PricingCategory.COMMITTED, rkey, r.hourly)
+            list_unit = catalog.list_schedule(meta.sku).at(max(r.start, day))
+            ledger.add(key, meta, "", 0, unused, r.hourly * unused, Decimal(0), r.hourly, list_unit)

@@ -1,0 +1,619 @@
+"""Billing verbs. Each change runs in one transaction with its audit event; views,
+serializers and tasks only call these. Bad input raises ``ValidationError`` naming the
+field (a 400 with nothing written); a request the billing state does not allow raises
+``BillingConflict`` (a 409)."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit.models import Outcome
+from audit.services import record_event
+from console.live import publish_on_commit, team_group
+from console.models import Membership, Role, Team
+from instances import services as instance_services
+from instances.models import GpuModel, Instance, PricingModel, SliceProfile, State
+
+from . import costs, invoicing, metering, pricing
+from .models import (
+    Adjustment,
+    Basis,
+    Budget,
+    BudgetAlert,
+    Charge,
+    Invoice,
+    InvoiceStatus,
+    LineKind,
+    MeterState,
+    NoticeStatus,
+    PreemptionNotice,
+    Price,
+    PriceKind,
+    Reservation,
+    SpotPrice,
+    SpotSource,
+    Term,
+    currency,
+)
+
+SPOT_FLOOR = Decimal("0.25")
+SPOT_CEILING = Decimal("0.90")
+SPOT_STEP = Decimal("0.08")
+METER_LOOKBACK = timedelta(hours=2)
+DEFAULT_NOTICE = timedelta(minutes=2)
+
+
+class BillingConflict(instance_services.LifecycleError):
+    """A request the billing state does not allow (answers 409)."""
+
+    code = "billing_conflict"
+
+
+class InvoiceIssued(BillingConflict):
+    code = "invoice_issued"
+
+
+def _now(now: datetime | None) -> datetime:
+    return now or timezone.now()
+
+
+# --- catalog ---------------------------------------------------------------------------
+
+
+def known_skus() -> set[str]:
+    skus = set(GpuModel.objects.values_list("name", flat=True))
+    for model, kind, name in SliceProfile.objects.values_list("gpu_model__name", "kind", "name"):
+        skus.add(f"{model}:{kind}:{name}")
+    return skus
+
+
+def _check_sku(sku: str, field: str = "sku") -> None:
+    if sku not in known_skus():
+        raise ValidationError({field: f"Unknown SKU {sku!r}: use a GPU model name or <model>:<mig|vgpu>:<profile>."})
+
+
+def _check_rate(value, field: str) -> Decimal:
+    try:
+        return pricing.rate(value)
+    except (ValueError, ArithmeticError) as exc:
+        raise ValidationError({field: f"{exc}."}) from None
+
+
+@transaction.atomic
+def set_price(
+    *, actor, sku: str, kind: str, hourly, effective_from: datetime, effective_until: datetime | None = None,
+    now: datetime | None = None,
+) -> Price:
+    """Add a catalog period. It may not start before ``now`` (a price never changes
+    retroactively) nor overlap another period of the SKU, except that an open-ended
+    period that began earlier is closed where this one starts."""
+    now = _now(now)
+    _check_sku(sku)
+    if kind not in PriceKind.values:
+        raise ValidationError({"kind": f"Unknown price kind {kind!r}; use one of {', '.join(PriceKind.values)}."})
+    hourly = _check_rate(hourly, "hourly")
+    if effective_from < now:
+        raise ValidationError({"effective_from": "A price cannot start in the past; prices never change retroactively."})
+    if effective_until is not None and effective_until <= effective_from:
+        raise ValidationError({"effective_until": "effective_until must be after effective_from."})
+    periods = Price.objects.select_for_update().filter(sku=sku, kind=kind)
+    open_before = None
+    for p in periods:
+        overlaps = p.effective_from < (effective_until or datetime.max.replace(tzinfo=now.tzinfo)) and (
+            p.effective_until is None or effective_from < p.effective_until
+        )
+        if not overlaps:
+            continue
+        if p.effective_until is None and p.effective_from < effective_from:
+            open_before = p
+            continue
+        until = f"{p.effective_until:%Y-%m-%d %H:%M}" if p.effective_until else "open-ended"
+        raise ValidationError(
+            {"effective_from": f"Overlaps the {sku} {kind} price from {p.effective_from:%Y-%m-%d %H:%M} ({until})."}
+        )
+    if open_before is not None:
+        open_before.effective_until = effective_from
+        open_before.save(update_fields=["effective_until"])
+    price = Price.objects.create(
+        sku=sku, kind=kind, hourly=hourly, effective_from=effective_from, effective_until=effective_until,
+        created_by=_user(actor), created_at=now,
+    )
+    record_event(
+        actor=actor, action="billing.price.set", target=price,
+        details={"sku": sku, "kind": kind, "hourly": str(hourly), "from": effective_from, "until": effective_until,
+                 "closed": open_before.pk if open_before else None},
+    )
+    return price
+
+
+def _user(actor):
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def price_in_effect(sku: str, kind: str, at: datetime) -> Decimal | None:
+    return (
+        Price.objects.filter(sku=sku, kind=kind, effective_from__lte=at)
+        .filter(Q(effective_until__isnull=True) | Q(effective_until__gt=at))
+        .values_list("hourly", flat=True)
+        .first()
+    )
+
+
+@transaction.atomic
+def set_spot_price(*, actor, sku: str, hourly, now: datetime | None = None) -> SpotPrice:
+    """An operator sets the spot price of a SKU from now on."""
+    now = _now(now)
+    _check_sku(sku)
+    hourly = _check_rate(hourly, "hourly")
+    spot = SpotPrice.objects.create(sku=sku, hourly=hourly, time=now, source=SpotSource.OPERATOR, set_by=_user(actor))
+    record_event(actor=actor, action="billing.spot_price.set", target=spot, details={"sku": sku, "hourly": str(hourly)})
+    return spot
+
+
+def spot_in_effect(sku: str, at: datetime) -> Decimal | None:
+    return SpotPrice.objects.filter(sku=sku, time__lte=at).order_by("-time").values_list("hourly", flat=True).first()
+
+
+@transaction.atomic
+def move_spot_market(*, now: datetime | None = None, rng: random.Random | None = None) -> list[SpotPrice]:
+    """One step of the demo market: each SKU with an on-demand price moves by at most
+    ±8%, kept between 25% and 90% of on-demand."""
+    now = _now(now)
+    rng = rng or random.Random()
+    moved = []
+    for sku in sorted(set(Price.objects.filter(kind=PriceKind.ON_DEMAND).values_list("sku", flat=True))):
+        list_price = price_in_effect(sku, PriceKind.ON_DEMAND, now)
+        if list_price is None:
+            continue
+        last = spot_in_effect(sku, now) or (list_price * Decimal("0.40"))
+        step = SPOT_STEP * rng.randint(-1000, 1000) / 1000
+        new = min(max(last * (1 + step), list_price * SPOT_FLOOR), list_price * SPOT_CEILING)
+        new = new.quantize(Decimal("0.0001"))
+        moved.append(SpotPrice(sku=sku, hourly=new, time=now, source=SpotSource.MARKET))
+    SpotPrice.objects.bulk_create(moved, ignore_conflicts=True)
+    if moved:
+        record_event(
+            actor="system", action="billing.spot_market.move", target_type="billing.spotprice",
+            details={s.sku: str(s.hourly) for s in moved},
+        )
+    return moved
+
+
+# --- reservations ----------------------------------------------------------------------
+
+
+@transaction.atomic
+def purchase_reservation(
+    *, actor, team: Team, gpu_model: GpuModel, gpu_count: int, term: str, start: datetime,
+    now: datetime | None = None,
+) -> Reservation:
+    """Commit ``team`` to ``gpu_count`` GPUs of ``gpu_model`` from ``start`` for the term,
+    at the price of the term in effect at ``start`` (fixed for the whole term)."""
+    now = _now(now)
+    if not isinstance(gpu_count, int) or gpu_count < 1:
+        raise ValidationError({"gpu_count": "Reserve at least one GPU."})
+    if term not in Term.values:
+        raise ValidationError({"term": f"Unknown term {term!r}; use 1y or 3y."})
+    if start < now:
+        raise ValidationError({"start": "A reservation cannot start in the past."})
+    on_demand = price_in_effect(gpu_model.name, PriceKind.ON_DEMAND, start)
+    if on_demand is None:
+        raise ValidationError({"gpu_model": f"{gpu_model.name} has no on-demand price at {start:%Y-%m-%d %H:%M} UTC."})
+    if term == Term.ONE_YEAR:
+        hourly = pricing.one_year_rate(on_demand)
+    else:
+        hourly = price_in_effect(gpu_model.name, PriceKind.RESERVED_3Y, start)
+        if hourly is None:
+            raise ValidationError({"term": f"The catalog has no 3-year price for {gpu_model.name}."})
+    reservation = Reservation.objects.create(
+        team=team, gpu_model=gpu_model, gpu_count=gpu_count, term=term, start=start,
+        end=pricing.term_end(start, term), hourly=hourly, created_by=_user(actor), created_at=now,
+    )
+    record_event(
+        actor=actor, action="billing.reservation.create", target=reservation, team=team,
+        details={"gpu_model": gpu_model.name, "gpu_count": gpu_count, "term": term, "start": start,
+                 "hourly": str(hourly)},
+    )
+    return reservation
+
+
+# --- metering and invoices -------------------------------------------------------------
+
+
+@transaction.atomic
+def meter_window(*, actor, start: datetime, end: datetime, now: datetime | None = None) -> metering.Result:
+    """Rebuild usage and charges for the UTC days touching [start, end), then the drafts
+    they feed. Idempotent: a window metered again replaces what it made."""
+    now = _now(now)
+    if end <= start:
+        raise ValidationError({"end": "end must be after start."})
+    result = metering.meter(start, end, now=now)
+    drafts = _refresh_affected(result, now)
+    record_event(
+        actor=actor, action="billing.meter", target_type="billing.charge",
+        details={"start": result.start, "end": result.end, "usage_records": result.usage_records,
+                 "charges": result.charges, "drafts": {str(k): str(v) for k, v in drafts.items()}},
+    )
+    return result
+
+
+def meter_recent(*, now: datetime | None = None) -> metering.Result:
+    """The periodic run: from where the last run stopped (less a lookback, so runs that
+    ended meanwhile get their minimum and first-hour rules) up to now; a missed run is
+    caught up."""
+    now = _now(now)
+    with transaction.atomic():
+        state, _ = MeterState.objects.select_for_update().get_or_create(id=1)
+        since = state.metered_until or pricing.month_start(now)
+        result = meter_window(actor="system", start=min(since, now) - METER_LOOKBACK, end=now, now=now)
+        state.metered_until = now
+        state.save(update_fields=["metered_until"])
+    return result
+
+
+def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
+    """Refresh the drafts of the (team, month) pairs the window touched, and the current
+    month's draft of each such team (where corrections to issued months land)."""
+    months = {date(d.year, d.month, 1) for d, _, _ in pricing.day_segments(result.start, result.end)}
+    pairs = set(result.months)
+    pairs |= set(Invoice.objects.filter(month__in=months, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
+    current = pricing.month_start(now).date()
+    touched = {}
+    for team_id in sorted({t for t, _ in pairs}):
+        for month in sorted({m for t, m in pairs if t == team_id} | {current}):
+            invoice = refresh_invoice(team_id=team_id, month=month, now=now)
+            if invoice is not None:
+                touched[invoice.pk] = invoice.total
+    return touched
+
+
+def refresh_invoice(*, team_id: int, month: date, now: datetime) -> Invoice | None:
+    """(Re)compute a draft from charges, corrections and adjustments; an issued invoice
+    is left as it is. Creates the draft when there is something to bill."""
+    invoice = Invoice.objects.select_for_update().filter(team_id=team_id, month=month).first()
+    if invoice is not None and invoice.is_issued:
+        return None
+    lines = invoicing.usage_lines(team_id, month)
+    current = pricing.month_start(now).date()
+    if month >= current:
+        lines += invoicing.correction_lines(team_id, month)
+    if invoice is None and not lines:
+        return None
+    if invoice is None:
+        start = pricing.month_start(month)
+        invoice = Invoice.objects.create(
+            team_id=team_id, month=month, period_start=start, period_end=pricing.next_month(start), currency=currency()
+        )
+    lines += [
+        invoicing.Line(kind=LineKind.ADJUSTMENT, description=f"Adjustment: {a.reason}", amount=a.amount)
+        for a in invoice.manual_adjustments.all()
+    ]
+    invoicing.write(invoice, lines)
+    invoice.updated_at = now
+    invoice.save(update_fields=["subtotal", "adjustments", "total", "updated_at"])
+    return invoice
+
+
+@transaction.atomic
+def issue_invoice(*, actor, invoice: Invoice, now: datetime | None = None) -> Invoice:
+    """Freeze a past month's draft: from here on it never changes."""
+    now = _now(now)
+    invoice = Invoice.objects.select_for_update().select_related("team").get(pk=invoice.pk)
+    if invoice.is_issued:
+        raise InvoiceIssued(f"Invoice {invoice.number} is already issued.")
+    if invoice.period_end > now:
+        raise BillingConflict(f"The month of {invoice.month:%B %Y} is not over; its invoice stays a draft until it is.")
+    refresh_invoice(team_id=invoice.team_id, month=invoice.month, now=now)
+    invoice.refresh_from_db()
+    invoice.status = InvoiceStatus.ISSUED
+    invoice.number = f"{invoice.team.slug.upper()}-{invoice.month:%Y%m}"
+    invoice.issued_at = now
+    invoice.save(update_fields=["status", "number", "issued_at"])
+    record_event(
+        actor=actor, action="billing.invoice.issue", target=invoice, team=invoice.team_id,
+        details={"number": invoice.number, "month": f"{invoice.month:%Y-%m}", "total": str(invoice.total),
+                 "lines": invoice.lines.count()},
+    )
+    return invoice
+
+
+def issue_due_invoices(*, now: datetime | None = None) -> list[Invoice]:
+    """Month end: meter up to now, then issue every draft (or unbilled month with charges)
+    whose month is over."""
+    now = _now(now)
+    meter_recent(now=now)
+    current = pricing.month_start(now).date()
+    pending = set(
+        Charge.objects.filter(month__lt=current).values_list("team_id", "month").distinct()
+    ) | set(Invoice.objects.filter(month__lt=current, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
+    issued_months = set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
+    out = []
+    for team_id, month in sorted(pending - issued_months, key=lambda p: (p[1], p[0])):
+        with transaction.atomic():
+            invoice = refresh_invoice(team_id=team_id, month=month, now=now)
+            if invoice is not None:
+                out.append(issue_invoice(actor="system", invoice=invoice, now=now))
+    # Corrections found while issuing land in the current drafts.
+    with transaction.atomic():
+        for team_id in sorted({i.team_id for i in out}):
+            refresh_invoice(team_id=team_id, month=current, now=now)
+    return out
+
+
+def refuse_invoice_change(*, actor, invoice: Invoice, attempted: str) -> None:
+    """Record the refused attempt (in its own transaction, so it survives) and raise."""
+    with transaction.atomic():
+        record_event(
+            actor=actor, action="billing.invoice.edit", target=invoice, team=invoice.team_id, outcome=Outcome.DENIED,
+            details={"number": invoice.number, "attempted": attempted[:200]},
+        )
+    raise InvoiceIssued(
+        f"Invoice {invoice.number} is issued and cannot be changed; a correction goes into a later invoice as an adjustment."
+    )
+
+
+def update_invoice(*, actor, invoice: Invoice, memo: str) -> Invoice:
+    """Change a draft's memo (a purchase-order reference, say); an issued invoice refuses."""
+    try:
+        return _update_draft_memo(actor=actor, invoice=invoice, memo=memo)
+    except InvoiceIssued:
+        refuse_invoice_change(actor=actor, invoice=invoice, attempted=f"memo={memo!r}")
+        raise AssertionError("unreachable") from None
+
+
+@transaction.atomic
+def _update_draft_memo(*, actor, invoice: Invoice, memo: str) -> Invoice:
+    locked = _draft(invoice)
+    before = locked.memo
+    locked.memo = memo
+    locked.save(update_fields=["memo"])
+    record_event(actor=actor, action="billing.invoice.update", target=locked, team=locked.team_id,
+                 details={"memo": {"from": before, "to": memo}})
+    return locked
+
+
+def _draft(invoice: Invoice) -> Invoice:
+    locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+    if locked.is_issued:
+        raise InvoiceIssued(f"Invoice {locked.number} is issued.")
+    return locked
+
+
+def add_adjustment(*, actor, team: Team, amount, reason: str, invoice: Invoice | None = None,
+                   now: datetime | None = None) -> Adjustment:
+    """A credit (negative) or charge on a draft: the given one or the team's current
+    month's. An issued invoice refuses, and the attempt is audited."""
+    try:
+        return _add_adjustment(actor=actor, team=team, amount=amount, reason=reason, invoice=invoice, now=_now(now))
+    except InvoiceIssued:
+        refuse_invoice_change(actor=actor, invoice=invoice, attempted=f"adjustment {amount}: {reason}")
+        raise AssertionError("unreachable") from None
+
+
+@transaction.atomic
+def _add_adjustment(*, actor, team: Team, amount, reason: str, invoice: Invoice | None, now: datetime) -> Adjustment:
+    try:
+        amount = pricing.money(amount)
+    except (TypeError, ArithmeticError):
+        raise ValidationError({"amount": "An adjustment is an amount like -25.00."}) from None
+    if not amount.is_finite() or amount == 0 or amount != amount.quantize(pricing.CENT):
+        raise ValidationError({"amount": "An adjustment is a non-zero amount in whole cents."})
+    if not reason.strip():
+        raise ValidationError({"reason": "Say why."})
+    if invoice is not None:
+        invoice = _draft(invoice)
+    else:
+        month = pricing.month_start(now).date()
+        invoice = Invoice.objects.filter(team=team, month=month).first() or Invoice.objects.create(
+            team=team, month=month, period_start=pricing.month_start(now),
+            period_end=pricing.next_month(now), currency=currency(),
+        )
+    adjustment = Adjustment.objects.create(team=team, invoice=invoice, amount=amount, reason=reason[:200],
+                                           created_by=_user(actor), created_at=now)
+    refresh_invoice(team_id=team.pk, month=invoice.month, now=now)
+    record_event(actor=actor, action="billing.adjustment.create", target=adjustment, team=team,
+                 details={"amount": str(amount), "reason": reason, "invoice": invoice.pk})
+    return adjustment
+
+
+# --- budgets ----------------------------------------------------------------------------
+
+
+def _check_thresholds(values, field: str) -> list[int]:
+    if not isinstance(values, list | tuple):
+        raise ValidationError({field: "A list of percentages, e.g. [50, 80, 100]."})
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1000:
+            raise ValidationError({field: f"{v!r} is not a whole percentage between 1 and 1000."})
+        out.append(v)
+    return sorted(set(out))
+
+
+def _check_budget(amount, currency_code: str | None, now: datetime, month: date | None = None) -> Decimal:
+    amount = pricing.money(amount)
+    if not amount.is_finite() or amount <= 0 or amount != amount.quantize(pricing.CENT):
+        raise ValidationError({"amount": "A budget is a positive amount in whole cents."})
+    if currency_code is not None and currency_code != currency():
+        raise ValidationError({"currency": f"Budgets are in {currency()}, this deployment's currency, not {currency_code}."})
+    if month is not None:
+        if month.day != 1:
+            raise ValidationError({"month": "Give the month as its first day (YYYY-MM-01)."})
+        if month < pricing.month_start(now).date():
+            raise ValidationError({"month": "That month is over; budget the current month or a later one."})
+    return amount
+
+
+@transaction.atomic
+def create_budget(
+    *, actor, team: Team, month: date, amount, currency_code: str | None = None,
+    actual_thresholds=(50, 80, 100), forecast_thresholds=(100,), now: datetime | None = None,
+) -> Budget:
+    now = _now(now)
+    amount = _check_budget(amount, currency_code, now, month)
+    actual = _check_thresholds(list(actual_thresholds), "actual_thresholds")
+    forecast = _check_thresholds(list(forecast_thresholds), "forecast_thresholds")
+    if Budget.objects.filter(team=team, month=month).exists():
+        raise ValidationError({"month": f"{team.name} already has a budget for {month:%B %Y}."})
+    budget = Budget.objects.create(
+        team=team, month=month, amount=amount, currency=currency(), actual_thresholds=actual,
+        forecast_thresholds=forecast, created_by=_user(actor), created_at=now,
+    )
+    record_event(actor=actor, action="billing.budget.create", target=budget, team=team,
+                 details={"month": f"{month:%Y-%m}", "amount": str(amount), "actual": actual, "forecast": forecast})
+    return budget
+
+
+@transaction.atomic
+def update_budget(*, actor, budget: Budget, amount=None, currency_code: str | None = None,
+                  actual_thresholds=None, forecast_thresholds=None, now: datetime | None = None) -> Budget:
+    now = _now(now)
+    changes = {}
+    if amount is not None or currency_code is not None:
+        new_amount = _check_budget(amount if amount is not None else budget.amount, currency_code, now)
+        if new_amount != budget.amount:
+            changes["amount"] = new_amount
+    if actual_thresholds is not None:
+        changes["actual_thresholds"] = _check_thresholds(actual_thresholds, "actual_thresholds")
+    if forecast_thresholds is not None:
+        changes["forecast_thresholds"] = _check_thresholds(forecast_thresholds, "forecast_thresholds")
+    before = {k: str(getattr(budget, k)) for k in changes}
+    for k, v in changes.items():
+        setattr(budget, k, v)
+    if changes:
+        budget.save(update_fields=list(changes))
+    record_event(actor=actor, action="billing.budget.update", target=budget, team=budget.team_id,
+                 details={"before": before, "after": {k: str(v) for k, v in changes.items()}})
+    return budget
+
+
+@transaction.atomic
+def delete_budget(*, actor, budget: Budget) -> None:
+    record_event(actor=actor, action="billing.budget.delete", target=budget, team=budget.team_id,
+                 details={"month": f"{budget.month:%Y-%m}", "amount": str(budget.amount)})
+    budget.delete()
+
+
+def check_budgets(*, now: datetime | None = None, notify: bool = True) -> list[BudgetAlert]:
+    """Raise an alert for each threshold of this month's budgets that actual or forecast
+    spend has crossed, once: shown in the console, pushed live and mailed to admins."""
+    now = _now(now)
+    month = pricing.month_start(now).date()
+    raised = []
+    for budget in Budget.objects.filter(month=month).select_related("team"):
+        with transaction.atomic():
+            raised += _check_budget_thresholds(budget, now, notify)
+    return raised
+
+
+def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> list[BudgetAlert]:
+    charges = Charge.objects.filter(team=budget.team)
+    spend = {Basis.ACTUAL: costs.month_to_date(charges, now)}
+    outlook = costs.forecast(charges, now)
+    if outlook is not None:
+        spend[Basis.FORECAST] = outlook.point
+    done = set(BudgetAlert.objects.filter(budget=budget).values_list("basis", "percent"))
+    raised = []
+    for basis, thresholds in ((Basis.ACTUAL, budget.actual_thresholds), (Basis.FORECAST, budget.forecast_thresholds)):
+        if basis not in spend:
+            continue
+        for percent in thresholds:
+            if (basis, percent) in done or spend[basis] * 100 < budget.amount * percent:
+                continue
+            alert = BudgetAlert.objects.create(budget=budget, team=budget.team, basis=basis, percent=percent,
+                                               spend=spend[basis], crossed_at=now)
+            raised.append(alert)
+            _announce_alert(alert, budget, notify)
+    return raised
+
+
+def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
+    what = "Forecast month-end spend" if alert.basis == Basis.FORECAST else "Spend this month"
+    text = (f"{what} for {budget.team.name} is {alert.spend} {budget.currency}, {alert.percent}% or more of the "
+            f"{budget.month:%B %Y} budget of {budget.amount} {budget.currency}.")
+    record_event(actor="system", action="billing.budget.alert", target=alert, team=budget.team_id,
+                 details={"basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
+                          "budget": str(budget.amount)})
+    publish_on_commit([team_group(budget.team_id)], "budget", {
+        "team": budget.team_id, "basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
+        "amount": str(budget.amount), "currency": budget.currency, "message": text,
+    })
+    if notify:
+        emails = list(Membership.objects.filter(team_id=budget.team_id, role=Role.ADMIN)
+                      .exclude(user__email="").values_list("user__email", flat=True))
+        if emails:
+            subject = f"[GPU Console] {budget.team.name}: {alert.percent}% of the {budget.month:%B} budget ({alert.basis})"
+            transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))
+
+
+# --- spot preemption ---------------------------------------------------------------------
+
+
+@transaction.atomic
+def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DEFAULT_NOTICE, reason: str = "",
+                            now: datetime | None = None) -> PreemptionNotice:
+    """Warn a spot instance's team that the platform takes it back at now + notice."""
+    now = _now(now)
+    if not timedelta(0) <= notice <= timedelta(hours=1):
+        raise ValidationError({"notice_seconds": "The notice is between 0 seconds and one hour."})
+    instance = Instance.objects.select_for_update().get(pk=instance.pk)
+    if instance.pricing_model != PricingModel.SPOT:
+        raise BillingConflict(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
+    if instance.state != State.RUNNING:
+        raise BillingConflict(f"Instance {instance.name} is {instance.state}; only a running instance can be preempted.")
+    if PreemptionNotice.objects.filter(instance=instance, status=NoticeStatus.PENDING).exists():
+        raise BillingConflict(f"Instance {instance.name} already has a pending preemption notice.")
+    item = PreemptionNotice.objects.create(instance=instance, team_id=instance.team_id, notice_at=now,
+                                           preempt_at=now + notice, reason=reason[:200] or "capacity needed",
+                                           issued_by=_user(actor))
+    record_event(actor=actor, action="billing.preemption.notice", target=instance, team=instance.team_id,
+                 details={"preempt_at": item.preempt_at, "reason": item.reason, "notice_s": int(notice.total_seconds())})
+    publish_on_commit([team_group(instance.team_id)], "preemption", {
+        "instance": instance.pk, "name": instance.name, "preempt_at": item.preempt_at.isoformat(),
+        "seconds": int(notice.total_seconds()), "reason": item.reason,
+    })
+    return item
+
+
+def preempt_due(*, now: datetime | None = None) -> list[PreemptionNotice]:
+    """Preempt each instance whose notice has run out."""
+    now = _now(now)
+    done = []
+    for item in PreemptionNotice.objects.filter(status=NoticeStatus.PENDING, preempt_at__lte=now).select_related("instance"):
+        with transaction.atomic():
+            item = PreemptionNotice.objects.select_for_update().get(pk=item.pk)
+            if item.status != NoticeStatus.PENDING:
+                continue
+            if item.instance.state == State.RUNNING:
+                instance_services.preempt_instance(actor="system", instance=item.instance,
+                                                   reason=f"spot capacity reclaimed: {item.reason}", at=now)
+                item.status = NoticeStatus.DONE
+            else:
+                item.status = NoticeStatus.MOOT
+            item.done_at = now
+            item.save(update_fields=["status", "done_at"])
+            record_event(actor="system", action="billing.preemption.done", target=item.instance,
+                         team=item.team_id, details={"notice": item.pk, "status": item.status})
+            done.append(item)
+    return done
+
+
+# --- reads and exports -------------------------------------------------------------------
+
+
+def month_to_date(team: Team, now: datetime | None = None) -> Decimal:
+    """What ``team`` has spent so far this month (UTC), as metered."""
+    return costs.month_to_date(Charge.objects.filter(team=team), _now(now))
+
+
+def record_export(*, actor, fmt: str, start: datetime, end: datetime, team: Team | None) -> None:
+    record_event(actor=actor, action="billing.export", team=team, target_type="billing.charge",
+                 details={"format": fmt, "start": start, "end": end, "team": team.name if team else "all"})
