@@ -290,6 +290,7 @@ def start(the_plan: Plan) -> int:
                 retry_auth=args.retry_auth,
                 label=info.host if len(the_plan.hosts) > 1 else "",
                 backoff=Backoff(),
+                driver=info.driver,
             )
         _announce(the_plan, spools)
         return asyncio.run(run(the_plan.source, links, once=args.once))

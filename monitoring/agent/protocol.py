@@ -105,18 +105,21 @@ def dumps(obj) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
-def hello_frame(*, host: str, boot_id: str, backend: str, gpus: list[dict]) -> str:
-    return dumps(
-        {
-            "type": "hello",
-            "v": VERSION,
-            "host": host,
-            "boot_id": boot_id,
-            "agent": AGENT,
-            "backend": backend,
-            "gpus": gpus,
-        }
-    )
+def hello_frame(
+    *, host: str, boot_id: str, backend: str, gpus: list[dict], driver: str | None = None
+) -> str:
+    hello = {
+        "type": "hello",
+        "v": VERSION,
+        "host": host,
+        "boot_id": boot_id,
+        "agent": AGENT,
+        "backend": backend,
+        "gpus": gpus,
+    }
+    if driver:
+        hello["driver"] = driver
+    return dumps(hello)
 
 
 _SAMPLES_HEAD = '{"type":"samples","v":1,"boot_id":"%s","records":['

@@ -130,12 +130,14 @@ class HostLink:
         retry_auth: bool = False,
         label: str = "",
         backoff: Backoff | None = None,
+        driver: str | None = None,
     ):
         self.server = server
         self.host = host
         self.token = token
         self.gpus = gpus
         self.backend = backend
+        self.driver = driver
         self.spool = spool
         self.boot_id = boot_id or new_boot_id()
         self.retry_auth = retry_auth
@@ -247,7 +249,11 @@ class HostLink:
             try:
                 await ws.send(
                     protocol.hello_frame(
-                        host=self.host, boot_id=self.boot_id, backend=self.backend, gpus=self.gpus
+                        host=self.host,
+                        boot_id=self.boot_id,
+                        backend=self.backend,
+                        gpus=self.gpus,
+                        driver=self.driver,
                     )
                 )
                 await self._await_welcome(ws)

@@ -290,6 +290,9 @@ class FakePynvml:
     def nvmlShutdown(self):
         self.initialized = False
 
+    def nvmlSystemGetDriverVersion(self):
+        return "580.159.04"
+
     def nvmlDeviceGetCount(self):
         return len(self.devices)
 

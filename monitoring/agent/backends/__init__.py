@@ -21,6 +21,7 @@ class HostInfo:
     host: str
     gpus: list[dict]
     token: str | None = None
+    driver: str | None = None
 
 
 class Source:

@@ -188,6 +188,7 @@ class NvmlSource(Source):
         self.once = once
         self.nv = nvml
         self.gpus: list[_Gpu] = []
+        self.driver: str | None = None
         self._by_handle: dict[int, _Gpu] = {}
 
     # -- discovery --------------------------------------------------------------
@@ -208,6 +209,10 @@ class NvmlSource(Source):
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as exc:
             raise NvmlUnavailable(f"NVML is not available: {exc}") from None
+        try:
+            self.driver = _text(nv.nvmlSystemGetDriverVersion())
+        except nv.NVMLError:
+            self.driver = None
         for index in range(count):
             gpu = self._probe(index)
             if gpu is not None:
@@ -278,7 +283,7 @@ class NvmlSource(Source):
         return slices
 
     def hosts(self) -> list[HostInfo]:
-        return [HostInfo(self.host, [g.hello() for g in self.gpus])]
+        return [HostInfo(self.host, [g.hello() for g in self.gpus], driver=self.driver)]
 
     # -- calls ------------------------------------------------------------------
 

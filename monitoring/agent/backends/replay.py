@@ -114,7 +114,8 @@ class ReplaySource(Source):
         self.sent = 0
 
     def hosts(self) -> list[HostInfo]:
-        return [HostInfo(self.host, [self.trace.gpu()])]
+        driver = self.trace.static.get("driver")
+        return [HostInfo(self.host, [self.trace.gpu()], driver=driver)]
 
     def frames(self) -> Iterator[tuple[float, TraceLine, dict]]:
         """(delay before it, trace line, metrics) for each sample, looping unless once.
