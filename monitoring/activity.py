@@ -1,0 +1,68 @@
+"""How busy allocated GPUs really are, for billing's idle cost and for pages.
+
+"Utilization" from NVML is the share of time any kernel ran, not how much of the
+GPU it used: a memory copy reads 100% with no tensor work, a job that holds 100 GB
+and computes nothing reads ~0%. So where the GPU reports Hopper GPM metrics, real
+activity is the largest of SM occupancy, tensor-core activity and DRAM bandwidth
+use (a memory-bound copy is real work); elsewhere it is plain GPU utilization.
+A GPU-minute is idle when its real activity is below the threshold.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from .models import GpuLatest, Rollup1m, stale_after_s
+
+BUCKET = timedelta(minutes=1)
+
+
+def real_activity(gpu_util, sm_occupancy=None, tensor_active=None, dram_bw=None) -> float | None:
+    """Percent of real work; None when the GPU reported nothing to judge by."""
+    gpm = [v for v in (sm_occupancy, tensor_active, dram_bw) if v is not None]
+    if gpm:
+        return max(gpm)
+    return gpu_util
+
+
+def activity_by_instance(
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """{instance id: (observed GPU-seconds, idle GPU-seconds)} over [start, end).
+
+    Read from the 1-minute rollups; a minute cut by ``start`` or ``end`` counts for the
+    part inside. Instances with no telemetry answer (0, 0).
+    """
+    totals = {iid: [0.0, 0.0] for iid in instance_ids}
+    rows = Rollup1m.objects.filter(
+        instance_id__in=list(instance_ids), bucket__gt=start - BUCKET, bucket__lt=end
+    ).values_list(
+        "instance_id", "bucket", "observed_s", "gpu_util_avg", "sm_occupancy_pct_avg",
+        "tensor_active_pct_avg", "dram_bw_util_pct_avg",
+    )
+    for iid, bucket, observed, util, occupancy, tensor, dram in rows.iterator(chunk_size=5000):
+        inside = (min(end, bucket + BUCKET) - max(start, bucket)) / BUCKET
+        seconds = observed * inside
+        activity = real_activity(util, occupancy, tensor, dram)
+        totals[iid][0] += seconds
+        if activity is not None and activity < threshold_pct:
+            totals[iid][1] += seconds
+    return {iid: (round(observed), round(idle)) for iid, (observed, idle) in totals.items()}
+
+
+def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
+    """{instance id: {"t": newest reading or None, "gpus": [{uuid, t, m, stale}, …]}}."""
+    now = timezone.now()
+    after = stale_after_s()
+    out: dict[int, dict] = {iid: {"t": None, "gpus": []} for iid in instance_ids}
+    rows = GpuLatest.objects.filter(instance_id__in=list(instance_ids)).order_by("gpu_id", "slice_id")
+    for row in rows:
+        entry = out[row.instance_id]
+        entry["gpus"].append(
+            {"uuid": row.uuid, "t": row.time.isoformat(), "m": row.metrics, "stale": row.is_stale(now, after)}
+        )
+        if entry["t"] is None or row.time.isoformat() > entry["t"]:
+            entry["t"] = row.time.isoformat()
+    return out

@@ -1,0 +1,166 @@
+"""Telemetry API: chart series per GPU and per instance, latest state, GPU events,
+alerts, and operators' host tokens."""
+
+from django.db import transaction
+from django.urls import path
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
+from console.tenancy import WRITE_ROLES
+from instances.models import Gpu, GpuSlice, Instance
+
+from . import queries, services
+from .models import Alert, GpuEvent, GpuLatest, HostToken
+from .serializers import (
+    AlertSerializer,
+    GpuEventSerializer,
+    GpuLatestSerializer,
+    HostTokenSerializer,
+    NewHostTokenSerializer,
+)
+
+WINDOW_PARAMETERS = [
+    OpenApiParameter("metric", str, many=True, description=f"repeatable; one of {', '.join(queries.CHARTABLE)}"),
+    OpenApiParameter("start", str, description="ISO 8601 or Unix seconds; default end - 1 h"),
+    OpenApiParameter("end", str, description="ISO 8601 or Unix seconds; default now"),
+    OpenApiParameter("points", int, description=f"at most this many points per series (≤ {queries.MAX_POINTS})"),
+]
+
+
+def _window(request) -> queries.Window:
+    try:
+        return queries.parse_window(request.query_params)
+    except queries.QueryError as exc:
+        raise ValidationError({exc.param: [exc.message]}) from None
+
+
+class GpuMetricsView(APIView):
+    """Series of one GPU or MIG/vGPU slice: the tier follows the range (raw ≤ 6 h,
+    1-minute ≤ 7 days, else 1-hour), at most 2,000 min/max-preserving points."""
+
+    @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    def get(self, request, uuid):
+        window = _window(request)
+        gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).values("id").first()
+        if gpu is not None:
+            gpu_id, slice_id = gpu["id"], None
+        else:
+            piece = GpuSlice.objects.for_user(request.user).filter(uuid=uuid).values("id", "gpu_id").first()
+            if piece is None:
+                raise NotFound("No such GPU.")
+            gpu_id, slice_id = piece["gpu_id"], piece["id"]
+        tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id)
+        return Response(
+            {"gpu": uuid, "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end), "series": series}
+        )
+
+
+class InstanceMetricsView(APIView):
+    """Series of every GPU or slice an instance held in the range, keyed by UUID."""
+
+    @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk):
+        window = _window(request)
+        instance = Instance.objects.for_user(request.user).filter(pk=pk).values("id").first()
+        if instance is None:
+            raise NotFound("No such instance.")
+        tier, gpus = queries.instance_series(request.user, window, instance_id=instance["id"])
+        return Response(
+            {"instance": instance["id"], "tier": tier, "start": queries.iso(window.start),
+             "end": queries.iso(window.end), "gpus": gpus}
+        )
+
+
+class GpuLatestViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
+    """The latest reading of each GPU and slice (``stale`` when its agent went quiet)."""
+
+    queryset = GpuLatest.objects.select_related("host", "gpu")
+    serializer_class = GpuLatestSerializer
+    lookup_field = "uuid"
+    lookup_value_regex = "[^/]+"
+    filterset_fields = ["host__name", "instance", "team"]
+
+    def get_serializer_context(self):
+        return super().get_serializer_context() | {"now": timezone.now()}
+
+
+class GpuEventViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
+    """XID errors, lost and returned GPUs, registrations and inventory mismatches."""
+
+    queryset = GpuEvent.objects.select_related("host")
+    serializer_class = GpuEventSerializer
+    filterset_fields = ["kind", "uuid", "host__name", "instance", "team"]
+    ordering_fields = ["time"]
+
+
+class AlertViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
+    """Alerts of your teams' GPUs and instances (operators: every alert)."""
+
+    queryset = Alert.objects.select_related("host", "acknowledged_by")
+    serializer_class = AlertSerializer
+    filterset_fields = ["kind", "state", "team", "instance"]
+    ordering_fields = ["opened_at", "updated_at"]
+
+    @extend_schema(request=None, responses=AlertSerializer)
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request, pk=None):
+        alert = self.get_object()
+        if alert.team_id is None:
+            if not request.user.is_staff:
+                self.permission_denied(request, message="Only operators can acknowledge fleet alerts.")
+        else:
+            self.require_role(alert.team_id, WRITE_ROLES, "acknowledge alerts")
+        try:
+            alert = services.acknowledge_alert(actor=request.user, alert=alert)
+        except services.AlertError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
+
+
+class HostTokenViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Agent tokens (operators). The raw token is in the creation answer only;
+    revoke with POST …/{id}/revoke/."""
+
+    queryset = HostToken.objects.select_related("host", "created_by")
+    serializer_class = HostTokenSerializer
+    filterset_fields = ["host__name", "host"]
+
+    def get_serializer_class(self):
+        return NewHostTokenSerializer if self.action == "create" else HostTokenSerializer
+
+    @extend_schema(request=HostTokenSerializer, responses={201: NewHostTokenSerializer})
+    def create(self, request, *args, **kwargs):
+        form = HostTokenSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with transaction.atomic():
+            token, raw = services.create_host_token(
+                actor=request.user, host=form.validated_data["host"], name=form.validated_data["name"]
+            )
+        body = NewHostTokenSerializer(token).data | {"token": raw}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=HostTokenSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = services.revoke_host_token(actor=request.user, token=self.get_object())
+        return Response(HostTokenSerializer(token).data)
+
+
+routes = [
+    ("gpu-latest", GpuLatestViewSet, "gpu-latest"),
+    ("gpu-events", GpuEventViewSet, "gpu-event"),
+    ("alerts", AlertViewSet, "alert"),
+    ("host-tokens", HostTokenViewSet, "host-token"),
+]
+
+urlpatterns = [
+    path("gpus/<str:uuid>/metrics/", GpuMetricsView.as_view(), name="gpu-metrics"),
+    path("instances/<int:pk>/metrics/", InstanceMetricsView.as_view(), name="instance-metrics"),
+]

@@ -1,0 +1,283 @@
+"""Websockets: host agents publish on /ws/agent/, browsers subscribe on /ws/live/.
+
+Both are adapters: they parse, authorise and call the ingest service or the
+tenancy checks; no ORM call runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.db import connection
+
+from audit.models import Outcome
+from audit.services import record_event
+from console.live import FLEET_GROUP, host_group, instance_group, team_group
+from console.tenancy import READ_ROLES, has_role, is_operator
+from instances.models import Instance
+from monitoring.agent import protocol as p
+
+from . import fanout, frames, ingest, services
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 10.0
+QUEUE_FRAMES = 8  # per connection; a full queue stops reading that agent's socket
+MERGE_FRAMES = 8  # frames one transaction may take from the queue
+
+
+@cache
+def _writers() -> ThreadPoolExecutor:
+    """Threads for sample writes, apart from the one thread of other ORM calls, so
+    one slow write holds up only its own agent. SQLite has one writer anyway."""
+    default = 1 if connection.vendor == "sqlite" else 4
+    return ThreadPoolExecutor(max_workers=int(getattr(settings, "INGEST_WRITER_THREADS", default)),
+                              thread_name_prefix="ingest")
+
+
+def _write(func):
+    return database_sync_to_async(func, thread_sensitive=False, executor=_writers())
+
+
+def _bearer(scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            parts = value.decode("latin-1").split()
+            if len(parts) == 2 and parts[0].lower() == "bearer":
+                return parts[1]
+            return None
+    return None
+
+
+def _peer(scope) -> str:
+    client = scope.get("client") or ("", 0)
+    return str(client[0] or "")
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    """Protocol v1 (docs/agent-protocol.md): hello → welcome, then samples → ack."""
+
+    async def connect(self):
+        self.host = None
+        self.hello = None
+        self.closing = False
+        self.queue: asyncio.Queue | None = None
+        self.writer: asyncio.Task | None = None
+        self.seen: dict[str, int] = {}
+        await self.accept()
+        if b"token" in self.scope.get("query_string", b"").lower():
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
+            return
+        raw = _bearer(self.scope)
+        if raw is None:
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "send the host token as 'Authorization: Bearer <token>'")
+            return
+        token = await database_sync_to_async(services.authenticate_agent)(raw)
+        if token is None:
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "the host token is not valid or was revoked")
+            return
+        self.host = token.host
+        self.timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._hello_late)
+
+    def _hello_late(self):
+        if self.hello is None and not self.closing:
+            asyncio.ensure_future(self.refuse(p.CLOSE_HELLO_TIMEOUT, "hello_timeout",
+                                              f"no hello within {HELLO_TIMEOUT_S:.0f} s"))
+
+    async def disconnect(self, code):
+        self.closing = True
+        if getattr(self, "timer", None) is not None:
+            self.timer.cancel()
+        if self.writer is not None:
+            self.writer.cancel()
+        if self.host is not None and self.hello is not None:
+            await database_sync_to_async(ingest.disconnected)(host_id=self.host.pk)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        if self.closing or self.host is None:
+            return
+        try:
+            frame = frames.parse(text_data if text_data is not None else bytes_data)
+            if self.hello is None:
+                await self.on_hello(frames.hello(frame))
+            else:
+                await self.on_samples(frame)
+        except frames.FrameError as exc:
+            await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True)
+        except ingest.Refused as exc:
+            await self.refuse(exc.close_code, exc.code, exc.message)
+
+    async def on_hello(self, hello: frames.Hello):
+        if hello.host != self.host.name:
+            raise ingest.Refused(
+                p.CLOSE_GPU_CONFLICT, "wrong_host",
+                f"this token belongs to host {self.host.name}, not {hello.host}",
+            )
+        result = await database_sync_to_async(ingest.accept_hello)(
+            host=self.host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT
+        )
+        await database_sync_to_async(ingest.connected)(host=self.host, hello=hello, result=result, peer=_peer(self.scope))
+        self.hello = hello
+        self.timer.cancel()
+        self.attribution = ingest.Attribution(self.host.pk)
+        self.queue = asyncio.Queue(maxsize=QUEUE_FRAMES)
+        self.writer = asyncio.ensure_future(self.write_loop())
+        await self.send_frame({
+            "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
+            "registered": result.registered, "vanished": result.vanished,
+        })
+
+    async def on_samples(self, frame: dict):
+        if frame.get("type") == "hello":
+            raise frames.bad("hello was already sent on this connection", "hello_twice")
+        boot_id = frame.get("boot_id")
+        after = self.seen.get(boot_id, 0) if isinstance(boot_id, str) else 0
+        batch = frames.samples(frame, self.hello, now=time.time(), after_seq=after)
+        self.seen[batch.boot_id] = batch.last_seq
+        await self.queue.put(batch)  # waits while the writer is behind: backpressure
+
+    async def write_loop(self):
+        store = _write(ingest.store)
+        while True:
+            batches = [await self.queue.get()]
+            while len(batches) < MERGE_FRAMES and not self.queue.empty():
+                batches.append(self.queue.get_nowait())
+            try:
+                stored = await store(host_id=self.host.pk, host_name=self.host.name, batches=batches,
+                                     attribution=self.attribution)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("storing samples of %s failed", self.host.name)
+                await self.send_frame({"type": "error", "code": "server_error",
+                                       "message": "the server could not store this batch; send it again"})
+                self.closing = True
+                await self.close(code=1011)
+                return
+            for boot_id, seq in stored.acks:
+                await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
+            fanout.offer(stored.latest)
+
+    async def send_frame(self, frame: dict):
+        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+
+    async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False):
+        if self.closing:
+            return
+        self.closing = True
+        await self.send_frame({"type": "error", "code": code, "message": message})
+        await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
+        await self.close(code=close_code, reason=code)
+
+
+def _note_refusal(host, code: str, message: str, bad_frame: bool) -> None:
+    if bad_frame and host is not None:
+        ingest.count_bad_frame(host_id=host.pk, message=message)
+    services.record_agent_reject(host=host, reason=message, details={"code": code})
+
+
+# --- browsers -------------------------------------------------------------------------
+
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_DENIED = 4403
+CLOSE_BAD_MESSAGE = 4400
+MAX_SUBSCRIPTIONS = 64
+KINDS = ("team", "instance", "host", "fleet")
+
+
+def _allowed(user, kind: str, ident: int | None) -> bool:
+    if kind == "fleet" or kind == "host":
+        return is_operator(user)
+    if kind == "team":
+        return is_operator(user) or has_role(user, ident, READ_ROLES)
+    return Instance.objects.for_user(user).filter(pk=ident).exists()
+
+
+def _group(kind: str, ident: int | None) -> str:
+    return {"team": team_group, "instance": instance_group, "host": host_group}[kind](ident) if ident is not None else FLEET_GROUP
+
+
+def _deny(user, kind: str, ident) -> None:
+    record_event(actor=user, action="live.denied", outcome=Outcome.DENIED, details={"kind": kind, "id": ident})
+
+
+def _target(target) -> tuple[str, int | None] | str:
+    """(kind, id) of a subscription, or what is wrong with it."""
+    if not isinstance(target, dict) or target.get("kind") not in KINDS:
+        return f"kind must be one of {', '.join(KINDS)}"
+    kind, ident = target["kind"], target.get("id")
+    if kind == "fleet":
+        return kind, None
+    if isinstance(ident, bool) or not isinstance(ident, int) or not 1 <= ident <= 2**63 - 1:
+        return f"id must be the {kind}'s numeric id"
+    return kind, ident
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Browsers: ``{"subscribe": {"kind": …, "id": …}}``; see docs/live-protocol.md."""
+
+    async def connect(self):
+        self.joined: set[str] = set()
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def disconnect(self, code):
+        for group in self.joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined.clear()
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = json.loads(text_data or "")
+        except ValueError:
+            await self.fail("messages are JSON objects")
+            return
+        if not isinstance(message, dict) or len(message) != 1 or next(iter(message)) not in ("subscribe", "unsubscribe"):
+            await self.fail('send {"subscribe": {"kind": …, "id": …}} or {"unsubscribe": {…}}')
+            return
+        verb, target = next(iter(message.items()))
+        parsed = _target(target)
+        if isinstance(parsed, str):
+            await self.fail(parsed)
+            return
+        kind, ident = parsed
+        group = _group(kind, ident)
+        if verb == "unsubscribe":
+            if group in self.joined:
+                self.joined.discard(group)
+                await self.channel_layer.group_discard(group, self.channel_name)
+            await self.send_event("unsubscribed", {"kind": kind, "id": ident})
+            return
+        user = self.scope["user"]
+        if not await database_sync_to_async(_allowed)(user, kind, ident):
+            await database_sync_to_async(_deny)(user, kind, ident)
+            await self.close(code=CLOSE_DENIED)
+            return
+        if group not in self.joined:
+            if len(self.joined) >= MAX_SUBSCRIPTIONS:
+                await self.fail(f"at most {MAX_SUBSCRIPTIONS} subscriptions per connection")
+                return
+            self.joined.add(group)
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.send_event("subscribed", {"kind": kind, "id": ident})
+
+    async def fail(self, message: str):
+        await self.send_event("error", {"message": message})
+        await self.close(code=CLOSE_BAD_MESSAGE)
+
+    async def send_event(self, event: str, data: dict):
+        await self.send(text_data=json.dumps({"event": event, "data": data}, separators=(",", ":")))
+
+    async def live_event(self, message):
+        await self.send_event(message["event"], message["data"])

@@ -1,0 +1,85 @@
+"""Coalesced live GPU updates.
+
+Writers hand every stored reading to ``offer``; at most once per ``LIVE_COALESCE_S``
+(default 0.25 s) the newest reading of each GPU goes out as one ``gpus`` event per
+group: ``fleet`` (every GPU), ``host.<id>``, ``team.<id>`` and ``instance.<id>`` (only
+their own GPUs). A browser gets a few messages a second, however many GPUs report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+from django.conf import settings
+
+from console.live import FLEET_GROUP, apublish, host_group, instance_group, team_group
+
+PUBLIC_KEYS = ("uuid", "host", "index", "instance", "team", "t", "m", "stale")
+
+
+def interval_s() -> float:
+    return float(getattr(settings, "LIVE_COALESCE_S", 0.25))
+
+
+def public(entry: dict) -> dict:
+    return {k: entry[k] for k in PUBLIC_KEYS}
+
+
+def groups_of(entry: dict) -> list[str]:
+    groups = [FLEET_GROUP, host_group(entry["_host_id"])]
+    if entry["team"]:
+        groups.append(team_group(entry["team"]))
+    if entry["instance"]:
+        groups.append(instance_group(entry["instance"]))
+    return groups
+
+
+def split(entries: list[dict]) -> dict[str, list[dict]]:
+    """{group: [public entry, …]} for a set of readings."""
+    by_group: dict[str, list[dict]] = {}
+    for entry in entries:
+        shown = public(entry)
+        for group in groups_of(entry):
+            by_group.setdefault(group, []).append(shown)
+    return by_group
+
+
+class Coalescer:
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.pending: dict[str, dict] = {}
+        self.task: asyncio.Task | None = None
+        self.sent = 0
+
+    def offer(self, latest: dict[str, dict]) -> None:
+        for uuid, entry in latest.items():
+            kept = self.pending.get(uuid)
+            if kept is None or entry["_t"] >= kept["_t"]:
+                self.pending[uuid] = entry
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.interval)
+        batch, self.pending = self.pending, {}
+        for group, gpus in split(list(batch.values())).items():
+            await apublish([group], "gpus", {"gpus": gpus})
+            self.sent += 1
+
+
+_by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def coalescer() -> Coalescer:
+    """This event loop's coalescer (one per server process)."""
+    loop = asyncio.get_running_loop()
+    found = _by_loop.get(loop)
+    if found is None:
+        found = _by_loop[loop] = Coalescer(interval_s())
+    return found
+
+
+def offer(latest: dict[str, dict]) -> None:
+    if latest:
+        coalescer().offer(latest)

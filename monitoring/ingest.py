@@ -1,0 +1,404 @@
+"""The ingest service: what the agent consumer calls, off the event loop.
+
+``accept_hello`` reconciles a host's report of its GPUs with the inventory;
+``store`` writes checked samples frames in one transaction, skipping records an
+earlier connection already stored (dedupe by host, boot_id and seq), so a frame
+replayed after a lost ack is acknowledged again but never stored twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from audit.services import record_event
+from instances import services as instance_services
+from instances.models import Gpu, GpuModel, GpuSlice, Host, Instance, SliceKind, SliceProfile, State
+
+from . import alerts
+from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
+from .frames import GpuInfo, Hello, Samples
+from .models import AgentSession, AgentState, AlertKind, EventKind, GpuEvent, RollupCursor
+
+SAMPLE_COLUMNS = ("time", "gpu_id", "slice_id", "instance_id", "team_id", "procs", *RAW_METRICS)
+_UNSIGNED = frozenset(UNSIGNED_64)
+
+
+class Refused(Exception):
+    """The hello cannot be accepted: ``code`` and ``close_code`` go to the agent."""
+
+    def __init__(self, close_code: int, code: str, message: str):
+        super().__init__(message)
+        self.close_code, self.code, self.message = close_code, code, message
+
+
+# --- hello ----------------------------------------------------------------------------
+
+
+@dataclass
+class HelloResult:
+    registered: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+
+
+def accept_hello(*, host: Host, hello: Hello, conflict_code: int) -> HelloResult:
+    """Register GPUs the host reports for the first time, flag those it no longer
+    reports, and refuse GPUs the inventory places on another host."""
+    with transaction.atomic():
+        elsewhere = _elsewhere(host, hello)
+        if elsewhere:
+            _flag_moved(host, elsewhere)
+    if elsewhere:
+        uuid, other = elsewhere[0]
+        raise Refused(conflict_code, "gpu_conflict", f"GPU {uuid} is registered to host {other}, not {host.name}")
+    with transaction.atomic():
+        return _reconcile(host, hello)
+
+
+def _elsewhere(host: Host, hello: Hello) -> list[tuple[str, str]]:
+    gpu_uuids = [g.uuid for g in hello.gpus]
+    slice_uuids = [s.uuid for g in hello.gpus for s in g.slices]
+    found = list(Gpu.objects.filter(uuid__in=gpu_uuids).exclude(host=host).values_list("uuid", "host__name"))
+    found += list(
+        GpuSlice.objects.filter(uuid__in=slice_uuids).exclude(gpu__host=host).values_list("uuid", "gpu__host__name")
+    )
+    return found
+
+
+def _flag_moved(host: Host, elsewhere: list[tuple[str, str]]) -> None:
+    for uuid, other in elsewhere:
+        gpu = Gpu.objects.filter(uuid=uuid).first()
+        GpuEvent.objects.create(
+            kind=EventKind.MOVED, host=host, gpu=gpu, uuid=uuid,
+            message=f"{host.name} reports {uuid}, which the inventory places on {other}.",
+            details={"registered_host": other},
+        )
+
+
+def _reconcile(host: Host, hello: Hello) -> HelloResult:
+    result = HelloResult()
+    known = {g.uuid: g for g in Gpu.objects.filter(host=host).select_related("model")}
+    reported = {g.uuid for g in hello.gpus}
+    for info in hello.gpus:
+        gpu = known.get(info.uuid)
+        if gpu is None:
+            gpu = _register_gpu(host, info)
+            result.registered.append(info.uuid)
+        _register_slices(host, gpu, info, result)
+        alerts.resolve_key(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
+    for uuid, gpu in known.items():
+        if uuid in reported:
+            continue
+        result.vanished.append(uuid)
+        GpuEvent.objects.create(
+            kind=EventKind.VANISHED, host=host, gpu=gpu, uuid=uuid, instance_id=gpu.instance_id, team_id=gpu.team_id,
+            message=f"{host.name} no longer reports {uuid} (GPU {gpu.index}).",
+        )
+        alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
+            key=f"gpu_lost:{uuid}", host_id=host.pk, gpu_id=gpu.pk, uuid=uuid, instance_id=gpu.instance_id,
+            team_id=gpu.team_id, message=f"{uuid} (GPU {gpu.index} of {host.name}) is missing from its agent's report.",
+        ))
+    return result
+
+
+def _register_gpu(host: Host, info: GpuInfo) -> Gpu:
+    gpu = instance_services.add_gpu(
+        actor=host, host=host, index=info.index, uuid=info.uuid,
+        model=gpu_model_for(info.name, info.memory_total, info.power_limit_mw),
+        memory_total=info.memory_total, pci_bus_id=info.pci_bus_id,
+    )
+    GpuEvent.objects.create(
+        kind=EventKind.REGISTERED, host=host, gpu=gpu, uuid=info.uuid,
+        message=f"{host.name} reported a new GPU {info.uuid} ({info.name or gpu.model.name}) at index {info.index}.",
+    )
+    return gpu
+
+
+def _register_slices(host: Host, gpu: Gpu, info: GpuInfo, result: HelloResult) -> None:
+    if not info.slices:
+        return
+    known = set(GpuSlice.objects.filter(gpu=gpu).values_list("uuid", flat=True))
+    for s in info.slices:
+        if s.uuid in known:
+            continue
+        profile = _slice_profile(gpu.model, s.profile or "unknown", s.memory_total)
+        piece = GpuSlice.objects.create(gpu=gpu, profile=profile, uuid=s.uuid, gpu_instance_id=s.gpu_instance_id)
+        record_event(actor=host, action="gpu_slice.register", target=piece,
+                     details={"host": host.name, "gpu": gpu.uuid, "uuid": s.uuid, "profile": profile.name})
+        result.registered.append(s.uuid)
+
+
+_FAMILY = re.compile(r"([A-Z]+\d+[A-Z]*)")
+
+
+def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None) -> GpuModel:
+    """The catalog model for what NVML calls ``name`` (e.g. "NVIDIA H200"), matched on its
+    family and memory size; a model the catalog lacks is added."""
+    exact = GpuModel.objects.filter(name=name).first()
+    if exact is not None:
+        return exact
+    gib = memory_total / 2**30
+    match = _FAMILY.search(name.removeprefix("NVIDIA").upper())
+    family = match.group(1) if match else "GPU"
+    for model in GpuModel.objects.filter(name__istartswith=family):
+        if gib and abs(model.memory_gb - gib) <= 0.1 * model.memory_gb:
+            return model
+    model, _ = GpuModel.objects.get_or_create(
+        name=f"{family}-{round(gib)}GB",
+        defaults={"memory_gb": max(1, round(gib)), "power_limit_w": (power_limit_mw or 700_000) // 1000},
+    )
+    return model
+
+
+def _slice_profile(model: GpuModel, name: str, memory_total: int | None) -> SliceProfile:
+    kind = SliceKind.MIG
+    existing = SliceProfile.objects.filter(gpu_model=model, name=name).first()
+    if existing is not None:
+        return existing
+    memory_gb = max(1, round((memory_total or 0) / 2**30))
+    return SliceProfile.objects.create(
+        gpu_model=model, kind=kind, name=name[:40], memory_gb=memory_gb,
+        slices_per_gpu=max(1, min(7, model.memory_gb // memory_gb)),
+    )
+
+
+def connected(*, host: Host, hello: Hello, result: HelloResult, peer: str = "") -> None:
+    with transaction.atomic():
+        now = timezone.now()
+        AgentState.objects.update_or_create(
+            host=host,
+            defaults={"connected": True, "connected_at": now, "last_seen_at": now, "boot_id": hello.boot_id,
+                      "agent": hello.agent[:80], "backend": hello.backend[:20]},
+        )
+        AgentSession.objects.get_or_create(host=host, boot_id=hello.boot_id)
+        record_event(
+            actor=host, action="agent.connect", target=host,
+            details={"boot_id": hello.boot_id, "agent": hello.agent, "backend": hello.backend,
+                     "gpus": len(hello.gpus), "registered": result.registered[:50],
+                     "vanished": result.vanished[:50], "peer": peer},
+        )
+        alerts.resolve_key(f"agent_silent:{host.name}", why="the agent connected")
+
+
+def disconnected(*, host_id: int) -> None:
+    AgentState.objects.filter(host_id=host_id).update(connected=False)
+
+
+def count_bad_frame(*, host_id: int, message: str) -> None:
+    AgentState.objects.filter(host_id=host_id).update(bad_frames=F("bad_frames") + 1, last_error=message[:300])
+
+
+# --- samples ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    gpu_id: int
+    slice_id: int | None
+    index: int
+    instance_id: int | None
+    team_id: int | None
+    held_since: datetime | None
+
+
+class Attribution:
+    """Who holds each GPU and slice of one host, read at each write."""
+
+    def __init__(self, host_id: int):
+        self.host_id = host_id
+        self._since: dict[int, datetime | None] = {}
+
+    def current(self) -> dict[str, Holder]:
+        gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index", "instance_id", "team_id")
+        slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list(
+            "uuid", "gpu_id", "id", "gpu__index", "instance_id", "team_id"
+        )
+        rows = [(u, g, None, i, inst, team) for u, g, i, inst, team in gpus] + list(slices)
+        self._learn_since({row[4] for row in rows if row[4] is not None})
+        return {
+            uuid: Holder(gpu_id, slice_id, index, inst, team, self._since.get(inst))
+            for uuid, gpu_id, slice_id, index, inst, team in rows
+        }
+
+    def _learn_since(self, instance_ids: set[int]) -> None:
+        missing = instance_ids - self._since.keys()
+        if not missing:
+            return
+        since = Instance.objects.filter(pk__in=missing).annotate(
+            since=Max("events__time", filter=Q(events__to_state=State.PENDING))
+        ).values_list("pk", "since")
+        self._since.update(dict(since))
+
+
+@dataclass
+class Stored:
+    acks: list[tuple[str, int]]  # (boot_id, seq) per frame, in order
+    stored: int
+    duplicates: int
+    latest: dict[str, dict]  # device uuid -> live entry
+
+
+def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: Attribution) -> Stored:
+    """Write ``batches`` (checked frames of one host) in one transaction."""
+    with transaction.atomic():
+        holders = attribution.current()
+        rows, events, latest = [], [], {}
+        duplicates = 0
+        last_by_boot = _claim_seqs(host_id, batches)
+        for batch in batches:
+            fresh = [r for r in batch.records if r.seq > last_by_boot[batch.boot_id][0]]
+            duplicates += len(batch.records) - len(fresh)
+            if fresh:
+                last_by_boot[batch.boot_id][0] = fresh[-1].seq
+            for record in fresh:
+                holder = holders.get(record.device)
+                if holder is None:  # deleted from the inventory since the hello
+                    continue
+                when = datetime.fromtimestamp(record.t, tz=UTC)
+                held = holder.held_since is None or when >= holder.held_since
+                instance_id, team_id = (holder.instance_id, holder.team_id) if held else (None, None)
+                if record.event is not None:
+                    events.append((record, holder, when, instance_id, team_id))
+                    continue
+                rows.append(_row(record, holder, when, instance_id, team_id))
+                entry = latest.get(record.device)
+                if entry is None or record.t >= entry["_t"]:
+                    latest[record.device] = _live_entry(record, holder, host_id, host_name, instance_id, team_id)
+        _save_seqs(host_id, last_by_boot)
+        insert_samples(rows)
+        _upsert_latest(host_id, latest)
+        _store_events(host_id, host_name, events)
+        _note_late(rows)
+        AgentState.objects.filter(host_id=host_id).update(
+            last_seen_at=timezone.now(), frames=F("frames") + len(batches),
+            samples=F("samples") + len(rows), duplicates=F("duplicates") + duplicates,
+        )
+    return Stored(acks=[(b.boot_id, b.last_seq) for b in batches], stored=len(rows), duplicates=duplicates,
+                  latest=latest)
+
+
+def _claim_seqs(host_id: int, batches: list[Samples]) -> dict[str, list[int]]:
+    """{boot_id: [last stored seq, session id]}, with the sessions' rows locked."""
+    boots = sorted({b.boot_id for b in batches})
+    for boot_id in boots:
+        AgentSession.objects.get_or_create(host_id=host_id, boot_id=boot_id)
+    sessions = AgentSession.objects.select_for_update().filter(host_id=host_id, boot_id__in=boots).order_by("boot_id")
+    return {s.boot_id: [s.last_seq, s.pk] for s in sessions}
+
+
+def _save_seqs(host_id: int, last_by_boot: dict[str, list[int]]) -> None:
+    now = timezone.now()
+    for seq, session_id in last_by_boot.values():
+        AgentSession.objects.filter(pk=session_id, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now)
+
+
+def _row(record, holder: Holder, when: datetime, instance_id, team_id) -> tuple:
+    m = record.m
+    values = [
+        when, holder.gpu_id, holder.slice_id, instance_id, team_id,
+        None if record.procs is None else json.dumps(record.procs, separators=(",", ":")),
+    ]
+    for name in RAW_METRICS:
+        value = m.get(name)
+        if value is not None and name in _UNSIGNED:
+            value = to_signed(value)
+        values.append(value)
+    return tuple(values)
+
+
+def _live_entry(record, holder: Holder, host_id, host_name, instance_id, team_id) -> dict:
+    return {
+        "uuid": record.device, "host": host_name, "index": holder.index, "instance": instance_id, "team": team_id,
+        "t": datetime.fromtimestamp(record.t, tz=UTC).isoformat(), "m": record.m, "stale": False,
+        "_t": record.t, "_host_id": host_id, "_gpu_id": holder.gpu_id, "_slice_id": holder.slice_id,
+    }
+
+
+def insert_samples(rows: list[tuple]) -> None:
+    """Append raw rows (SAMPLE_COLUMNS order): COPY on PostgreSQL, executemany elsewhere."""
+    if not rows:
+        return
+    table = "monitoring_sample"
+    columns = ", ".join(connection.ops.quote_name(c) for c in SAMPLE_COLUMNS)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        adapt = connection.ops.adapt_datetimefield_value
+        marks = ", ".join(["%s"] * len(SAMPLE_COLUMNS))
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES ({marks})", [(adapt(r[0]), *r[1:]) for r in rows]
+        )
+
+
+def _upsert_latest(host_id: int, latest: dict[str, dict]) -> None:
+    """One statement; a reading only replaces an older one (replayed backlog never
+    overwrites a newer reading)."""
+    if not latest:
+        return
+    adapt = connection.ops.adapt_datetimefield_value
+    now = adapt(timezone.now())
+    params, groups = [], []
+    for uuid, e in latest.items():
+        groups.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s)")
+        params += [uuid, host_id, e["_gpu_id"], e["_slice_id"], e["instance"], e["team"],
+                   adapt(datetime.fromtimestamp(e["_t"], tz=UTC)), now, json.dumps(e["m"])]
+    table = "monitoring_gpulatest"
+    newer = f"{table}.time <= excluded.time"
+    moving = ("host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics")
+    sets = [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE {table}.{c} END" for c in moving]
+    # An older reading (replayed backlog) still proves the agent is alive.
+    sets.append("last_seen = excluded.last_seen")
+    sql = (
+        f"INSERT INTO {table} (uuid, host_id, gpu_id, slice_id, instance_id, team_id, time, last_seen, metrics) "
+        f"VALUES {', '.join(groups)} ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _store_events(host_id: int, host_name: str, events: list) -> None:
+    if not events:
+        return
+    rows = []
+    for record, holder, when, instance_id, team_id in events:
+        e = record.event
+        rows.append(GpuEvent(
+            time=when, kind=e["kind"], host_id=host_id, gpu_id=holder.gpu_id, uuid=record.device,
+            code=e.get("code"), message=e.get("message", ""), instance_id=instance_id, team_id=team_id,
+            details={"seq": record.seq},
+        ))
+        where = dict(host_id=host_id, gpu_id=holder.gpu_id, uuid=record.device, instance_id=holder.instance_id,
+                     team_id=holder.team_id)
+        if e["kind"] == "xid":
+            alerts.raise_alert(AlertKind.XID, alerts.Condition(
+                key=f"xid:{record.device}:{e['code']}", value=e["code"],
+                message=f"XID {e['code']} on {record.device} ({host_name}): {e.get('message') or 'no detail'}",
+                **where,
+            ), now=when)
+        elif e["kind"] == "gpu_lost":
+            alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
+                key=f"gpu_lost:{record.device}",
+                message=f"{record.device} on {host_name} is lost: {e.get('message') or 'no detail'}", **where,
+            ), now=when)
+        elif e["kind"] == "gpu_back":
+            alerts.resolve_key(f"gpu_lost:{record.device}", now=when, why="the agent reports it back")
+    GpuEvent.objects.bulk_create(rows)
+
+
+def _note_late(rows: list[tuple]) -> None:
+    """Samples older than what the rollups already cover make those buckets dirty."""
+    if not rows:
+        return
+    oldest = min(r[0] for r in rows)
+    RollupCursor.objects.filter(done_until__gt=oldest).filter(
+        Q(dirty_from__isnull=True) | Q(dirty_from__gt=oldest)
+    ).update(dirty_from=oldest)

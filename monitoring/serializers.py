@@ -1,0 +1,60 @@
+from rest_framework import serializers
+
+from console.validators import plain_name
+from instances.models import Host
+
+from .models import Alert, GpuEvent, GpuLatest, HostToken, stale_after_s
+
+
+class HostTokenSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", queryset=Host.objects.all())
+    name = serializers.CharField(max_length=80, required=False, allow_blank=True, default="", validators=[plain_name])
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = HostToken
+        fields = ["id", "host", "name", "prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class NewHostTokenSerializer(HostTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="The raw token: shown once, never again.")
+
+    class Meta(HostTokenSerializer.Meta):
+        fields = [*HostTokenSerializer.Meta.fields, "token"]
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Alert
+        fields = [
+            "id", "kind", "state", "key", "message", "value", "threshold", "count", "host", "uuid",
+            "instance", "team", "opened_at", "updated_at", "acknowledged_at", "acknowledged_by", "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+class GpuEventSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = GpuEvent
+        fields = ["id", "time", "kind", "host", "uuid", "code", "message", "instance", "team", "details"]
+        read_only_fields = fields
+
+
+class GpuLatestSerializer(serializers.ModelSerializer):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu = serializers.SlugRelatedField(slug_field="uuid", read_only=True)
+    stale = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuLatest
+        fields = ["uuid", "gpu", "host", "instance", "team", "time", "last_seen", "stale", "metrics"]
+        read_only_fields = fields
+
+    def get_stale(self, row) -> bool:
+        return row.is_stale(self.context.get("now"), stale_after_s())

@@ -1,0 +1,121 @@
+"""Telemetry verbs that change state: host tokens, agent sessions and their GPUs,
+alerts. Each is audited in its own transaction."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import Outcome
+from audit.services import record_event
+from instances import services as instance_services
+from instances.models import Host, HostKind, Region
+
+from .models import Alert, AlertState, HostToken
+
+
+class TokenError(ValueError):
+    """A host token request that cannot be honoured (answers 400)."""
+
+
+# --- host tokens --------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_host_token(*, actor, host: Host, name: str = "") -> tuple[HostToken, str]:
+    """The token row and the raw token, which is never stored and shown once."""
+    raw = HostToken.generate()
+    token = HostToken.objects.create(
+        host=host,
+        name=name,
+        key_hash=HostToken.hash(raw),
+        prefix=raw[:10],
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    record_event(
+        actor=actor, action="host_token.create", target=token,
+        details={"host": host.name, "name": name, "prefix": token.prefix},
+    )
+    return token, raw
+
+
+@transaction.atomic
+def revoke_host_token(*, actor, token: HostToken) -> HostToken:
+    token = HostToken.objects.select_for_update().select_related("host").get(pk=token.pk)
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        record_event(
+            actor=actor, action="host_token.revoke", target=token,
+            details={"host": token.host.name, "name": token.name, "prefix": token.prefix},
+        )
+    return token
+
+
+@transaction.atomic
+def ensure_host(*, actor, name: str, region: str | None = None, kind: str = HostKind.PASSTHROUGH) -> tuple[Host, bool]:
+    """The host called ``name``, registered in ``region`` first if it is new."""
+    host = Host.objects.filter(name=name).first()
+    if host is not None:
+        return host, False
+    regions = Region.objects.all()
+    if region:
+        found = regions.filter(name=region).first()
+        if found is None:
+            known = ", ".join(regions.values_list("name", flat=True)) or "none yet"
+            raise TokenError(f"Unknown region {region!r} (known: {known}).")
+    else:
+        found = regions.first()
+        if found is None:
+            raise TokenError("No region exists yet; pass a region to create the first one.")
+    return instance_services.register_host(actor=actor, name=name, region=found, kind=kind), True
+
+
+def authenticate_agent(raw: str) -> HostToken | None:
+    """The live token for ``raw`` (with its host), or None."""
+    if not raw or len(raw) > 200:
+        return None
+    token = HostToken.objects.live().select_related("host").filter(key_hash=HostToken.hash(raw)).first()
+    if token is not None:
+        now = timezone.now()
+        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            HostToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+def record_agent_reject(*, host: Host | None, reason: str, details: dict | None = None) -> None:
+    record_event(
+        actor=host if host is not None else "agent",
+        action="agent.reject",
+        target=host,
+        outcome=Outcome.DENIED,
+        details={"reason": reason[:300], **(details or {})},
+    )
+
+
+# --- alerts -------------------------------------------------------------------------
+
+
+class AlertError(ValueError):
+    pass
+
+
+@transaction.atomic
+def acknowledge_alert(*, actor, alert: Alert) -> Alert:
+    alert = Alert.objects.select_for_update().get(pk=alert.pk)
+    if alert.state == AlertState.RESOLVED:
+        raise AlertError("This alert is resolved; there is nothing to acknowledge.")
+    if alert.state == AlertState.OPEN:
+        now = timezone.now()
+        alert.state = AlertState.ACKNOWLEDGED
+        alert.acknowledged_at = now
+        alert.acknowledged_by = actor
+        alert.save(update_fields=["state", "acknowledged_at", "acknowledged_by"])
+        record_event(
+            actor=actor, action="alert.acknowledge", target=alert, team=alert.team_id,
+            details={"kind": alert.kind, "key": alert.key},
+        )
+        from .alerts import announce
+
+        announce(alert)
+    return alert
