@@ -1,8 +1,25 @@
-"""Who is asking, from where: set once per request or websocket, read by record_event."""
+"""Who is asking, from where: set once per request or websocket, read by record_event.
+
+HTTP requests are bound by ``audit.middleware.RequestContextMiddleware``. Websocket
+consumers bind their connection's scope around the code that records events::
+
+    from audit.context import bind_scope
+
+    async def connect(self):
+        with bind_scope(self.scope):
+            await self.record_connect()   # a database_sync_to_async method calling record_event
+
+``database_sync_to_async`` copies context variables into its thread, so the event gets
+the socket's source IP, user agent and a request id (one per connection).
+"""
+
+from __future__ import annotations
 
 import contextvars
 import ipaddress
 import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -15,7 +32,9 @@ class RequestContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
-_current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar("audit_request", default=None)
+_current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "audit_request", default=None
+)
 
 
 def current() -> RequestContext:
@@ -30,18 +49,40 @@ def unbind(token: contextvars.Token) -> None:
     _current.reset(token)
 
 
+@contextmanager
+def bound(ctx: RequestContext) -> Iterator[RequestContext]:
+    token = bind(ctx)
+    try:
+        yield ctx
+    finally:
+        unbind(token)
+
+
+def bind_scope(scope) -> AbstractContextManager[RequestContext]:
+    """Context manager for Channels consumers: binds the ASGI scope's client address,
+    user agent and a per-connection request id (kept in the scope, so every event of
+    one websocket connection shares it)."""
+    ctx = scope.get("audit_context")
+    if ctx is None:
+        ctx = scope["audit_context"] = from_scope(scope)
+    return bound(ctx)
+
+
 def _valid_ip(value: str) -> str | None:
     try:
-        return str(ipaddress.ip_address(value.strip()))
+        address = ipaddress.ip_address(value.strip())
     except ValueError:
         return None
+    if getattr(address, "scope_id", None):
+        return None  # "fe80::1%eth0" names an interface of the sender, not a client
+    return str(address)
 
 
 def client_ip(peer: str | None, forwarded_for: str | None) -> str | None:
     """The client address: the socket peer, unless TRUSTED_PROXY_COUNT proxies append to
     X-Forwarded-For, in which case the address that the outermost trusted proxy saw.
     A client-supplied header alone never changes the answer."""
-    trusted = settings.TRUSTED_PROXY_COUNT
+    trusted = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
     if trusted and forwarded_for:
         hops = [h for h in (part.strip() for part in forwarded_for.split(",")) if h]
         if len(hops) >= trusted:
@@ -51,22 +92,28 @@ def client_ip(peer: str | None, forwarded_for: str | None) -> str | None:
     return _valid_ip(peer) if peer else None
 
 
+def _request_id(value: str) -> str:
+    if value and len(value) <= 64 and value.replace("-", "").isalnum() and value.isascii():
+        return value
+    return uuid.uuid4().hex
+
+
 def from_django_request(request) -> RequestContext:
     meta = request.META
-    rid = meta.get("HTTP_X_REQUEST_ID", "")
-    if not (rid and len(rid) <= 64 and rid.replace("-", "").isalnum()):
-        rid = uuid.uuid4().hex
     return RequestContext(
         source_ip=client_ip(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR")),
         user_agent=meta.get("HTTP_USER_AGENT", "")[:400],
-        request_id=rid,
+        request_id=_request_id(meta.get("HTTP_X_REQUEST_ID", "")),
     )
 
 
 def from_scope(scope) -> RequestContext:
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
     peer = (scope.get("client") or [None])[0]
     return RequestContext(
         source_ip=client_ip(peer, headers.get("x-forwarded-for")),
         user_agent=headers.get("user-agent", "")[:400],
+        request_id=_request_id(headers.get("x-request-id", "")),
     )

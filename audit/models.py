@@ -1,7 +1,9 @@
 from django.db import models
 from django.utils import timezone
 
-from console.tenancy import TeamScopedQuerySet
+from console.tenancy import AUDIT_ROLES, TeamScopedQuerySet
+
+from .chain import GENESIS_HASH  # noqa: F401  (re-exported: callers import it from here)
 
 
 class Outcome(models.TextChoices):
@@ -17,15 +19,29 @@ class ActorType(models.TextChoices):
     ANONYMOUS = "anonymous", "Anonymous"
 
 
+class AuditEventQuerySet(TeamScopedQuerySet):
+    def for_user(self, user, roles=AUDIT_ROLES, *, operators: bool = True):
+        """Team admins and auditors see their teams' events, operators all of them, and
+        everyone their own team-less rows (their logins, their tokens)."""
+        scoped = super().for_user(user, roles, operators=operators)
+        if not (user and user.is_authenticated and user.is_active) or (operators and user.is_staff):
+            return scoped
+        own = self.filter(team__isnull=True, actor_type=ActorType.USER, actor_id=str(user.pk))
+        return scoped | own
+
+
 class AuditEvent(models.Model):
-    """One append-only, hash-chained record. Never updated or deleted by the app."""
+    """One append-only, hash-chained record. Never updated or deleted by the app (on
+    PostgreSQL, triggers refuse it); only retention removes rows past their age."""
 
     seq = models.BigIntegerField(unique=True)
     time = models.DateTimeField(default=timezone.now, db_index=True)
     actor_type = models.CharField(max_length=16, choices=ActorType.choices)
     actor_id = models.CharField(max_length=64, blank=True)
     actor_name = models.CharField(max_length=150, blank=True)
-    team = models.ForeignKey("console.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey(
+        "console.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     action = models.CharField(max_length=64, db_index=True)
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
@@ -37,11 +53,15 @@ class AuditEvent(models.Model):
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
 
-    objects = TeamScopedQuerySet.as_manager(team_path="team")
+    objects = AuditEventQuerySet.as_manager(team_path="team")
 
     class Meta:
         ordering = ["seq"]
-        indexes = [models.Index(fields=["team", "time"]), models.Index(fields=["actor_name", "time"])]
+        indexes = [
+            models.Index(fields=["team", "time"]),
+            models.Index(fields=["actor_name", "time"]),
+            models.Index(fields=["target_type", "target_id"], name="audit_event_target_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} by {self.actor_name or self.actor_type} ({self.outcome})"
@@ -52,10 +72,47 @@ class ChainHead(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     seq = models.BigIntegerField(default=0)
-    hash = models.CharField(max_length=64, default="0" * 64)
+    hash = models.CharField(max_length=64, default=GENESIS_HASH)
 
     def __str__(self) -> str:
         return f"head #{self.seq}"
 
 
-GENESIS_HASH = "0" * 64
+class Checkpoint(models.Model):
+    """A signed statement "the chain's event #seq had this hash at this time". The key
+    lives in the environment (AUDIT_SIGNING_KEY), never here, so rewriting the events
+    and the checkpoints together still fails verification."""
+
+    seq = models.BigIntegerField(unique=True)
+    hash = models.CharField(max_length=64)
+    time = models.DateTimeField()
+    key_id = models.CharField(max_length=12)
+    signature = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"checkpoint #{self.seq}"
+
+
+class Verification(models.Model):
+    """The result of one walk over the chain, shown on the audit page."""
+
+    started_at = models.DateTimeField(default=timezone.now)
+    actor_name = models.CharField(max_length=150)
+    valid = models.BooleanField()
+    checked = models.BigIntegerField()
+    first_seq = models.BigIntegerField(null=True)
+    last_seq = models.BigIntegerField(null=True)
+    first_broken_seq = models.BigIntegerField(null=True)
+    reason = models.CharField(max_length=300, blank=True)
+    seconds = models.FloatField()
+    segments = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        get_latest_by = "started_at"
+
+    def __str__(self) -> str:
+        return f"{'valid' if self.valid else 'INVALID'} ({self.checked} events)"

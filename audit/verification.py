@@ -1,0 +1,387 @@
+"""Walk the chain and the signed checkpoints; name the first broken record and why.
+
+The log is cut into segments at each checkpoint: (previous checkpoint, this checkpoint],
+then the unsigned tail. Each segment starts from its signed anchor, so one broken record
+marks its own segment INVALID without hiding whether later segments are intact.
+"""
+
+from __future__ import annotations
+
+import time as clock
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.timezone import is_naive, make_aware
+
+from . import chain
+from .models import AuditEvent, ChainHead, Checkpoint
+
+ROW_FIELDS = ("id", *chain.FIELDS, "prev_hash", "hash")
+CHUNK = 20_000
+BAD_SIGNATURE = "bad signature: the checkpoint's signature does not match (forged, or another key)"
+
+
+@dataclass
+class Segment:
+    first: int
+    last: int | None = None
+    checkpoint_seq: int | None = None
+    checkpoint_time: str | None = None
+    count: int = 0
+    broken_seq: int | None = None
+    reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.broken_seq is None and not self.reason
+
+    def fail(self, seq: int, reason: str) -> None:
+        if self.valid:
+            self.broken_seq, self.reason = seq, reason
+
+    def describe(self) -> str:
+        span = (
+            f"#{self.first}..#{self.last}"
+            if self.last is not None and self.last >= self.first
+            else f"#{self.first}.."
+        )
+        if self.checkpoint_seq is not None:
+            where = f"checkpoint #{self.checkpoint_seq} signed {self.checkpoint_time}"
+        else:
+            where = "unsigned tail"
+        verdict = "valid" if self.valid else f"INVALID at #{self.broken_seq}: {self.reason}"
+        return f"segment {span} ({self.count} events, {where}): {verdict}"
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"valid": self.valid}
+
+
+@dataclass
+class Report:
+    segments: list[Segment] = field(default_factory=list)
+    checked: int = 0
+    seconds: float = 0.0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    last_hash: str | None = None
+    checkpoints: int = 0
+
+    @property
+    def broken(self) -> Segment | None:
+        return next((s for s in self.segments if not s.valid), None)
+
+    @property
+    def valid(self) -> bool:
+        return self.broken is None
+
+    @property
+    def first_broken_seq(self) -> int | None:
+        return self.broken.broken_seq if self.broken else None
+
+    @property
+    def reason(self) -> str:
+        return self.broken.reason if self.broken else ""
+
+    @property
+    def rate(self) -> float:
+        return self.checked / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        invalid = sum(1 for s in self.segments if not s.valid)
+        head = "valid" if self.valid else "INVALID"
+        span = f"#{self.first_seq}..#{self.last_seq}" if self.checked else "no events"
+        text = (
+            f"summary: {head}: {self.checked} events ({span}), {len(self.segments)} segments, "
+            f"{invalid} invalid, {self.checkpoints} checkpoints"
+        )
+        if not self.valid:
+            text += f"; first broken #{self.first_broken_seq} ({self.reason})"
+        return text + f"; {self.seconds:.2f} s, {self.rate:,.0f} events/s"
+
+    def lines(self) -> list[str]:
+        return [s.describe() for s in self.segments] + [self.summary()]
+
+    def as_dict(self) -> dict:
+        return {
+            "valid": self.valid,
+            "checked": self.checked,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "first_broken_seq": self.first_broken_seq,
+            "reason": self.reason,
+            "checkpoints": self.checkpoints,
+            "seconds": round(self.seconds, 3),
+            "segments": [s.as_dict() for s in self.segments],
+            "summary": self.summary(),
+        }
+
+
+# --- range bounds ----------------------------------------------------------------
+
+
+def parse_bound(value: str, name: str) -> int | datetime:
+    """``--from``/``--to``: a sequence number, an ISO date or an ISO date-time (UTC)."""
+    text = (value or "").strip()
+    if text.isdigit():
+        return int(text)
+    moment = parse_datetime(text)
+    if moment is None:
+        day = parse_date(text) if len(text) == 10 else None
+        if day is not None:
+            moment = datetime(day.year, day.month, day.day)
+    if moment is None:
+        raise ValueError(f"{name}: {value!r} is neither a sequence number nor an ISO date/time")
+    return make_aware(moment) if is_naive(moment) else moment
+
+
+def _seq_bounds(start, end) -> tuple[int | None, int | None]:
+    seqs = AuditEvent.objects.order_by("seq").values_list("seq", flat=True)
+    lo = seqs.first() if start is None else None
+    hi = seqs.last() if end is None else None
+    if isinstance(start, datetime):
+        lo = seqs.filter(time__gte=start).first()
+    elif start is not None:
+        lo = seqs.filter(seq__gte=start).first()
+    if isinstance(end, datetime):
+        hi = seqs.filter(time__lte=end).last()
+    elif end is not None:
+        hi = seqs.filter(seq__lte=end).last()
+    return lo, hi
+
+
+# --- explaining a break ------------------------------------------------------------
+
+
+def _origin(prev_hash: str) -> int | None:
+    return AuditEvent.objects.filter(hash=prev_hash).values_list("seq", flat=True).first()
+
+
+def _explain_edit(row: tuple) -> str:
+    """A record whose content no longer matches its hash: moved or edited?"""
+    _id, seq, *fields, prev_hash, stored = row
+    fields[0] = chain.iso_time(fields[0])
+    origin = _origin(prev_hash)
+    candidates = [origin + 1] if origin is not None else []
+    candidates += [seq + d for d in range(-16, 17) if d and seq + d > 0]
+    for written_as in dict.fromkeys(candidates):
+        if chain.link(chain.canonical_row(written_as, *fields), prev_hash) == stored:
+            return f"reorder: the record stored as #{seq} was written as #{written_as}"
+    return "hash mismatch: the record's content does not match its hash (edited)"
+
+
+def _explain_link(seq: int, prev_hash: str) -> str:
+    origin = _origin(prev_hash)
+    if origin is not None:
+        return f"reorder: #{seq} follows #{origin}, not #{seq - 1}"
+    return (
+        "broken link: its previous hash is the hash of no record (a record before it was replaced)"
+    )
+
+
+# --- the walk ----------------------------------------------------------------------
+
+
+def verify(start=None, end=None, *, tail_checks: bool = True, key: str | None = None) -> Report:
+    """Verify events between ``start`` and ``end`` (sequence numbers or datetimes,
+    inclusive; None for the first and last). ``tail_checks`` also compares the end of
+    the log with the chain head and with checkpoints signed beyond it."""
+    from .services import signing_key
+
+    began = clock.perf_counter()
+    key = key or signing_key()
+    head = ChainHead.objects.filter(id=1).values_list("seq", "hash").first() or (
+        0,
+        chain.GENESIS_HASH,
+    )
+    lo, hi = _seq_bounds(start, end)
+    report = Report()
+    cps = list(
+        Checkpoint.objects.order_by("seq").values_list("seq", "hash", "time", "key_id", "signature")
+    )
+    report.checkpoints = len(cps)
+    if lo is None or hi is None or lo > hi:
+        if tail_checks and end is None:
+            _check_tail(report, cps, key, head, last_seq=None)
+        report.seconds = clock.perf_counter() - began
+        return report
+    report.first_seq = lo
+    _walk(report, lo, hi, cps, key, head)
+    if tail_checks and end is None:
+        _check_tail(report, cps, key, head, last_seq=report.last_seq)
+    report.seconds = clock.perf_counter() - began
+    return report
+
+
+def _signed(cp: tuple, key: str) -> bool:
+    seq, hash_, time, _key_id, signature = cp
+    return chain.signature_ok(key, seq, hash_, chain.iso_time(time), signature)
+
+
+def _anchor(lo: int, cps: list[tuple], key: str) -> tuple[str | None, str]:
+    """The hash that event #lo must follow, and what vouches for it."""
+    if lo == 1:
+        return chain.GENESIS_HASH, "genesis"
+    for cp in cps:
+        if cp[0] == lo - 1:
+            return (cp[1], "checkpoint") if _signed(cp, key) else (None, "bad signature")
+    before = AuditEvent.objects.filter(seq=lo - 1).values_list("hash", flat=True).first()
+    if before is not None:
+        return before, "record"
+    return None, "missing"
+
+
+def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tuple) -> None:
+    canonical_row, link, iso_time = chain.canonical_row, chain.link, chain.iso_time
+    boundaries = [cp for cp in cps if lo <= cp[0] <= hi]
+    ci = 0
+    cp = boundaries[0] if boundaries else None
+
+    def new_segment(first: int) -> Segment:
+        seg = Segment(first=first)
+        if cp is not None:
+            seg.checkpoint_seq, seg.checkpoint_time = cp[0], iso_time(cp[2])
+        report.segments.append(seg)
+        return seg
+
+    seg = new_segment(lo)
+    expected_prev, vouched = _anchor(lo, cps, key)
+    if expected_prev is None:
+        why = (
+            "its signature is bad"
+            if vouched == "bad signature"
+            else "no signed checkpoint anchors it"
+        )
+        seg.fail(lo, f"missing head: events before #{lo} are gone and {why}")
+    expected_seq, prev_id, last_hash, count = lo, 0, None, 0
+    head_seq, head_hash = head
+    rows = (
+        AuditEvent.objects.filter(seq__gte=lo, seq__lte=hi)
+        .order_by("seq")
+        .values_list(*ROW_FIELDS)
+        .iterator(chunk_size=CHUNK)
+    )
+    for row in rows:
+        (
+            rid,
+            seq,
+            t,
+            at,
+            aid,
+            an,
+            team,
+            action,
+            tt,
+            tid,
+            outcome,
+            ip,
+            ua,
+            req,
+            details,
+            prev,
+            stored,
+        ) = row
+        count += 1
+        if seg.broken_seq is None:
+            if seq != expected_seq:
+                seg.fail(expected_seq, f"gap: events #{expected_seq}..#{seq - 1} are missing")
+            elif (
+                link(
+                    canonical_row(
+                        seq,
+                        iso_time(t),
+                        at,
+                        aid,
+                        an,
+                        team,
+                        action,
+                        tt,
+                        tid,
+                        outcome,
+                        ip,
+                        ua,
+                        req,
+                        details,
+                    ),
+                    prev,
+                )
+                != stored
+            ):
+                seg.fail(seq, _explain_edit(row))
+            elif expected_prev is not None and prev != expected_prev:
+                seg.fail(seq, _explain_link(seq, prev))
+            elif rid <= prev_id:
+                seg.fail(seq, "reorder: record ids are out of sequence order")
+            elif seq == head_seq and stored != head_hash:
+                seg.fail(seq, "head mismatch: the chain head's hash differs from this record's")
+        seg.count += 1
+        seg.last = seq
+        expected_prev, expected_seq, prev_id, last_hash = stored, seq + 1, rid, stored
+        while cp is not None and cp[0] <= seq:
+            if cp[0] < seq:
+                seg.fail(cp[0], f"gap: checkpointed event #{cp[0]} is missing")
+            elif stored != cp[1]:
+                seg.fail(
+                    seq,
+                    "checkpoint mismatch: the chain was rewritten (hash differs from the signed checkpoint)",
+                )
+            if _signed(cp, key):
+                expected_prev = cp[1]
+            else:
+                seg.fail(cp[0], BAD_SIGNATURE)
+            ci += 1
+            cp = boundaries[ci] if ci < len(boundaries) else None
+            if seq < hi:
+                seg = new_segment(seq + 1)
+    if seg.count == 0 and len(report.segments) > 1:
+        report.segments.pop()
+    report.checked, report.last_seq, report.last_hash = count, expected_seq - 1, last_hash
+
+
+def _check_tail(report: Report, cps: list[tuple], key: str, head: tuple, *, last_seq) -> None:
+    """The log must reach every signed checkpoint and the chain head."""
+    end = last_seq or 0
+    beyond = [cp for cp in cps if cp[0] > end]
+    head_seq = head[0]
+    if not beyond and head_seq <= end:
+        return
+    seg = Segment(first=end + 1, last=max([head_seq] + [cp[0] for cp in beyond]))
+    if beyond:
+        cp = beyond[-1]
+        seg.checkpoint_seq, seg.checkpoint_time = cp[0], chain.iso_time(cp[2])
+        if not _signed(cp, key):
+            seg.fail(cp[0], BAD_SIGNATURE)
+        seg.fail(
+            end + 1, f"missing tail: checkpoint #{cp[0]} was signed but the log ends at #{end}"
+        )
+    if head_seq > end:
+        seg.fail(end + 1, f"missing tail: the chain head is #{head_seq} but the log ends at #{end}")
+    report.segments.append(seg)
+
+
+def chain_status(event: AuditEvent) -> dict:
+    """What the event page shows: does this record hash right, does it follow its
+    predecessor, and which signed checkpoint covers it."""
+    from .services import chain_hash, signing_key
+
+    recomputed = chain_hash(event, event.prev_hash)
+    if event.seq == 1:
+        link_ok = event.prev_hash == chain.GENESIS_HASH
+    else:
+        before = AuditEvent.objects.filter(seq=event.seq - 1).values_list("hash", flat=True).first()
+        if before is None:
+            before = (
+                Checkpoint.objects.filter(seq=event.seq - 1).values_list("hash", flat=True).first()
+            )
+        link_ok = None if before is None else before == event.prev_hash
+    cp = Checkpoint.objects.filter(seq__gte=event.seq).order_by("seq").first()
+    signed = cp is not None and chain.signature_ok(
+        signing_key(), cp.seq, cp.hash, chain.iso_time(cp.time), cp.signature
+    )
+    return {
+        "recomputed": recomputed,
+        "hash_ok": recomputed == event.hash,
+        "link_ok": link_ok,
+        "checkpoint": cp,
+        "checkpoint_signed": signed,
+    }
