@@ -2,7 +2,7 @@ import json
 import math
 
 from monitoring.agent import protocol
-from monitoring.agent.uplink import Outbox
+from monitoring.agent.outbox import Outbox
 
 
 def test_records_are_numbered_from_one_in_order():

@@ -1,0 +1,43 @@
+"""Where sampling threads leave their records: numbered, cleaned, encoded, in memory."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from . import protocol
+
+
+class Outbox:
+    """Thread-safe queue of encoded records; assigns the seq of each record."""
+
+    def __init__(self, boot_id: str, notify: Callable[[], None] | None = None):
+        self.boot_id = boot_id
+        self.notify = notify
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._pending: list[tuple[int, str]] = []
+
+    def put(self, records: list[dict]) -> None:
+        with self._lock:
+            for record in records:
+                clean = protocol.clean_record(record)
+                if clean is None:
+                    continue
+                self._seq += 1
+                clean["seq"] = self._seq
+                self._pending.append((self._seq, protocol.dumps(clean)))
+        if self.notify is not None:
+            self.notify()
+
+    def take(self) -> list[tuple[int, str]]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def __len__(self) -> int:
+        return len(self._pending)
