@@ -1,7 +1,8 @@
 """Plotly figures as pure functions: data in, figure dict out.
 
 Series come in the metrics API's shape, ``{metric: {"t": [iso…], "avg": […],
-"min": […], "max": […]}}``. Every trace that draws a metric carries
+"min": […], "max": […]}}``. An empty ``series`` asks for a template: every trace
+the GPU may report is present (the browser hides those that stay empty). Every trace that draws a metric carries
 ``meta = {"metric", "stat", "scale"}`` so that the browser can refill it from the
 metrics API or extend it from live samples without knowing how the figure was
 built (value shown = value × scale). Times are UTC, drawn without a zone.
@@ -19,6 +20,7 @@ PALETTE = {
     "muted": "#8b98a5",
     "grid": "#2a3642",
     "panel": "#171e26",
+    "bg": "#0f1419",
     "accent": "#4fb3ff",
     "ok": "#3fb950",
     "warn": "#d29922",
@@ -95,8 +97,8 @@ def layout(
         "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
         "height": height,
         "margin": {"l": 60, "r": 16, "t": 40, "b": 44},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": PALETTE["panel"],
+        "paper_bgcolor": PALETTE["panel"],
+        "plot_bgcolor": PALETTE["bg"],
         "font": {"color": PALETTE["text"], "size": 12},
         "hovermode": "x unified",
         "showlegend": True,
@@ -219,7 +221,7 @@ def utilization_figure(series: dict) -> dict:
         ("tensor_active_pct", "Tensor-core activity", PALETTE["violet"]),
         ("sm_occupancy_pct", "SM occupancy", PALETTE["ok"]),
     ):
-        if has_data(series, metric):
+        if has_data(series, metric) or not series:
             data.append(line(series, metric, name, unit="%", color=color))
     return figure(
         data, layout("Utilization", "Percent (%)", y_range=(0, 105)), name="utilization", unit="%"
@@ -279,15 +281,33 @@ def throttle_names(mask: int | None) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS if int(mask) & bit]
 
 
-def throttle_segments(times: Sequence, masks: Sequence) -> list[dict]:
+def _seconds(t) -> float:
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    return t.timestamp()
+
+
+def throttle_segments(
+    times: Sequence, masks: Sequence, *, gap_s: float | None = None
+) -> list[dict]:
     """Runs of equal non-idle clock event reasons: ``[{"start", "end", "mask", "reasons"}]``.
 
     A run ends at the next reading whose reasons differ (or at its own last reading).
+    With ``gap_s``, readings more than that apart never share a run, so that only
+    throttled readings may be passed in.
     """
     segments: list[dict] = []
     current = None
+    previous = None
     for t, mask in zip(times, masks, strict=True):
         reasons = (int(mask) & ~CLOCK_IDLE) if mask is not None else 0
+        broken = (
+            gap_s is not None and previous is not None and _seconds(t) - _seconds(previous) > gap_s
+        )
+        previous = t
+        if current is not None and broken:
+            segments.append(current)
+            current = None
         if current is not None and reasons == current["mask"]:
             current["end"] = t
             continue
@@ -311,7 +331,7 @@ def clock_figure(
     Hovering the marker row at the top names the reasons.
     """
     data = [line(series, "sm_clock_mhz", "SM clock", unit="MHz", color=PALETTE["accent"])]
-    if has_data(series, "mem_clock_mhz"):
+    if has_data(series, "mem_clock_mhz") or not series:
         data.append(
             line(
                 series,
@@ -408,7 +428,35 @@ GPU_METRICS = (
 )
 
 
-# --- fleet and processes -----------------------------------------------------------
+ECC_METRICS = ("ecc_corrected_volatile", "ecc_uncorrected_volatile")
+
+
+def ecc_figure(series: dict) -> dict:
+    """ECC error counts since the driver loaded: corrected (amber), uncorrected (red)."""
+    data = [
+        line(
+            series,
+            "ecc_corrected_volatile",
+            "Corrected",
+            unit="errors",
+            color=PALETTE["warn"],
+            stat="max",
+        ),
+        line(
+            series,
+            "ecc_uncorrected_volatile",
+            "Uncorrected",
+            unit="errors",
+            color=PALETTE["bad"],
+            stat="max",
+        ),
+    ]
+    for trace in data:
+        trace["line"]["shape"] = "hv"
+    return figure(data, layout("ECC errors", "Errors (count)"), name="ecc", unit="errors")
+
+
+# --- fleet -----------------------------------------------------------
 
 
 def heatmap_figure(
@@ -509,46 +557,6 @@ def capacity_figure(rows: Sequence[dict]) -> dict:
     fig_layout["hovermode"] = "closest"
     fig_layout["legend"]["y"] = -0.45
     return figure(data, fig_layout, name="capacity", unit="GPUs")
-
-
-def process_memory_figure(procs: Sequence[dict], *, memory_total: int | None = None) -> dict:
-    """Memory held by each process on a GPU, largest first, in GiB."""
-    ranked = sorted(
-        (p for p in procs if p.get("used_memory") is not None),
-        key=lambda p: p["used_memory"],
-        reverse=True,
-    )
-    data = [
-        {
-            "type": "bar",
-            "orientation": "h",
-            "name": "Memory used",
-            "y": [f"pid {p['pid']}" for p in ranked],
-            "x": [round(p["used_memory"] / GIB, 2) for p in ranked],
-            "marker": {"color": PALETTE["teal"]},
-            "hovertemplate": "%{y}: %{x:.2f} GiB<extra></extra>",
-        }
-    ]
-    fig_layout = layout("Memory per process", "Process", height=max(150, 80 + 28 * len(ranked)))
-    fig_layout["xaxis"] = {
-        "title": {"text": "Memory (GiB)"},
-        "gridcolor": PALETTE["grid"],
-        "rangemode": "tozero",
-        "fixedrange": True,
-    }
-    if memory_total:
-        fig_layout["xaxis"]["range"] = [0, round(memory_total / GIB, 1)]
-        fig_layout["xaxis"].pop("rangemode")
-    fig_layout["yaxis"] = {
-        "title": {"text": "Process"},
-        "automargin": True,
-        "autorange": "reversed",
-        "fixedrange": True,
-        "type": "category",
-    }
-    fig_layout["showlegend"] = False
-    fig_layout["hovermode"] = "closest"
-    return figure(data, fig_layout, name="processes", unit="GiB")
 
 
 # --- tiles --------------------------------------------------------------------------

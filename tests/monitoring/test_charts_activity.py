@@ -37,3 +37,11 @@ def test_utilization_has_a_min_max_band_so_spikes_survive_downsampling():
     ys = [trace["y"] for trace in charts.utilization_figure(series)["data"]]
     assert stats == ["max", "min", "avg"]
     assert ys == [[100], [0], [20]]
+
+
+def test_a_template_holds_every_trace_a_gpu_may_report():
+    assert names(charts.utilization_figure({})) == [
+        "GPU utilization",
+        "Tensor-core activity",
+        "SM occupancy",
+    ]

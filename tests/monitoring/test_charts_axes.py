@@ -35,7 +35,7 @@ def all_figures():
     )
     figures["heatmap"] = charts.heatmap_figure([("h1", [10, 90])])
     figures["capacity"] = charts.capacity_figure([{"model": "H100-80GB", "used": 3, "free": 5}])
-    figures["processes"] = charts.process_memory_figure([{"pid": 7, "used_memory": charts.GIB}])
+    figures["ecc"] = charts.ecc_figure({})
     return figures
 
 

@@ -26,16 +26,3 @@ def test_capacity_stacks_used_and_free_per_model():
     assert (used["name"], used["x"]) == ("Used", [6, 1])
     assert (free["name"], free["x"]) == ("Free", [2, 7])
     assert fig["layout"]["barmode"] == "stack"
-
-
-def test_process_memory_lists_the_largest_holder_first():
-    fig = charts.process_memory_figure(
-        [
-            {"pid": 1, "used_memory": charts.GIB},
-            {"pid": 2, "used_memory": 5 * charts.GIB},
-            {"pid": 3},
-        ]
-    )
-    bars = fig["data"][0]
-    assert bars["y"] == ["pid 2", "pid 1"]
-    assert bars["x"] == [5.0, 1.0]

@@ -50,3 +50,12 @@ def test_application_clock_settings_are_amber_and_slowdowns_red():
     colors = [s["fillcolor"] for s in fig["layout"]["shapes"] if s["type"] == "rect"]
     assert colors[0].startswith("rgba(210,153,34")
     assert colors[1].startswith("rgba(248,81,73")
+
+
+def test_throttled_readings_far_apart_are_separate_runs():
+    times = ["2026-12-02T10:00:00Z", "2026-12-02T10:00:01Z", "2026-12-02T10:05:00Z"]
+    segments = charts.throttle_segments(times, [4, 4, 4], gap_s=5)
+    assert [(s["start"], s["end"]) for s in segments] == [
+        (times[0], times[1]),
+        (times[2], times[2]),
+    ]

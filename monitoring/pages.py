@@ -1,0 +1,578 @@
+"""Console pages of the telemetry app: the overview (a team's GPUs, or the whole
+fleet for operators), host and GPU detail (operators), alerts, and the JSON a
+chart panel needs to draw itself.
+
+Every queryset goes through ``for_user``; host and GPU pages are for operators.
+Each page reads what it shows in a fixed number of queries, whatever the fleet size.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from console.models import Team
+from console.tenancy import WRITE_ROLES, has_role, is_operator
+from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance
+
+from . import charts, queries, services
+from .models import (
+    ACTIVE_STATES,
+    AgentState,
+    Alert,
+    AlertKind,
+    AlertState,
+    EventKind,
+    GpuEvent,
+    GpuLatest,
+    Sample,
+    stale_after_s,
+)
+
+GIB = charts.GIB
+# The clock events an operator looks for on a GPU page.
+HEALTH_EVENTS = (EventKind.XID, EventKind.ECC, EventKind.GPU_LOST, EventKind.GPU_BACK)
+THROTTLE_ROWS = 20_000
+
+
+def require_operator(user) -> None:
+    if not is_operator(user):
+        raise PermissionDenied("Only operators can see the fleet inventory.")
+
+
+def month_to_date(team) -> Decimal | None:
+    """This month's cost so far, from billing when it is installed."""
+    try:
+        from billing.services import month_to_date as billing_month_to_date
+    except ImportError:
+        return None
+    return billing_month_to_date(team)
+
+
+def alert_temp_c() -> float:
+    return float(getattr(settings, "ALERT_TEMP_C", 85))
+
+
+# --- devices and tiles --------------------------------------------------------------
+
+
+def gpu_device(gpu: Gpu, latest: GpuLatest | None, now) -> dict:
+    metrics = latest.metrics if latest else {}
+    limit = metrics.get("power_limit_mw") or gpu.model.power_limit_w * 1000
+    return {
+        "uuid": gpu.uuid,
+        "label": f"gpu{gpu.index} · {gpu.model.name}",
+        "host": gpu.host.name,
+        "memory_total": gpu.memory_total,
+        "power_limit_mw": limit,
+        "tile": charts.tile(metrics, memory_total=gpu.memory_total, power_limit_mw=limit),
+        "t": latest.time.isoformat() if latest else None,
+        "stale": latest.is_stale(now) if latest else True,
+        "seen": latest is not None,
+    }
+
+
+def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
+    metrics = latest.metrics if latest else {}
+    total = piece.profile.memory_gb * GIB
+    return {
+        "uuid": piece.uuid,
+        "label": f"gpu{piece.gpu.index} {piece.profile.kind.upper()} {piece.profile.name} #{piece.gpu_instance_id}",
+        "host": "",
+        "memory_total": total,
+        "power_limit_mw": None,
+        "tile": charts.tile(metrics, memory_total=total),
+        "t": latest.time.isoformat() if latest else None,
+        "stale": latest.is_stale(now) if latest else True,
+        "seen": latest is not None,
+    }
+
+
+def latest_by_uuid(qs) -> dict[str, GpuLatest]:
+    return {row.uuid: row for row in qs}
+
+
+# --- overview -----------------------------------------------------------------------
+
+
+@login_required
+def overview(request):
+    if is_operator(request.user):
+        return render(request, "monitoring/fleet.html", fleet_context(request.user))
+    return render(request, "monitoring/overview.html", team_context(request.user))
+
+
+def team_context(user) -> dict:
+    """A team's running instances with a tile per GPU, open alerts, month-to-date cost."""
+    now = timezone.now()
+    teams = list(Team.objects.for_user(user).order_by("name"))
+    instances = list(
+        Instance.objects.for_user(user)
+        .filter(state__in=HOLDING_STATES)
+        .select_related("team", "gpu_model", "slice_profile", "host")
+        .order_by("team__name", "name")
+    )
+    ids = [i.pk for i in instances]
+    gpus = Gpu.objects.for_user(user).filter(instance_id__in=ids).select_related("model", "host")
+    pieces = (
+        GpuSlice.objects.for_user(user).filter(instance_id__in=ids).select_related("profile", "gpu")
+    )
+    latest = latest_by_uuid(GpuLatest.objects.for_user(user).filter(instance_id__in=ids))
+    devices: dict[int, list[dict]] = {i: [] for i in ids}
+    for gpu in gpus:
+        devices[gpu.instance_id].append(gpu_device(gpu, latest.get(gpu.uuid), now))
+    for piece in pieces:
+        devices[piece.instance_id].append(slice_device(piece, latest.get(piece.uuid), now))
+    alerts = Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).select_related("host")
+    tiles = [d for i in ids for d in devices[i]]
+    utils = [d["tile"]["util"] for d in tiles if d["tile"]["util"] is not None and not d["stale"]]
+    return {
+        "teams": [{"team": t, "cost": month_to_date(t)} for t in teams],
+        "instances": [{"instance": i, "devices": devices[i.pk]} for i in instances],
+        "alerts": list(alerts[:8]),
+        "alert_count": alerts.count(),
+        "gpu_count": len(tiles),
+        "mean_util": round(sum(utils) / len(utils)) if utils else None,
+        "live": {
+            "subscribe": [{"kind": "team", "id": t.pk} for t in teams],
+            "stale_after_s": stale_after_s(),
+            "client": charts.client_settings(),
+        },
+    }
+
+
+def fleet_context(user) -> dict:
+    """Every host grouped by region, a utilization heatmap and capacity per model."""
+    require_operator(user)
+    now = timezone.now()
+    gpus = list(
+        Gpu.objects.values(
+            "id",
+            "uuid",
+            "index",
+            "host_id",
+            "model__name",
+            "instance_id",
+            "memory_total",
+            "model__power_limit_w",
+        ).annotate(held_slices=Count("slices", filter=Q(slices__instance__isnull=False)))
+    )
+    latest = {
+        row["gpu_id"]: row
+        for row in GpuLatest.objects.filter(slice__isnull=True).values(
+            "gpu_id", "metrics", "last_seen"
+        )
+    }
+    hosts = list(Host.objects.select_related("region").order_by("region__name", "name"))
+    agents = {
+        a["host_id"]: a for a in AgentState.objects.values("host_id", "connected", "last_seen_at")
+    }
+    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
+    after = stale_after_s()
+    by_host: dict[int, list[dict]] = {h.pk: [] for h in hosts}
+    capacity: dict[str, dict] = {}
+    for gpu in gpus:
+        row = latest.get(gpu["id"])
+        metrics = row["metrics"] if row else {}
+        stale = row is None or (now - row["last_seen"]).total_seconds() > after
+        used = gpu["instance_id"] is not None or gpu["held_slices"] > 0
+        by_host[gpu["host_id"]].append({"gpu": gpu, "m": metrics, "stale": stale, "used": used})
+        model = capacity.setdefault(
+            gpu["model__name"], {"model": gpu["model__name"], "used": 0, "free": 0}
+        )
+        model["used" if used else "free"] += 1
+    regions: dict[str, dict] = {}
+    heat_rows, heat_index = [], {}
+    for host in hosts:
+        cells = sorted(by_host[host.pk], key=lambda c: c["gpu"]["index"])
+        summary = host_summary(host, cells, agents.get(host.pk), now)
+        regions.setdefault(host.region.name, {"region": host.region, "hosts": []})["hosts"].append(
+            summary
+        )
+        width = max((c["gpu"]["index"] for c in cells), default=-1) + 1
+        values = [None] * width
+        for cell in cells:
+            values[cell["gpu"]["index"]] = None if cell["stale"] else cell["m"].get("gpu_util")
+            heat_index[cell["gpu"]["uuid"]] = [len(heat_rows), cell["gpu"]["index"]]
+        heat_rows.append((host.name, values))
+    capacity_rows = sorted(capacity.values(), key=lambda r: r["model"])
+    live_utils = [c["m"].get("gpu_util") for cs in by_host.values() for c in cs if not c["stale"]]
+    live_utils = [u for u in live_utils if u is not None]
+    return {
+        "regions": list(regions.values()),
+        "heatmap": charts.heatmap_figure(heat_rows),
+        "capacity": capacity_rows,
+        "capacity_figure": charts.capacity_figure(capacity_rows),
+        "totals": {
+            "hosts": len(hosts),
+            "gpus": len(gpus),
+            "used": sum(r["used"] for r in capacity_rows),
+            "reporting": len(live_utils),
+            "mean_util": round(sum(live_utils) / len(live_utils)) if live_utils else None,
+            "agents_up": sum(1 for a in agents.values() if a["connected"]),
+        },
+        "alerts": list(alerts.select_related("host")[:8]),
+        "alert_count": alerts.count(),
+        "live": {
+            "subscribe": [{"kind": "fleet", "id": None}],
+            "heat_index": heat_index,
+            "stale_after_s": after,
+            "client": charts.client_settings(),
+        },
+    }
+
+
+def host_summary(host: Host, cells: list[dict], agent: dict | None, now) -> dict:
+    fresh = [c["m"] for c in cells if not c["stale"]]
+    utils = [m["gpu_util"] for m in fresh if m.get("gpu_util") is not None]
+    temps = [m["temp_c"] for m in fresh if m.get("temp_c") is not None]
+    power = [m["power_mw"] for m in fresh if m.get("power_mw") is not None]
+    last = agent["last_seen_at"] if agent else None
+    return {
+        "host": host,
+        "gpus": len(cells),
+        "used": sum(1 for c in cells if c["used"]),
+        "mean_util": round(sum(utils) / len(utils)) if utils else None,
+        "max_temp": round(max(temps)) if temps else None,
+        "power_w": round(sum(power) / 1000) if power else None,
+        "agent": "connected" if agent and agent["connected"] else "silent" if last else "never",
+        "last_seen": last,
+        "uuids": [c["gpu"]["uuid"] for c in cells],
+    }
+
+
+# --- chart panels -------------------------------------------------------------------
+
+
+def panel_config(
+    devices: list[dict], *, source: dict, live: dict, extra: tuple[str, ...] = ()
+) -> dict:
+    """What static/monitoring/panel.js needs: devices, figure templates, data source.
+
+    Devices with the same limits share one set of (empty) figures; the browser fills
+    them from the metrics API and extends them from live samples.
+    """
+    sets: dict[str, dict] = {}
+    out = []
+    for device in devices:
+        key = f"{device['memory_total']}:{device['power_limit_mw']}"
+        if key not in sets:
+            figures = charts.gpu_figures(
+                {},
+                memory_total=device["memory_total"],
+                power_limit_mw=device["power_limit_mw"],
+                alert_c=alert_temp_c(),
+            )
+            if "ecc" in extra:
+                figures["ecc"] = charts.ecc_figure({})
+            sets[key] = figures
+        out.append({"uuid": device["uuid"], "label": device["label"], "figures": key})
+    metrics = list(charts.GPU_METRICS) + (list(charts.ECC_METRICS) if "ecc" in extra else [])
+    return {
+        "devices": out,
+        "figure_sets": sets,
+        "source": source,
+        "throttle_url": reverse("gpu-throttle", args=["UUID"]).replace("UUID", "{uuid}"),
+        "live": live,
+        "metrics": metrics,
+        "stale_after_s": stale_after_s(),
+        "client": charts.client_settings(),
+    }
+
+
+def gpu_source() -> dict:
+    return {"kind": "gpu", "url": reverse("gpu-metrics", args=["UUID"]).replace("UUID", "{uuid}")}
+
+
+@login_required
+def instance_panel(request, pk):
+    """The chart panel of an instance page: its devices now, or those it held."""
+    instance = get_object_or_404(
+        Instance.objects.for_user(request.user).select_related("gpu_model"), pk=pk
+    )
+    now = timezone.now()
+    latest = latest_by_uuid(GpuLatest.objects.for_user(request.user).filter(instance_id=pk))
+    devices = [
+        gpu_device(g, latest.get(g.uuid), now)
+        for g in instance.gpus.select_related("model", "host")
+    ]
+    devices += [
+        slice_device(s, latest.get(s.uuid), now)
+        for s in instance.slices.select_related("profile", "gpu")
+    ]
+    procs = {g.uuid: process_rows(g.pk, g.memory_total) for g in instance.gpus.all()} | {
+        s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk)
+        for s in instance.slices.select_related("profile")
+    }
+    if not devices:
+        devices = held_before(instance)
+    source = {"kind": "instance", "url": reverse("instance-metrics", args=[pk])}
+    config = panel_config(devices, source=source, live={"kind": "instance", "id": pk})
+    config["procs"] = {
+        uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
+    }
+    return JsonResponse(config)
+
+
+def held_before(instance: Instance) -> list[dict]:
+    """The GPUs and slices an instance that holds none now reported from, newest first."""
+    rows = GpuLatest.objects.filter(instance_id=instance.pk).select_related(
+        "gpu__model", "slice__profile"
+    )
+    devices = []
+    for row in rows:
+        if row.slice_id:
+            total, limit = row.slice.profile.memory_gb * GIB, None
+        else:
+            total, limit = row.gpu.memory_total, row.gpu.model.power_limit_w * 1000
+        devices.append(
+            {"uuid": row.uuid, "label": row.uuid, "memory_total": total, "power_limit_mw": limit}
+        )
+    return devices
+
+
+@login_required
+def throttle(request, uuid):
+    """Runs of clock slowdown reasons of one GPU in a window, from raw samples."""
+    gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).values("id").first()
+    piece = (
+        None
+        if gpu
+        else GpuSlice.objects.for_user(request.user)
+        .filter(uuid=uuid)
+        .values("id", "gpu_id")
+        .first()
+    )
+    if gpu is None and piece is None:
+        return JsonResponse({"detail": "No such GPU."}, status=404)
+    params = {key: request.GET[key] for key in ("start", "end") if request.GET.get(key)}
+    try:
+        window = queries.parse_window(params)
+    except queries.QueryError as exc:
+        return JsonResponse({exc.param: [exc.message]}, status=400)
+    rows = (
+        Sample.objects.for_user(request.user)
+        .filter(
+            gpu_id=gpu["id"] if gpu else piece["gpu_id"],
+            slice_id=piece["id"] if piece else None,
+            time__gte=window.start,
+            time__lt=window.end,
+            clocks_event_reasons__gt=charts.CLOCK_IDLE,
+        )
+        .order_by("time")
+        .values_list("time", "clocks_event_reasons")[:THROTTLE_ROWS]
+    )
+    times, masks = [], []
+    for moment, mask in rows:
+        times.append(queries.iso(moment))
+        masks.append(mask)
+    segments = charts.throttle_segments(times, masks, gap_s=5.0)
+    return JsonResponse(
+        {
+            "gpu": uuid,
+            "start": queries.iso(window.start),
+            "end": queries.iso(window.end),
+            "segments": segments,
+        }
+    )
+
+
+# --- hosts and GPUs (operators) -----------------------------------------------------
+
+
+@login_required
+def host_detail(request, pk):
+    require_operator(request.user)
+    host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
+    now = timezone.now()
+    gpus = list(host.gpus.select_related("model", "instance", "team").order_by("index"))
+    latest = latest_by_uuid(GpuLatest.objects.filter(host=host))
+    pieces = list(
+        GpuSlice.objects.filter(gpu__host=host).select_related("profile", "gpu", "instance", "team")
+    )
+    devices = [gpu_device(g, latest.get(g.uuid), now) | {"gpu": g} for g in gpus]
+    context = {
+        "host": host,
+        "agent": AgentState.objects.filter(host=host).first(),
+        "devices": devices,
+        "slices": [
+            {"slice": s, "tile": charts.tile(latest[s.uuid].metrics) if s.uuid in latest else None}
+            for s in pieces
+        ],
+        "events": GpuEvent.objects.filter(host=host, kind__in=HEALTH_EVENTS).select_related("gpu")[
+            :50
+        ],
+        "alerts": Alert.objects.filter(host=host, state__in=ACTIVE_STATES)[:20],
+        "panel": panel_config(
+            devices, source=gpu_source(), live={"kind": "host", "id": host.pk}, extra=("ecc",)
+        ),
+        "live": {
+            "subscribe": [{"kind": "host", "id": host.pk}],
+            "stale_after_s": stale_after_s(),
+            "client": charts.client_settings(),
+        },
+    }
+    return render(request, "monitoring/host.html", context)
+
+
+@login_required
+def gpu_detail(request, uuid):
+    require_operator(request.user)
+    gpu = get_object_or_404(
+        Gpu.objects.select_related("host__region", "model", "instance", "team"), uuid=uuid
+    )
+    now = timezone.now()
+    latest = GpuLatest.objects.filter(uuid=uuid).first()
+    device = gpu_device(gpu, latest, now)
+    pieces = list(gpu.slices.select_related("profile", "instance", "team"))
+    slice_latest = latest_by_uuid(GpuLatest.objects.filter(gpu=gpu, slice__isnull=False))
+    devices = [device] + [slice_device(s, slice_latest.get(s.uuid), now) for s in pieces]
+    context = {
+        "gpu": gpu,
+        "device": device,
+        "metrics": latest.metrics if latest else {},
+        "procs": process_rows(gpu.pk, device["memory_total"]),
+        "slices": pieces,
+        "events": GpuEvent.objects.filter(gpu=gpu, kind__in=HEALTH_EVENTS)[:50],
+        "alerts": Alert.objects.filter(gpu=gpu).order_by("-opened_at")[:20],
+        "panel": panel_config(
+            devices, source=gpu_source(), live={"kind": "host", "id": gpu.host_id}, extra=("ecc",)
+        ),
+        "live": {
+            "subscribe": [],
+            "stale_after_s": stale_after_s(),
+            "client": charts.client_settings(),
+        },
+    }
+    return render(request, "monitoring/gpu.html", context)
+
+
+def process_rows(gpu_id: int, memory_total: int, *, slice_id: int | None = None) -> list[dict]:
+    """The processes of the device's newest reading that listed them, largest first."""
+    newest = (
+        Sample.objects.filter(
+            gpu_id=gpu_id, slice_id=slice_id, time__gte=timezone.now() - timedelta(hours=1)
+        )
+        .exclude(procs=None)
+        .order_by("-time")
+        .values("procs", "time")
+        .first()
+    )
+    if not newest:
+        return []
+    rows = []
+    for proc in sorted(
+        newest["procs"] or [], key=lambda p: p.get("used_memory") or 0, reverse=True
+    ):
+        used = proc.get("used_memory")
+        rows.append(
+            {
+                "pid": proc.get("pid"),
+                "gib": None if used is None else round(used / GIB, 2),
+                "pct": None
+                if used is None or not memory_total
+                else round(100 * used / memory_total, 1),
+                "time": newest["time"],
+            }
+        )
+    return rows
+
+
+# --- alerts -------------------------------------------------------------------------
+
+ALERT_STATE_FILTERS = {"active": ACTIVE_STATES, **{s: (s,) for s in AlertState.values}, "all": None}
+
+
+@login_required
+def alert_list(request):
+    """Alerts of the user's teams (operators: every alert), filtered by state, kind, team."""
+    qs = Alert.objects.for_user(request.user).select_related(
+        "host", "acknowledged_by", "instance", "team"
+    )
+    teams = list(Team.objects.for_user(request.user).order_by("name"))
+    state = request.GET.get("state") or "active"
+    kind = request.GET.get("kind", "")
+    team = request.GET.get("team", "")
+    errors = []
+    if state not in ALERT_STATE_FILTERS:
+        errors.append(
+            f"state: unknown value {state!r}; choose one of {', '.join(ALERT_STATE_FILTERS)}."
+        )
+    elif ALERT_STATE_FILTERS[state] is not None:
+        qs = qs.filter(state__in=ALERT_STATE_FILTERS[state])
+    if kind and kind not in AlertKind.values:
+        errors.append(f"kind: unknown value {kind!r}; choose one of {', '.join(AlertKind.values)}.")
+    elif kind:
+        qs = qs.filter(kind=kind)
+    if team and team not in {str(t.pk) for t in teams}:
+        errors.append("team: no such team among yours.")
+    elif team:
+        qs = qs.filter(team_id=int(team))
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page if not errors else None,
+        "errors": errors,
+        "teams": teams,
+        "states": [("active", "Open or acknowledged"), *AlertState.choices, ("all", "Any state")],
+        "kinds": AlertKind.choices,
+        "state": state,
+        "kind": kind,
+        "team": team,
+        "query": request.GET.urlencode(),
+        "acknowledgeable": acknowledgeable(request.user, page.object_list if not errors else []),
+        "live": {
+            "subscribe": live_groups(request.user, teams),
+            "stale_after_s": stale_after_s(),
+            "client": charts.client_settings(),
+        },
+    }
+    return render(request, "monitoring/alerts.html", context, status=400 if errors else 200)
+
+
+def acknowledgeable(user, alerts) -> set[int]:
+    """The ids of ``alerts`` this user may acknowledge."""
+    if is_operator(user):
+        return {a.pk for a in alerts if a.state == AlertState.OPEN}
+    writable = set(Team.objects.for_user(user, WRITE_ROLES).values_list("pk", flat=True))
+    return {a.pk for a in alerts if a.state == AlertState.OPEN and a.team_id in writable}
+
+
+def live_groups(user, teams) -> list[dict]:
+    if is_operator(user):
+        return [{"kind": "fleet", "id": None}]
+    return [{"kind": "team", "id": t.pk} for t in teams]
+
+
+@login_required
+@require_POST
+def alert_acknowledge(request, pk):
+    alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
+    if alert.team_id is None:
+        require_operator(request.user)
+    elif not (is_operator(request.user) or has_role(request.user, alert.team_id, WRITE_ROLES)):
+        raise PermissionDenied("Your role in this team does not allow you to acknowledge alerts.")
+    try:
+        services.acknowledge_alert(actor=request.user, alert=alert)
+    except services.AlertError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Alert acknowledged: {alert.message}")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("alert-list")
+    return redirect(target)

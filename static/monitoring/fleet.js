@@ -1,0 +1,56 @@
+/* Figures rendered by the server ([data-figure]) and the live fleet heatmap. */
+(function () {
+  "use strict";
+  const GC = (window.GC = window.GC || {});
+
+  function drawFigures() {
+    document.querySelectorAll("[data-figure]").forEach((node) => {
+      const fig = GC.readJSON(node.dataset.figure);
+      if (fig) Plotly.newPlot(node, fig.data, fig.layout, fig.config);
+    });
+  }
+
+  /* Live heatmap: the newest utilization of each GPU, redrawn at most once a second;
+   * a GPU silent for longer than the stale threshold turns blank. */
+  function liveHeatmap(settings) {
+    const node = document.querySelector("[data-heatmap]");
+    if (!node || !settings.heat_index) return;
+    const index = settings.heat_index;
+    const seen = new Map();
+    let dirty = false;
+    Object.keys(index).forEach((uuid) => seen.set(uuid, performance.now()));
+    GC.live.on("gpus", (data) => {
+      const z = node.data && node.data[0].z;
+      if (!z) return;
+      (data.gpus || []).forEach((g) => {
+        const at = index[g.uuid];
+        if (!at || !g.m || g.m.gpu_util === undefined) return;
+        z[at[0]][at[1]] = g.stale ? null : g.m.gpu_util;
+        if (!g.stale) seen.set(g.uuid, performance.now());
+        dirty = true;
+      });
+    });
+    setInterval(() => {
+      const z = node.data && node.data[0].z;
+      if (!z) return;
+      const limit = settings.stale_after_s * 1000;
+      seen.forEach((t, uuid) => {
+        const at = index[uuid];
+        if (performance.now() - t > limit && z[at[0]][at[1]] !== null) {
+          z[at[0]][at[1]] = null;
+          dirty = true;
+        }
+      });
+      if (dirty) {
+        dirty = false;
+        Plotly.restyle(node, { z: [z] }, [0]);
+      }
+    }, 1000);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    drawFigures();
+    const settings = GC.readJSON("live-settings");
+    if (settings) liveHeatmap(settings);
+  });
+})();

@@ -1,0 +1,483 @@
+/* A chart panel: the charts of one GPU or slice, a range picker for all of them,
+ * history from the metrics API, live extension from websocket samples, zoom that
+ * re-queries finer data, and per-chart CSV and PNG downloads.
+ *
+ * Figures come from the server (monitoring/charts.py); each trace's meta names the
+ * metric, statistic and scale it draws, so this file never builds a figure itself. */
+(function () {
+  "use strict";
+  const GC = (window.GC = window.GC || {});
+
+  const RANGES = [
+    ["live", "Live", 15 * 60],
+    ["1h", "1 h", 3600],
+    ["24h", "24 h", 86400],
+    ["7d", "7 d", 7 * 86400],
+    ["30d", "30 d", 30 * 86400],
+    ["custom", "Custom", null],
+  ];
+  const LIVE_MAX_POINTS = 3000;
+  const FLUSH_MS = 500;
+
+  function el(tag, attrs, children) {
+    const node = document.createElement(tag);
+    Object.entries(attrs || {}).forEach(([k, v]) => {
+      if (k === "text") node.textContent = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v);
+    });
+    (children || []).forEach((c) => node.appendChild(c));
+    return node;
+  }
+
+  function isoFromPlot(value) {
+    // plotly hands back the UTC wall clock we drew: "2026-12-02 10:00:00.123"
+    const text = String(value).replace(" ", "T");
+    return (text.length <= 10 ? text + "T00:00:00" : text) + "Z";
+  }
+
+  function inputValue(ms) {
+    return new Date(ms).toISOString().slice(0, 16);
+  }
+
+  function clone(obj) {
+    return JSON.parse(JSON.stringify(obj));
+  }
+
+  class Panel {
+    constructor(root, config) {
+      this.root = root;
+      this.config = config;
+      this.client = config.client;
+      this.device = config.devices[0];
+      this.range = "live";
+      this.window = null;
+      this.charts = {};
+      this.buffer = {};
+      this.revision = 0;
+      this.silent = 0;
+      this.generation = 0;
+      this.lastLive = -Infinity;
+      this.startedAt = performance.now();
+      this.liveThrottle = null;
+      this.build();
+      GC.live.on("gpus", (d) => this.onLive(d.gpus || []));
+      GC.live.on("open", () => {
+        if (this.range === "live") this.load();
+      });
+      if (config.live) GC.live.subscribe(config.live);
+      setInterval(() => this.flush(), FLUSH_MS);
+      setInterval(() => this.markStale(), 2000);
+      this.load();
+    }
+
+    /* ---- DOM ---------------------------------------------------------------------- */
+
+    build() {
+      const id = this.root.id || "panel";
+      const bar = el("div", { class: "panel-toolbar" });
+      if (this.config.devices.length > 1) {
+        const select = el("select", { id: id + "-device", "aria-label": "Device" });
+        this.config.devices.forEach((d, i) => select.appendChild(el("option", { value: i, text: d.label })));
+        select.addEventListener("change", () => this.setDevice(this.config.devices[+select.value]));
+        bar.appendChild(el("div", { class: "field" }, [el("label", { for: id + "-device", text: "Device" }), select]));
+      }
+      const group = el("div", { class: "range-group", role: "group", "aria-label": "Time range" });
+      this.rangeButtons = {};
+      RANGES.forEach(([key, label]) => {
+        const b = el("button", { type: "button", "data-range": key, "aria-pressed": "false", text: label });
+        b.addEventListener("click", () => (key === "custom" ? this.openCustom() : this.setRange(key)));
+        this.rangeButtons[key] = b;
+        group.appendChild(b);
+      });
+      bar.appendChild(el("div", { class: "field" }, [el("label", { text: "Range (UTC)" }), group]));
+      this.customStart = el("input", { type: "datetime-local", id: id + "-start", "aria-label": "Start (UTC)" });
+      this.customEnd = el("input", { type: "datetime-local", id: id + "-end", "aria-label": "End (UTC)" });
+      this.custom = el("form", { class: "custom-range" }, [
+        el("div", {}, [el("label", { for: id + "-start", text: "From (UTC)" }), this.customStart]),
+        el("div", {}, [el("label", { for: id + "-end", text: "To (UTC)" }), this.customEnd]),
+        el("button", { type: "submit", class: "primary", text: "Apply" }),
+      ]);
+      this.custom.addEventListener("submit", (e) => {
+        e.preventDefault();
+        const start = Date.parse(this.customStart.value + ":00Z");
+        const end = Date.parse(this.customEnd.value + ":00Z");
+        if (isNaN(start) || isNaN(end) || start >= end) {
+          this.note("Pick a start before the end.", true);
+          return;
+        }
+        this.setWindow(start, end, "custom");
+      });
+      bar.appendChild(this.custom);
+      this.staleFlag = el("span", { class: "stale-flag", role: "status", text: "stale: the agent has gone quiet" });
+      this.noteEl = el("span", { class: "panel-note", "aria-live": "polite" });
+      bar.appendChild(el("div", { class: "field" }, [this.staleFlag, el("br"), this.noteEl]));
+      this.root.appendChild(bar);
+      this.grid = el("div", { class: "charts" });
+      this.root.appendChild(this.grid);
+      if (this.config.procs) {
+        this.procs = el("section", { class: "procs-section" });
+        this.root.appendChild(this.procs);
+      }
+      this.drawFrames();
+      this.pressRange("live");
+    }
+
+    drawFrames() {
+      this.grid.innerHTML = "";
+      this.charts = {};
+      const figures = this.config.figure_sets[this.device.figures];
+      Object.entries(figures).forEach(([name, fig]) => {
+        const plot = el("div", { class: "plot", "data-chart": name, role: "img", "aria-label": fig.layout.title.text });
+        const csv = el("button", { type: "button", text: "CSV", title: "Download the data as CSV" });
+        const png = el("button", { type: "button", text: "PNG", title: "Download the chart as PNG" });
+        csv.addEventListener("click", () => this.downloadCsv(name));
+        png.addEventListener("click", () => this.downloadPng(name));
+        const tools = el("div", { class: "chart-tools", role: "group", "aria-label": fig.layout.title.text + " downloads" }, [csv, png]);
+        this.grid.appendChild(el("section", { class: "chart-card" }, [tools, plot]));
+        const chart = { name, plot, template: fig, hasData: {} };
+        this.charts[name] = chart;
+        Plotly.newPlot(plot, clone(fig.data), clone(fig.layout), fig.config);
+        plot.on("plotly_relayout", (ev) => this.onZoom(ev));
+      });
+      this.drawProcs();
+    }
+
+    drawProcs() {
+      if (!this.procs) return;
+      const rows = this.config.procs[this.device.uuid] || [];
+      const body = el("tbody");
+      rows.forEach((p) => {
+        const bar = el("div", { class: "bar", title: p.pct === null ? "" : p.pct + " %" }, [el("span")]);
+        bar.firstChild.style.width = (p.pct || 0) + "%";
+        body.appendChild(el("tr", {}, [
+          el("td", { class: "mono", text: String(p.pid) }),
+          el("td", { class: "num", text: p.gib === null ? "—" : p.gib + " GiB" }),
+          el("td", { class: "bar-cell" }, [bar]),
+        ]));
+      });
+      if (!rows.length) {
+        body.appendChild(el("tr", {}, [el("td", { colspan: "3", class: "muted", text: "No compute processes in the last hour's readings." })]));
+      }
+      const head = el("thead", {}, [el("tr", {}, ["PID", "Memory", "Share of the GPU"].map((t, i) => el("th", { class: i === 1 ? "num" : "", text: t })))]);
+      this.procs.innerHTML = "";
+      this.procs.appendChild(el("h2", { text: "Memory per process" + (rows.length ? " (as of " + rows[0].time.slice(11, 19) + " UTC)" : "") }));
+      this.procs.appendChild(el("div", { class: "table-wrap" }, [el("table", { class: "procs", id: "procs" }, [head, body])]));
+    }
+
+    pressRange(key) {
+      Object.entries(this.rangeButtons).forEach(([k, b]) => b.setAttribute("aria-pressed", String(k === key)));
+      this.custom.classList.toggle("open", key === "custom");
+    }
+
+    note(text, error) {
+      this.noteEl.textContent = "";
+      this.noteEl.appendChild(el("span", { class: error ? "err" : "", text }));
+    }
+
+    /* ---- range and device ----------------------------------------------------------- */
+
+    setDevice(device) {
+      this.device = device;
+      this.lastLive = -Infinity;
+      this.startedAt = performance.now();
+      this.drawFrames();
+      this.load();
+    }
+
+    setRange(key) {
+      this.range = key;
+      this.pressRange(key);
+      this.window = null;
+      this.load();
+    }
+
+    openCustom() {
+      const [start, end] = this.currentWindow();
+      this.customStart.value = inputValue(start);
+      this.customEnd.value = inputValue(end);
+      this.pressRange("custom");
+      this.customStart.focus();
+    }
+
+    setWindow(start, end, key) {
+      this.range = key;
+      this.window = [start, end];
+      this.pressRange(key);
+      this.load();
+    }
+
+    currentWindow() {
+      if (this.window) return this.window;
+      const span = (RANGES.find((r) => r[0] === this.range) || RANGES[0])[2] || 3600;
+      const end = Date.now();
+      return [end - span * 1000, end];
+    }
+
+    onZoom(ev) {
+      if (this.silent) return;
+      if (ev["xaxis.range[0]"] !== undefined && ev["xaxis.range[1]"] !== undefined) {
+        const start = Date.parse(isoFromPlot(ev["xaxis.range[0]"]));
+        const end = Date.parse(isoFromPlot(ev["xaxis.range[1]"]));
+        if (!isNaN(start) && !isNaN(end) && end > start) this.setWindow(start, end, "custom");
+      } else if (ev["xaxis.autorange"]) {
+        this.setRange(this.range === "custom" ? "1h" : this.range);
+      }
+    }
+
+    /* ---- history -------------------------------------------------------------------- */
+
+    url(start, end) {
+      const src = this.config.source;
+      const base = src.url.replace("{uuid}", encodeURIComponent(this.device.uuid));
+      const params = new URLSearchParams();
+      this.config.metrics.forEach((m) => params.append("metric", m));
+      params.set("start", new Date(start).toISOString());
+      params.set("end", new Date(end).toISOString());
+      return base + "?" + params.toString();
+    }
+
+    seriesOf(body) {
+      if (body.series) return body.series;
+      const entry = (body.gpus || {})[this.device.uuid] || {};
+      return entry.series || entry;
+    }
+
+    async load() {
+      const generation = ++this.generation;
+      const [start, end] = this.currentWindow();
+      this.note("Loading…");
+      let body, throttle;
+      try {
+        const [resp, tresp] = await Promise.all([
+          fetch(this.url(start, end), { credentials: "same-origin", headers: { Accept: "application/json" } }),
+          this.config.throttle_url && this.charts.clocks
+            ? fetch(this.throttleUrl(start, end), { credentials: "same-origin" }).catch(() => null)
+            : Promise.resolve(null),
+        ]);
+        body = await resp.json();
+        if (!resp.ok) throw new Error(Object.values(body).flat().join(" ") || resp.statusText);
+        throttle = tresp && tresp.ok ? await tresp.json() : { segments: [] };
+      } catch (err) {
+        if (generation === this.generation) this.note("Could not load the history: " + err.message, true);
+        return;
+      }
+      if (generation !== this.generation) return;
+      this.buffer = {};
+      const series = this.seriesOf(body);
+      this.revision++;
+      let points = 0;
+      Object.values(this.charts).forEach((chart) => {
+        points = Math.max(points, this.fill(chart, series, throttle.segments || []));
+      });
+      const label = (RANGES.find((r) => r[0] === this.range) || [0, "Custom"])[1];
+      const tier = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" }[body.tier] || body.tier;
+      this.note(
+        (this.range === "live" ? "Live, last 15 min" : label) + " · " + tier + " · " + points.toLocaleString() + " points per series"
+      );
+    }
+
+    throttleUrl(start, end) {
+      const params = new URLSearchParams({ start: new Date(start).toISOString(), end: new Date(end).toISOString() });
+      return this.config.throttle_url.replace("{uuid}", encodeURIComponent(this.device.uuid)) + "?" + params;
+    }
+
+    fill(chart, series, segments) {
+      const data = clone(chart.template.data);
+      const layout = clone(chart.template.layout);
+      let points = 0;
+      chart.hasData = {};
+      data.forEach((trace) => {
+        const meta = trace.meta || {};
+        if (meta.stat === "throttle") {
+          this.fillThrottle(trace, layout, segments);
+          return;
+        }
+        const s = series[meta.metric];
+        if (!s) return;
+        trace.x = (s.t || []).map(GC.plotTime);
+        trace.y = (s[meta.stat] || []).map((v) => (v === null ? null : v * meta.scale));
+        points = Math.max(points, trace.x.length);
+        const any = trace.y.some((v) => v !== null);
+        chart.hasData[meta.metric] = chart.hasData[meta.metric] || any;
+      });
+      // Traces the GPU does not report (no GPM on an A100) stay out of the legend.
+      data.forEach((trace) => {
+        const meta = trace.meta || {};
+        if (meta.stat !== "throttle" && meta.metric && !chart.hasData[meta.metric]) trace.visible = false;
+      });
+      layout.uirevision = this.range + ":" + this.revision;
+      if (this.window) layout.xaxis.range = this.window.map((ms) => GC.plotTime(ms));
+      this.silent++;
+      Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
+      chart.layout = layout;
+      return points;
+    }
+
+    fillThrottle(trace, layout, segments) {
+      const pal = this.client.palette;
+      trace.x = [];
+      trace.y = [];
+      trace.text = [];
+      const colors = [];
+      segments.forEach((seg) => {
+        const slowdown = (seg.mask & this.client.slowdown_mask) !== 0;
+        const color = slowdown ? pal.bad : pal.warn;
+        const x0 = GC.plotTime(seg.start);
+        layout.shapes.push({
+          type: "rect", xref: "x", x0, x1: GC.plotTime(seg.end), yref: "paper", y0: 0, y1: 1,
+          fillcolor: color, opacity: 0.16, line: { width: 0 }, layer: "below",
+        });
+        trace.x.push(x0);
+        trace.y.push(1);
+        trace.text.push(seg.reasons.join(", "));
+        colors.push(color);
+      });
+      trace.marker.color = colors.length ? colors : pal.bad;
+    }
+
+    /* ---- live ----------------------------------------------------------------------- */
+
+    onLive(gpus) {
+      const g = gpus.find((x) => x.uuid === this.device.uuid);
+      if (!g) return;
+      if (!g.stale) this.lastLive = performance.now();
+      if (this.range !== "live" || !g.m) return;
+      const x = GC.plotTime(g.t);
+      if (!x) return;
+      Object.values(this.charts).forEach((chart) => {
+        const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
+        chart.template.data.forEach((trace, i) => {
+          const meta = trace.meta || {};
+          if (meta.stat === "throttle") {
+            const reasons = (g.m.clocks_event_reasons || 0) & ~1;
+            if (reasons && reasons !== this.liveThrottle) {
+              this.push(buf, i, x, 1, this.reasonNames(reasons));
+            }
+            this.liveThrottle = reasons;
+            return;
+          }
+          const v = g.m[meta.metric];
+          if (v === null || v === undefined) return;
+          this.push(buf, i, x, v * meta.scale);
+          if (!chart.hasData[meta.metric]) {
+            chart.hasData[meta.metric] = true;
+            chart.reveal = (chart.reveal || []).concat([i]);
+          }
+        });
+      });
+    }
+
+    reasonNames(mask) {
+      return this.client.throttle.filter((r) => mask & r[0]).map((r) => r[1]).join(", ");
+    }
+
+    push(buf, i, x, y, text) {
+      let k = buf.idx.indexOf(i);
+      if (k < 0) {
+        buf.idx.push(i);
+        buf.x.push([]);
+        buf.y.push([]);
+        buf.text.push([]);
+        k = buf.idx.length - 1;
+      }
+      buf.x[k].push(x);
+      buf.y[k].push(y);
+      buf.text[k].push(text || "");
+    }
+
+    flush() {
+      const pending = this.buffer;
+      this.buffer = {};
+      Object.entries(pending).forEach(([name, buf]) => {
+        const chart = this.charts[name];
+        if (!chart || !buf.idx.length) return;
+        const update = { x: buf.x, y: buf.y };
+        const throttleIdx = chart.template.data.findIndex((t) => (t.meta || {}).stat === "throttle");
+        if (throttleIdx >= 0 && buf.idx.includes(throttleIdx)) update.text = buf.text;
+        if (chart.reveal) {
+          Plotly.restyle(chart.plot, { visible: true }, chart.reveal);
+          chart.reveal = null;
+        }
+        Plotly.extendTraces(chart.plot, update, buf.idx, LIVE_MAX_POINTS);
+      });
+    }
+
+    markStale() {
+      // Stale: live, and nothing from this device for longer than the threshold.
+      const since = Math.max(this.lastLive, this.startedAt);
+      const stale = this.range === "live" && performance.now() - since > this.config.stale_after_s * 1000;
+      this.staleFlag.classList.toggle("on", stale);
+    }
+
+    /* ---- downloads ------------------------------------------------------------------ */
+
+    filename(name, ext) {
+      const device = this.device.label.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^-+|-+$/g, "");
+      return device + "-" + name + "-" + this.range + "." + ext;
+    }
+
+    downloadCsv(name) {
+      const chart = this.charts[name];
+      const traces = chart.plot.data.filter((t) => t.meta && t.meta.metric && t.visible !== false);
+      const unit = chart.template.unit;
+      const header = ["time_utc"].concat(
+        traces.map((t) => (t.meta.stat === "throttle" ? "throttle_reasons" : t.meta.metric + "_" + t.meta.stat + " (" + unit + ")"))
+      );
+      const rows = new Map();
+      traces.forEach((t, col) => {
+        (t.x || []).forEach((x, k) => {
+          if (!rows.has(x)) rows.set(x, new Array(traces.length).fill(""));
+          const v = t.meta.stat === "throttle" ? (t.text || [])[k] : t.y[k];
+          rows.get(x)[col] = v === null || v === undefined ? "" : v;
+        });
+      });
+      const quote = (v) => (/[",\n]/.test(String(v)) ? '"' + String(v).replace(/"/g, '""') + '"' : String(v));
+      const lines = [header.map(quote).join(",")];
+      Array.from(rows.keys())
+        .sort()
+        .forEach((x) => lines.push([isoFromPlot(x)].concat(rows.get(x)).map(quote).join(",")));
+      const blob = new Blob([lines.join("\n") + "\n"], { type: "text/csv" });
+      const a = el("a", { href: URL.createObjectURL(blob), download: this.filename(name, "csv") });
+      document.body.appendChild(a);
+      a.click();
+      setTimeout(() => {
+        URL.revokeObjectURL(a.href);
+        a.remove();
+      }, 0);
+    }
+
+    downloadPng(name) {
+      const chart = this.charts[name];
+      Plotly.downloadImage(chart.plot, {
+        format: "png",
+        filename: this.filename(name, "png").replace(/\.png$/, ""),
+        width: Math.max(chart.plot.clientWidth, 640),
+        height: chart.template.layout.height,
+      });
+    }
+  }
+
+  GC.Panel = Panel;
+
+  async function start(root) {
+    let config = root.dataset.config ? GC.readJSON(root.dataset.config) : null;
+    if (!config && root.dataset.configUrl) {
+      const resp = await fetch(root.dataset.configUrl, { credentials: "same-origin" });
+      if (!resp.ok) {
+        root.textContent = "Charts are unavailable (" + resp.status + ").";
+        return;
+      }
+      config = await resp.json();
+    }
+    if (!config || !config.devices.length) {
+      root.appendChild(el("p", { class: "muted", text: "No GPU telemetry for this yet." }));
+      return;
+    }
+    root.panel = new Panel(root, config);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("[data-chart-panel]").forEach((root) => start(root));
+  });
+})();
