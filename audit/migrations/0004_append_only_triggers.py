@@ -44,7 +44,7 @@ TABLES = ("audit_auditevent", "audit_checkpoint")
 def install(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    schema_editor.execute(FUNCTIONS)
+    schema_editor.execute(FUNCTIONS, params=None)
     for table in TABLES:
         schema_editor.execute(
             f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
