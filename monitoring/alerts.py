@@ -139,6 +139,10 @@ def resolve_alert(alert: Alert, *, now: datetime | None = None, why: str = "") -
     return alert
 
 
+def is_active(key: str) -> bool:
+    return Alert.objects.filter(key=key, state__in=ACTIVE_STATES).exists()
+
+
 def resolve_key(key: str, *, now: datetime | None = None, why: str = "") -> None:
     for alert in Alert.objects.filter(key=key, state__in=ACTIVE_STATES):
         resolve_alert(alert, now=now, why=why)

@@ -71,7 +71,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.queue: asyncio.Queue | None = None
         self.writer: asyncio.Task | None = None
-        self.seen: dict[str, int] = {}
         await self.accept()
         if b"token" in self.scope.get("query_string", b"").lower():
             await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
@@ -89,8 +88,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     def _hello_late(self):
         if self.hello is None and not self.closing:
-            asyncio.ensure_future(self.refuse(p.CLOSE_HELLO_TIMEOUT, "hello_timeout",
-                                              f"no hello within {HELLO_TIMEOUT_S:.0f} s"))
+            asyncio.ensure_future(
+                self.refuse(p.CLOSE_HELLO_TIMEOUT, "hello_timeout", f"no hello within {HELLO_TIMEOUT_S:.0f} s")
+            )
 
     async def disconnect(self, code):
         self.closing = True
@@ -105,22 +105,23 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.closing or self.host is None:
             return
         try:
-            frame = frames.parse(text_data if text_data is not None else bytes_data)
+            frame = frames.parse(text_data if text_data is not None else bytes_data,
+                                 hello_expected=self.hello is None)
             if self.hello is None:
                 await self.on_hello(frames.hello(frame))
             else:
-                await self.on_samples(frame)
+                await self.queue.put(frames.samples(frame, now=time.time()))  # waits while the writer is behind
         except frames.FrameError as exc:
-            await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True)
+            await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame())
         except ingest.Refused as exc:
             await self.refuse(exc.close_code, exc.code, exc.message)
+        except Exception:
+            log.exception("agent connection of %s failed", self.host.name)
+            await self.refuse(1011, "server_error", "the server failed; try again later")
 
     async def on_hello(self, hello: frames.Hello):
         if hello.host != self.host.name:
-            raise ingest.Refused(
-                p.CLOSE_GPU_CONFLICT, "wrong_host",
-                f"this token belongs to host {self.host.name}, not {hello.host}",
-            )
+            raise ingest.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
         result = await database_sync_to_async(ingest.accept_hello)(
             host=self.host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT
         )
@@ -134,15 +135,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
             "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
             "registered": result.registered, "vanished": result.vanished,
         })
-
-    async def on_samples(self, frame: dict):
-        if frame.get("type") == "hello":
-            raise frames.bad("hello was already sent on this connection", "hello_twice")
-        boot_id = frame.get("boot_id")
-        after = self.seen.get(boot_id, 0) if isinstance(boot_id, str) else 0
-        batch = frames.samples(frame, self.hello, now=time.time(), after_seq=after)
-        self.seen[batch.boot_id] = batch.last_seq
-        await self.queue.put(batch)  # waits while the writer is behind: backpressure
 
     async def write_loop(self):
         store = _write(ingest.store)
@@ -169,11 +161,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def send_frame(self, frame: dict):
         await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
-    async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False):
+    async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False,
+                     extra: dict | None = None):
         if self.closing:
             return
         self.closing = True
-        await self.send_frame({"type": "error", "code": code, "message": message})
+        await self.send_frame(extra or {"type": "error", "code": code, "message": message})
         await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
         await self.close(code=close_code, reason=code)
 

@@ -1,76 +1,101 @@
-"""Validation of agent frames (protocol v1, docs/agent-protocol.md). Pure: no database.
+"""Validation of agent frames, protocol v1 (docs/agent-protocol.md). Pure: no database.
 
 A frame is accepted whole or refused whole: ``FrameError`` carries the close code,
-a short machine code and a message that names the offending field.
+the error slug of section 6 and one sentence naming the offending field. Extra keys
+are ignored; missing required keys and wrong types are bad frames.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from monitoring.agent import protocol as p
 
+MAX_HELLO_BYTES = 64 * 1024
 MAX_GPUS = 64
-MAX_SLICES = 64
+MAX_SLICES = 8
 MAX_METRICS = 64
-MAX_NAME = 80
 EARLIEST_T = 946_684_800.0  # 2000-01-01
-FUTURE_SLACK_S = 300.0
+FUTURE_SLACK_S = 86_400.0
+GPU_UUID = re.compile(r"^GPU-[A-Za-z0-9-]{0,92}$")
+MIG_UUID = re.compile(r"^MIG-[A-Za-z0-9/-]{0,92}$")
+METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 class FrameError(Exception):
-    def __init__(self, close_code: int, code: str, message: str):
+    def __init__(self, close_code: int, code: str, message: str, *, boot_id: str | None = None,
+                 seq: int | None = None):
         super().__init__(message)
         self.close_code = close_code
         self.code = code
-        self.message = message
+        self.message = message[: p.MAX_MESSAGE]
+        self.boot_id = boot_id
+        self.seq = seq
+
+    def frame(self) -> dict:
+        out = {"type": "error", "code": self.code, "message": self.message}
+        if self.boot_id is not None:
+            out["boot_id"] = self.boot_id
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
 
 
-def bad(message: str, code: str = "bad_frame") -> FrameError:
+def bad(message: str, code: str = "bad_field") -> FrameError:
     return FrameError(p.CLOSE_BAD_FRAME, code, message)
 
 
 def _no_constants(name: str):
-    raise bad(f"{name} is not allowed in a frame (numbers must be finite)", "not_finite")
+    raise bad(f"{name} is not a number JSON allows (numbers must be finite)")
 
 
-def parse(text, *, max_bytes: int = p.MAX_FRAME_BYTES) -> dict:
+def parse(text, *, hello_expected: bool = False) -> dict:
+    """The frame as a dict; size, JSON and version checked."""
     if not isinstance(text, str):
-        raise bad("frames are JSON text, not binary", "binary_frame")
-    if len(text) > max_bytes:
-        raise FrameError(p.CLOSE_TOO_LARGE, "too_large", f"frame of {len(text)} bytes exceeds {max_bytes}")
+        raise bad("binary frames are not allowed; send JSON text", "bad_frame")
+    limit = MAX_HELLO_BYTES if hello_expected else p.MAX_FRAME_BYTES
+    if len(text) > limit:
+        what = "a hello" if hello_expected else "a frame"
+        raise FrameError(p.CLOSE_TOO_LARGE, "frame_too_large", f"{what} of {len(text)} bytes exceeds {limit}")
     try:
         frame = json.loads(text, parse_constant=_no_constants)
     except FrameError:
         raise
     except ValueError as exc:
-        raise bad(f"frame is not valid JSON ({exc.msg} at {exc.pos})", "bad_json") from None
+        raise bad(f"the frame is not valid JSON ({exc.msg} at character {exc.pos})", "bad_json") from None
     if not isinstance(frame, dict):
-        raise bad("frame must be a JSON object")
-    if frame.get("v") != p.VERSION:
-        raise FrameError(p.CLOSE_VERSION, "version", f"v must be {p.VERSION}, not {frame.get('v')!r}")
+        raise bad("a frame must be a JSON object", "bad_json")
+    if not isinstance(frame.get("type"), str):
+        raise bad("type is missing or not a string", "bad_frame")
+    if frame.get("v") != p.VERSION or isinstance(frame.get("v"), bool):
+        raise FrameError(p.CLOSE_VERSION, "unsupported_version", f"v must be {p.VERSION}, not {frame.get('v')!r}")
     return frame
 
 
 # --- small checks -------------------------------------------------------------------
 
 
+def _required(obj: dict, key: str, where: str):
+    if key not in obj:
+        raise bad(f"{where}{key} is required")
+    return obj[key]
+
+
 def _int(value, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(f"{where} must be an integer")
-    if not low <= value <= high:
-        raise bad(f"{where}={value} is out of range {low}..{high}", "out_of_range")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise bad(f"{where} must be an integer between {low} and {high}")
     return value
 
 
-def _str(value, where: str, max_len: int = MAX_NAME, *, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not value and not empty):
-        raise bad(f"{where} must be a non-empty string")
-    if len(value) > max_len:
-        raise bad(f"{where} is longer than {max_len} characters")
-    if any(ord(c) < 32 for c in value):
+def _str(value, where: str, max_len: int, *, min_len: int = 1, pattern: re.Pattern | None = None) -> str:
+    if not isinstance(value, str) or not min_len <= len(value) <= max_len:
+        raise bad(f"{where} must be a string of {min_len} to {max_len} characters")
+    if pattern is not None and not pattern.match(value):
+        raise bad(f"{where} {value[:100]!r} is not well formed")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise bad(f"{where} contains control characters")
     return value
 
@@ -79,7 +104,7 @@ def _list(value, where: str, max_len: int) -> list:
     if not isinstance(value, list):
         raise bad(f"{where} must be a list")
     if len(value) > max_len:
-        raise FrameError(p.CLOSE_TOO_LARGE, "too_large", f"{where} has {len(value)} entries, more than {max_len}")
+        raise bad(f"{where} has {len(value)} entries; at most {max_len} are allowed")
     return value
 
 
@@ -90,16 +115,16 @@ def _dict(value, where: str) -> dict:
 
 
 def number(value, where: str, low: float, high: float, integral: bool):
+    """A JSON number in range; ``integral`` ones must be written without a fraction."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(f"{where} must be a number")
+        raise bad(f"{where} must be a number between {low:g} and {high:g}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise bad(f"{where} must be finite", "not_finite")
-    if integral and isinstance(value, float):
-        if not value.is_integer():
-            raise bad(f"{where}={value} must be a whole number")
-        value = int(value)
+        raise bad(f"{where} must be finite")
+    if integral and not isinstance(value, int):
+        raise bad(f"{where} must be an integer between {low:g} and {high:g}")
     if not low <= value <= high:
-        raise bad(f"{where}={value} is out of range {low:g}..{high:g}", "out_of_range")
+        kind = "an integer" if integral else "a number"
+        raise bad(f"{where} must be {kind} between {low:g} and {high:g}")
     return value
 
 
@@ -111,7 +136,7 @@ class SliceInfo:
     uuid: str
     gpu_instance_id: int
     profile: str
-    memory_total: int | None
+    memory_total: int
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,7 @@ class Hello:
     agent: str
     backend: str
     gpus: tuple[GpuInfo, ...]
+    driver: str = ""
 
     @property
     def devices(self) -> dict[str, tuple[str, str | None]]:
@@ -146,53 +172,51 @@ class Hello:
 
 
 def hello(frame: dict) -> Hello:
-    if frame.get("type") != "hello":
-        raise FrameError(p.CLOSE_HELLO_TIMEOUT, "hello_first", "the first frame must be a hello")
-    host = _str(frame.get("host"), "host", 253)
-    if not p.HOST_RE.match(host):
-        raise bad("host must be letters, digits, '.', '_' or '-'")
-    boot_id = frame.get("boot_id")
-    if not isinstance(boot_id, str) or not p.BOOT_ID_RE.match(boot_id):
-        raise bad("boot_id must be 32 lowercase hex digits")
-    agent = _str(frame.get("agent", ""), "agent", empty=True)
-    backend = _str(frame.get("backend", ""), "backend", 20, empty=True)
-    raw_gpus = _list(frame.get("gpus"), "gpus", MAX_GPUS)
-    gpus, seen = [], set()
+    if frame["type"] != "hello":
+        raise FrameError(p.CLOSE_HELLO_TIMEOUT, "hello_required", f"the first frame must be a hello, not {frame['type'][:40]!r}")
+    host = _str(_required(frame, "host", ""), "host", 253, pattern=p.HOST_RE)
+    boot_id = _str(_required(frame, "boot_id", ""), "boot_id", 32, pattern=p.BOOT_ID_RE)
+    agent = _str(_required(frame, "agent", ""), "agent", 64, min_len=0)
+    backend = _str(_required(frame, "backend", ""), "backend", 32)
+    driver = _str(frame.get("driver", ""), "driver", 32, min_len=0)
+    raw_gpus = _list(_required(frame, "gpus", ""), "gpus", MAX_GPUS)
+    gpus, uuids, indexes = [], set(), set()
     for i, entry in enumerate(raw_gpus):
         gpu = _gpu(_dict(entry, f"gpus[{i}]"), f"gpus[{i}]")
+        if gpu.index in indexes:
+            raise bad(f"gpus[{i}].index {gpu.index} is reported twice")
+        indexes.add(gpu.index)
         for uuid in (gpu.uuid, *(s.uuid for s in gpu.slices)):
-            if uuid in seen:
+            if uuid in uuids:
                 raise bad(f"gpus[{i}]: UUID {uuid} is reported twice")
-            seen.add(uuid)
+            uuids.add(uuid)
         gpus.append(gpu)
-    return Hello(host=host, boot_id=boot_id, agent=agent, backend=backend, gpus=tuple(gpus))
+    return Hello(host=host, boot_id=boot_id, agent=agent, backend=backend, gpus=tuple(gpus), driver=driver)
 
 
 def _gpu(entry: dict, where: str) -> GpuInfo:
     slices = []
-    for j, s in enumerate(_list(entry.get("slices", []), f"{where}.slices", MAX_SLICES)):
-        s = _dict(s, f"{where}.slices[{j}]")
-        memory = s.get("memory_total")
-        slices.append(
-            SliceInfo(
-                uuid=_str(s.get("uuid"), f"{where}.slices[{j}].uuid"),
-                gpu_instance_id=_int(s.get("gpu_instance_id", 0), f"{where}.slices[{j}].gpu_instance_id", 0, 65535),
-                profile=_str(s.get("profile", ""), f"{where}.slices[{j}].profile", 40, empty=True),
-                memory_total=None if memory is None else _int(memory, f"{where}.slices[{j}].memory_total", 0, p.SAFE_INT),
-            )
-        )
-    limit = entry.get("power_limit_mw")
-    mig = entry.get("mig_mode", False)
+    for j, s in enumerate(_list(_required(entry, "slices", f"{where}."), f"{where}.slices", MAX_SLICES)):
+        at = f"{where}.slices[{j}]"
+        s = _dict(s, at)
+        slices.append(SliceInfo(
+            uuid=_str(_required(s, "uuid", f"{at}."), f"{at}.uuid", 96, min_len=4, pattern=MIG_UUID),
+            gpu_instance_id=_int(_required(s, "gpu_instance_id", f"{at}."), f"{at}.gpu_instance_id", 0, 63),
+            profile=_str(_required(s, "profile", f"{at}."), f"{at}.profile", 32, min_len=0),
+            memory_total=_int(_required(s, "memory_total", f"{at}."), f"{at}.memory_total", 1, p.SAFE_INT),
+        ))
+    mig = _required(entry, "mig_mode", f"{where}.")
     if not isinstance(mig, bool):
         raise bad(f"{where}.mig_mode must be true or false")
+    limit = entry.get("power_limit_mw")
     return GpuInfo(
-        uuid=_str(entry.get("uuid"), f"{where}.uuid"),
-        index=_int(entry.get("index"), f"{where}.index", 0, 255),
-        name=_str(entry.get("name", ""), f"{where}.name", empty=True),
-        memory_total=_int(entry.get("memory_total", 0), f"{where}.memory_total", 0, p.SAFE_INT),
+        uuid=_str(_required(entry, "uuid", f"{where}."), f"{where}.uuid", 96, min_len=4, pattern=GPU_UUID),
+        index=_int(_required(entry, "index", f"{where}."), f"{where}.index", 0, 63),
+        name=_str(_required(entry, "name", f"{where}."), f"{where}.name", 96),
+        memory_total=_int(_required(entry, "memory_total", f"{where}."), f"{where}.memory_total", 1, p.SAFE_INT),
         mig_mode=mig,
-        pci_bus_id=_str(entry.get("pci_bus_id", ""), f"{where}.pci_bus_id", 32, empty=True),
-        power_limit_mw=None if limit is None else _int(limit, f"{where}.power_limit_mw", 0, 10_000_000),
+        pci_bus_id=_str(entry.get("pci_bus_id", ""), f"{where}.pci_bus_id", 32, min_len=0),
+        power_limit_mw=None if limit is None else _int(limit, f"{where}.power_limit_mw", 1, 10_000_000),
         slices=tuple(slices),
     )
 
@@ -204,12 +228,16 @@ def _gpu(entry: dict, where: str) -> GpuInfo:
 class Record:
     seq: int
     t: float
-    device: str  # the slice's UUID for a slice, else the GPU's
     gpu: str
     slice: str | None
     m: dict = field(default_factory=dict)
     procs: list | None = None
     event: dict | None = None
+
+    @property
+    def device(self) -> str:
+        """The slice's UUID for a slice record, else the GPU's."""
+        return self.slice or self.gpu
 
 
 @dataclass
@@ -226,68 +254,74 @@ class Samples:
         return self.records[-1].seq
 
 
-def samples(frame: dict, hello_: Hello, *, now: float, after_seq: int = 0) -> Samples:
-    """A checked samples frame. ``after_seq``: the last seq this connection saw for the
-    frame's boot_id; seqs must climb past it and within the frame."""
-    if frame.get("type") != "samples":
-        raise bad(f"unknown frame type {frame.get('type')!r} (expected samples)", "bad_type")
-    boot_id = frame.get("boot_id")
-    if not isinstance(boot_id, str) or not p.BOOT_ID_RE.match(boot_id):
-        raise bad("boot_id must be 32 lowercase hex digits")
-    raw = _list(frame.get("records"), "records", p.MAX_RECORDS_PER_FRAME)
+def samples(frame: dict, *, now: float) -> Samples:
+    """A checked samples frame. Whether its GPUs belong to the host is the ingest's
+    business: unknown ones are acknowledged and discarded (section 3.2)."""
+    kind = frame["type"]
+    if kind == "hello":
+        raise bad("hello was already sent on this connection", "unexpected_hello")
+    if kind != "samples":
+        raise bad(f"unknown frame type {kind[:40]!r}", "unknown_type")
+    boot_id = _str(_required(frame, "boot_id", ""), "boot_id", 32, pattern=p.BOOT_ID_RE)
+    raw = _list(_required(frame, "records", ""), "records", p.MAX_RECORDS_PER_FRAME)
     if not raw:
-        raise bad("records is empty")
-    devices = hello_.devices
+        raise bad("records must hold 1 to 500 records")
     records = []
-    previous = after_seq
-    for i, entry in enumerate(raw):
-        record = _record(_dict(entry, f"records[{i}]"), f"records[{i}]", devices, now)
-        if record.seq <= previous:
-            raise FrameError(
-                p.CLOSE_SEQ, "seq_order",
-                f"records[{i}].seq={record.seq} does not follow {previous} (seqs must increase)",
-            )
-        previous = record.seq
-        records.append(record)
+    previous = 0
+    try:
+        for i, entry in enumerate(raw):
+            record = _record(_dict(entry, f"records[{i}]"), f"records[{i}]", now)
+            if record.seq <= previous:
+                raise FrameError(
+                    p.CLOSE_SEQ, "seq_not_increasing",
+                    f"records[{i}].seq {record.seq} does not follow {previous}: seqs must increase within a frame",
+                )
+            previous = record.seq
+            records.append(record)
+    except FrameError as exc:
+        exc.boot_id = boot_id
+        first = raw[0].get("seq") if isinstance(raw[0], dict) else None
+        exc.seq = first if isinstance(first, int) and not isinstance(first, bool) else None
+        raise
     return Samples(boot_id=boot_id, records=records)
 
 
-def _record(entry: dict, where: str, devices: dict, now: float) -> Record:
-    seq = _int(entry.get("seq"), f"{where}.seq", 1, p.SAFE_INT)
-    t = number(entry.get("t"), f"{where}.t", EARLIEST_T, now + FUTURE_SLACK_S, False)
-    gpu = _str(entry.get("gpu"), f"{where}.gpu")
+def _record(entry: dict, where: str, now: float) -> Record:
+    seq = _int(_required(entry, "seq", f"{where}."), f"{where}.seq", 1, p.SAFE_INT)
+    t = number(_required(entry, "t", f"{where}."), f"{where}.t", EARLIEST_T, now + FUTURE_SLACK_S, False)
+    gpu = _str(_required(entry, "gpu", f"{where}."), f"{where}.gpu", 96, min_len=4, pattern=GPU_UUID)
     piece = entry.get("slice")
-    device = gpu if piece is None else _str(piece, f"{where}.slice")
-    known = devices.get(device)
-    if known is None or known[0] != gpu:
-        what = f"slice {device} of GPU {gpu}" if piece is not None else f"GPU {gpu}"
-        raise bad(f"{where}: {what} is not in this host's hello", "unknown_gpu")
-    record = Record(seq=seq, t=float(t), device=device, gpu=gpu, slice=piece)
+    if piece is not None:
+        piece = _str(piece, f"{where}.slice", 96, min_len=4, pattern=MIG_UUID)
+    record = Record(seq=seq, t=float(t), gpu=gpu, slice=piece)
+    has_metrics = "m" in entry or "procs" in entry
     if "event" in entry:
-        if "m" in entry or "procs" in entry:
-            raise bad(f"{where}: an event record carries no metrics")
+        if has_metrics:
+            raise bad(f"{where} has both an event and metrics", "bad_frame")
         record.event = _event(_dict(entry["event"], f"{where}.event"), f"{where}.event")
         return record
-    if "m" not in entry and "procs" not in entry:
-        raise bad(f"{where} has neither m, procs nor event")
-    m = _dict(entry.get("m", {}), f"{where}.m")
-    if len(m) > MAX_METRICS:
-        raise FrameError(p.CLOSE_TOO_LARGE, "too_large", f"{where}.m has more than {MAX_METRICS} metrics")
-    for name, value in m.items():
-        bounds = p.METRICS.get(name)
-        if bounds is None:
-            # v1: unknown metrics are ignored, but they must still be finite numbers.
-            number(value, f"{where}.m.{name[:40]}", -math.inf, math.inf, False)
-            continue
-        record.m[name] = number(value, f"{where}.m.{name}", *bounds)
+    if not has_metrics:
+        raise bad(f"{where} has neither m, procs nor event", "bad_frame")
+    if "m" in entry:
+        m = _dict(entry["m"], f"{where}.m")
+        if len(m) > MAX_METRICS:
+            raise bad(f"{where}.m has {len(m)} metrics; at most {MAX_METRICS} are allowed")
+        for name, value in m.items():
+            bounds = p.METRICS.get(name)
+            if bounds is None:
+                if not METRIC_NAME.match(name):
+                    raise bad(f"{where}.m: metric name {name[:70]!r} is not well formed")
+                number(value, f"{where}.m.{name}", -math.inf, math.inf, False)  # ignored, but finite
+                continue
+            record.m[name] = number(value, f"{where}.m.{name}", *bounds)
     if "procs" in entry:
-        record.procs = [_proc(_dict(x, f"{where}.procs[{k}]"), f"{where}.procs[{k}]")
-                        for k, x in enumerate(_list(entry["procs"], f"{where}.procs", p.MAX_PROCS))]
+        procs = _list(entry["procs"], f"{where}.procs", p.MAX_PROCS)
+        record.procs = [_proc(_dict(x, f"{where}.procs[{k}]"), f"{where}.procs[{k}]") for k, x in enumerate(procs)]
     return record
 
 
 def _proc(entry: dict, where: str) -> dict:
-    out = {"pid": _int(entry.get("pid"), f"{where}.pid", 0, 2**32 - 1)}
+    out = {"pid": _int(_required(entry, "pid", f"{where}."), f"{where}.pid", 0, 2**32 - 1)}
     if "used_memory" in entry:
         out["used_memory"] = _int(entry["used_memory"], f"{where}.used_memory", 0, p.SAFE_INT)
     if "sm_util" in entry:
@@ -296,14 +330,12 @@ def _proc(entry: dict, where: str) -> dict:
 
 
 def _event(entry: dict, where: str) -> dict:
-    kind = entry.get("kind")
-    if kind not in p.EVENT_KINDS:
-        raise bad(f"{where}.kind must be one of {', '.join(p.EVENT_KINDS)}")
+    kind = _str(_required(entry, "kind", f"{where}."), f"{where}.kind", 32)
     out = {"kind": kind, "message": ""}
     if "code" in entry:
-        out["code"] = _int(entry["code"], f"{where}.code", 0, 2**31 - 1)
-    elif kind == "xid":
-        raise bad(f"{where}.code is required for an xid event")
+        out["code"] = _int(entry["code"], f"{where}.code", 0, 65535)
     if "message" in entry:
-        out["message"] = _str(entry["message"], f"{where}.message", p.MAX_MESSAGE, empty=True)
+        if not isinstance(entry["message"], str) or len(entry["message"]) > p.MAX_MESSAGE:
+            raise bad(f"{where}.message must be a string of at most {p.MAX_MESSAGE} characters")
+        out["message"] = entry["message"]
     return out

@@ -22,6 +22,7 @@ from instances import services as instance_services
 from instances.models import Gpu, GpuModel, GpuSlice, Host, Instance, SliceKind, SliceProfile, State
 
 from . import alerts
+from .agent import protocol as p
 from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
 from .frames import GpuInfo, Hello, Samples
 from .models import AgentSession, AgentState, AlertKind, EventKind, GpuEvent, RollupCursor
@@ -85,17 +86,22 @@ def _reconcile(host: Host, hello: Hello) -> HelloResult:
     result = HelloResult()
     known = {g.uuid: g for g in Gpu.objects.filter(host=host).select_related("model")}
     reported = {g.uuid for g in hello.gpus}
+    _make_room(host, known, hello)
     for info in hello.gpus:
         gpu = known.get(info.uuid)
         if gpu is None:
             gpu = _register_gpu(host, info)
             result.registered.append(info.uuid)
+        else:
+            _update_gpu(host, gpu, info)
         _register_slices(host, gpu, info, result)
         alerts.resolve_key(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
     for uuid, gpu in known.items():
         if uuid in reported:
             continue
         result.vanished.append(uuid)
+        if alerts.is_active(f"gpu_lost:{uuid}"):
+            continue
         GpuEvent.objects.create(
             kind=EventKind.VANISHED, host=host, gpu=gpu, uuid=uuid, instance_id=gpu.instance_id, team_id=gpu.team_id,
             message=f"{host.name} no longer reports {uuid} (GPU {gpu.index}).",
@@ -105,6 +111,40 @@ def _reconcile(host: Host, hello: Hello) -> HelloResult:
             team_id=gpu.team_id, message=f"{uuid} (GPU {gpu.index} of {host.name}) is missing from its agent's report.",
         ))
     return result
+
+
+# NVML indexes are 0-63; a GPU that no longer holds its index waits above them.
+PARKED_FROM = 64
+
+
+def _make_room(host: Host, known: dict[str, Gpu], hello: Hello) -> None:
+    """Free every index the hello assigns: a GPU sitting on another GPU's index (it
+    moved slot, or vanished and was replaced) is parked above the NVML range first."""
+    wanted = {info.index: info.uuid for info in hello.gpus}
+    taken = {g.index for g in known.values()}
+    for gpu in known.values():
+        if wanted.get(gpu.index, gpu.uuid) != gpu.uuid:
+            parked = next(i for i in range(PARKED_FROM, 32767) if i not in taken)
+            taken.add(parked)
+            Gpu.objects.filter(pk=gpu.pk).update(index=parked)
+            gpu.index = parked
+
+
+def _update_gpu(host: Host, gpu: Gpu, info: GpuInfo) -> None:
+    changes = {}
+    if gpu.index != info.index:
+        changes["index"] = (gpu.index, info.index)
+    if info.pci_bus_id and gpu.pci_bus_id != info.pci_bus_id:
+        changes["pci_bus_id"] = (gpu.pci_bus_id, info.pci_bus_id)
+    if gpu.memory_total != info.memory_total:
+        changes["memory_total"] = (gpu.memory_total, info.memory_total)
+    if not changes:
+        return
+    Gpu.objects.filter(pk=gpu.pk).update(**{k: new for k, (_, new) in changes.items()})
+    record_event(
+        actor=host, action="gpu.update", target=gpu,
+        details={"host": host.name, "uuid": gpu.uuid, **{k: {"from": a, "to": b} for k, (a, b) in changes.items()}},
+    )
 
 
 def _register_gpu(host: Host, info: GpuInfo) -> Gpu:
@@ -199,6 +239,7 @@ def count_bad_frame(*, host_id: int, message: str) -> None:
 
 @dataclass(frozen=True)
 class Holder:
+    gpu_uuid: str
     gpu_id: int
     slice_id: int | None
     index: int
@@ -217,13 +258,13 @@ class Attribution:
     def current(self) -> dict[str, Holder]:
         gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index", "instance_id", "team_id")
         slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list(
-            "uuid", "gpu_id", "id", "gpu__index", "instance_id", "team_id"
+            "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "instance_id", "team_id"
         )
-        rows = [(u, g, None, i, inst, team) for u, g, i, inst, team in gpus] + list(slices)
-        self._learn_since({row[4] for row in rows if row[4] is not None})
+        rows = [(u, u, g, None, i, inst, team) for u, g, i, inst, team in gpus] + list(slices)
+        self._learn_since({row[5] for row in rows if row[5] is not None})
         return {
-            uuid: Holder(gpu_id, slice_id, index, inst, team, self._since.get(inst))
-            for uuid, gpu_id, slice_id, index, inst, team in rows
+            uuid: Holder(gpu_uuid, gpu_id, slice_id, index, inst, team, self._since.get(inst))
+            for uuid, gpu_uuid, gpu_id, slice_id, index, inst, team in rows
         }
 
     def _learn_since(self, instance_ids: set[int]) -> None:
@@ -238,39 +279,51 @@ class Attribution:
 
 @dataclass
 class Stored:
-    acks: list[tuple[str, int]]  # (boot_id, seq) per frame, in order
+    acks: list[tuple[str, int]]  # (boot_id, high) per frame, in order
     stored: int
     duplicates: int
+    discarded: int
     latest: dict[str, dict]  # device uuid -> live entry
 
 
 def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: Attribution) -> Stored:
-    """Write ``batches`` (checked frames of one host) in one transaction."""
+    """Write ``batches`` (checked frames of one host, in order) in one transaction.
+
+    Per (host, boot_id) the highest stored seq (``high``) rises with the rows that
+    raise it, so a record is stored exactly once however often it is sent. Records of
+    GPUs this host does not have, and events of unknown kinds, are acknowledged and
+    discarded (protocol section 3.2).
+    """
     with transaction.atomic():
         holders = attribution.current()
-        rows, events, latest = [], [], {}
-        duplicates = 0
-        last_by_boot = _claim_seqs(host_id, batches)
+        rows, events, latest, acks = [], [], {}, []
+        duplicates = discarded = 0
+        high = _claim_seqs(host_id, batches)
         for batch in batches:
-            fresh = [r for r in batch.records if r.seq > last_by_boot[batch.boot_id][0]]
+            mark = high[batch.boot_id]
+            fresh = [r for r in batch.records if r.seq > mark[0]]
             duplicates += len(batch.records) - len(fresh)
-            if fresh:
-                last_by_boot[batch.boot_id][0] = fresh[-1].seq
+            mark[0] = max(mark[0], batch.last_seq)
+            acks.append((batch.boot_id, mark[0]))
             for record in fresh:
                 holder = holders.get(record.device)
-                if holder is None:  # deleted from the inventory since the hello
+                if holder is None or holder.gpu_uuid != record.gpu:
+                    discarded += 1
                     continue
                 when = datetime.fromtimestamp(record.t, tz=UTC)
                 held = holder.held_since is None or when >= holder.held_since
                 instance_id, team_id = (holder.instance_id, holder.team_id) if held else (None, None)
                 if record.event is not None:
-                    events.append((record, holder, when, instance_id, team_id))
+                    if record.event["kind"] in p.EVENT_KINDS:
+                        events.append((record, holder, when, instance_id, team_id))
+                    else:
+                        discarded += 1
                     continue
                 rows.append(_row(record, holder, when, instance_id, team_id))
                 entry = latest.get(record.device)
                 if entry is None or record.t >= entry["_t"]:
                     latest[record.device] = _live_entry(record, holder, host_id, host_name, instance_id, team_id)
-        _save_seqs(host_id, last_by_boot)
+        _save_seqs(high)
         insert_samples(rows)
         _upsert_latest(host_id, latest)
         _store_events(host_id, host_name, events)
@@ -279,12 +332,11 @@ def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: 
             last_seen_at=timezone.now(), frames=F("frames") + len(batches),
             samples=F("samples") + len(rows), duplicates=F("duplicates") + duplicates,
         )
-    return Stored(acks=[(b.boot_id, b.last_seq) for b in batches], stored=len(rows), duplicates=duplicates,
-                  latest=latest)
+    return Stored(acks=acks, stored=len(rows), duplicates=duplicates, discarded=discarded, latest=latest)
 
 
 def _claim_seqs(host_id: int, batches: list[Samples]) -> dict[str, list[int]]:
-    """{boot_id: [last stored seq, session id]}, with the sessions' rows locked."""
+    """{boot_id: [high, session id]}, with the sessions' rows locked until commit."""
     boots = sorted({b.boot_id for b in batches})
     for boot_id in boots:
         AgentSession.objects.get_or_create(host_id=host_id, boot_id=boot_id)
@@ -292,9 +344,9 @@ def _claim_seqs(host_id: int, batches: list[Samples]) -> dict[str, list[int]]:
     return {s.boot_id: [s.last_seq, s.pk] for s in sessions}
 
 
-def _save_seqs(host_id: int, last_by_boot: dict[str, list[int]]) -> None:
+def _save_seqs(high: dict[str, list[int]]) -> None:
     now = timezone.now()
-    for seq, session_id in last_by_boot.values():
+    for seq, session_id in high.values():
         AgentSession.objects.filter(pk=session_id, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now)
 
 

@@ -50,9 +50,10 @@ class Epoch(Func):
         return super().as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)", **extra)
 
     def as_sqlite(self, compiler, connection, **extra):
-        return super().as_sql(
-            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)", **extra
-        )
+        # Django stores "YYYY-MM-DD HH:MM:SS[.ffffff]" in UTC; julianday() would lose
+        # tens of microseconds and move samples across bucket edges.
+        template = "(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) + CAST(substr(%(expressions)s, 20) AS REAL))"
+        return super().as_sql(compiler, connection, template=template, **extra)
 
 
 def parse_time(value: str, param: str) -> datetime:
