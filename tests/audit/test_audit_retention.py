@@ -1,0 +1,85 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from audit import services
+from audit.models import AuditEvent, Checkpoint
+from audit.tasks import SCHEDULE
+from audit.verification import verify
+
+
+@pytest.fixture
+def aged(events, monkeypatch):
+    """``n`` events recorded ``days`` ago, then a checkpoint signed at that time."""
+
+    def _aged(n, days):
+        then = timezone.now() - timedelta(days=days)
+        monkeypatch.setattr(services.timezone, "now", lambda: then)
+        made = events(n)
+        services.write_checkpoint(now=then)
+        monkeypatch.undo()
+        return made
+
+    return _aged
+
+
+def test_old_events_go_up_to_a_signed_checkpoint(aged, events, settings):
+    settings.AUDIT_RETENTION_DAYS = 365
+    aged(4, days=400)
+    aged(3, days=10)
+    assert services.apply_retention() == 4
+    assert AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first() == 5
+
+
+def test_the_chain_still_verifies_from_the_checkpoint(aged, settings):
+    settings.AUDIT_RETENTION_DAYS = 365
+    aged(4, days=400)
+    aged(3, days=10)
+    services.apply_retention()
+    report = verify()
+    assert report.valid, report.lines()
+    assert report.first_seq == 5
+
+
+def test_nothing_younger_than_180_days_goes_whatever_the_setting(aged, settings):
+    settings.AUDIT_RETENTION_DAYS = 30
+    aged(3, days=100)
+    assert services.apply_retention() == 0
+    assert AuditEvent.objects.count() == 3
+
+
+def test_without_an_old_checkpoint_nothing_goes(events, monkeypatch, settings):
+    settings.AUDIT_RETENTION_DAYS = 180
+    then = timezone.now() - timedelta(days=400)
+    monkeypatch.setattr(services.timezone, "now", lambda: then)
+    events(3)
+    monkeypatch.undo()
+    assert services.apply_retention() == 0
+
+
+def test_retention_is_itself_audited(aged, settings):
+    settings.AUDIT_RETENTION_DAYS = 365
+    aged(4, days=400)
+    services.apply_retention()
+    event = AuditEvent.objects.get(action="audit.retention")
+    assert event.details["deleted"] == 4 and event.details["through_seq"] == 4
+
+
+def test_deleting_the_old_head_without_its_checkpoint_is_caught(aged, tamper):
+    aged(4, days=400)
+    aged(2, days=1)
+    tamper("DELETE FROM audit_auditevent WHERE seq <= 2")
+    report = verify()
+    assert report.first_broken_seq == 3 and "missing head" in report.reason
+
+
+def test_retention_runs_daily():
+    assert SCHEDULE["audit-retention"] == (86_400, "audit.tasks.apply_retention")
+
+
+def test_checkpoints_survive_retention(aged, settings):
+    settings.AUDIT_RETENTION_DAYS = 365
+    aged(4, days=400)
+    services.apply_retention()
+    assert Checkpoint.objects.filter(seq=4).exists()
