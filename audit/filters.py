@@ -12,6 +12,10 @@ from .models import ActorType, AuditEvent, Outcome
 _TEXT = {"validators": [no_control_characters]}
 
 
+class IdFilter(django_filters.NumberFilter):
+    field_class = forms.IntegerField
+
+
 class AuditEventFilter(django_filters.FilterSet):
     since = django_filters.IsoDateTimeFilter(
         field_name="time",
@@ -29,7 +33,7 @@ class AuditEventFilter(django_filters.FilterSet):
         **_TEXT,
     )
     actor_type = django_filters.ChoiceFilter(choices=ActorType.choices)
-    team = django_filters.NumberFilter(field_name="team_id", min_value=1, help_text="Team id.")
+    team = IdFilter(field_name="team_id", min_value=1, help_text="Team id.")
     action = django_filters.CharFilter(
         method="filter_action",
         max_length=64,

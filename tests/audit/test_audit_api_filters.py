@@ -1,0 +1,68 @@
+from datetime import timedelta
+
+from django.utils import timezone
+
+from audit import services
+
+URL = "/api/v1/audit/events/"
+
+
+def _actions(response) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [row["action"] for row in response.json()["results"]]
+
+
+def test_filters_by_action_prefix_outcome_and_actor(api, ops, acme, alice):
+    services.record_event(actor=alice, action="instance.launch", team=acme)
+    services.record_event(actor=alice, action="instance.stop", team=acme, outcome="failure")
+    services.record_event(actor="system", action="team.create", team=acme)
+    client = api(ops)
+    assert sorted(_actions(client.get(URL, {"action": "instance.*"}))) == ["instance.launch", "instance.stop"]
+    assert _actions(client.get(URL, {"outcome": "failure"})) == ["instance.stop"]
+    assert set(_actions(client.get(URL, {"actor": "ALICE"}))) == {"instance.launch", "instance.stop"}
+
+
+def test_filters_by_team_and_target(api, ops, acme, globex, acme_instance):
+    services.record_event(actor="system", action="x.globex", team=globex)
+    found = _actions(api(ops).get(URL, {"team": acme.pk, "target_type": "instances.instance", "target_id": acme_instance.pk}))
+    assert found and "x.globex" not in found and set(found) <= {"instance.launch", "instance.running"}
+
+
+def test_free_text_searches_the_details(api, ops):
+    services.record_event(actor="system", action="x.a", details={"note": "the Blue whale"})
+    services.record_event(actor="system", action="x.b", details={"note": "a red herring"})
+    assert _actions(api(ops).get(URL, {"q": "blue WHALE"})) == ["x.a"]
+
+
+def test_filters_by_time_range(api, ops):
+    services.record_event(actor="system", action="x.now")
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    assert _actions(api(ops).get(URL, {"since": later})) == []
+    assert "x.now" in _actions(api(ops).get(URL, {"until": later}))
+
+
+def test_a_bad_time_names_the_field(api, ops):
+    response = api(ops).get(URL, {"since": "last tuesday"})
+    assert response.status_code == 400 and "since" in response.json()
+
+
+def test_an_inverted_range_names_until(api, ops):
+    response = api(ops).get(URL, {"since": "2026-12-02T10:00:00Z", "until": "2026-12-01T10:00:00Z"})
+    assert response.status_code == 400 and "until" in response.json()
+
+
+def test_a_bad_outcome_names_the_field(api, ops):
+    response = api(ops).get(URL, {"outcome": "maybe"})
+    assert response.status_code == 400 and "outcome" in response.json()
+
+
+def test_control_characters_in_a_search_are_refused(api, ops):
+    response = api(ops).get(URL, {"q": "a\r\nb"})
+    assert response.status_code == 400 and "q" in response.json()
+
+
+def test_newest_events_come_first(api, ops):
+    first = services.record_event(actor="system", action="x.first")
+    second = services.record_event(actor="system", action="x.second")
+    seqs = [row["seq"] for row in api(ops).get(URL).json()["results"]]
+    assert seqs.index(second.seq) < seqs.index(first.seq)

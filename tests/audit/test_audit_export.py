@@ -1,0 +1,101 @@
+import csv
+import io
+import json
+
+from audit_support import events_after, head_seq
+from django.http import StreamingHttpResponse
+
+from audit import chain, services
+from audit.models import AuditEvent
+
+URL = "/api/v1/audit/export/"
+
+
+def _body(response) -> str:
+    assert response.status_code == 200, response.content
+    assert isinstance(response, StreamingHttpResponse)
+    return b"".join(response.streaming_content).decode()
+
+
+def _csv(response) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(_body(response))))
+
+
+def test_csv_has_the_columns_the_events_and_a_signed_ending(api, ops, events):
+    events(3)
+    rows = _csv(api(ops).get(URL, {"format": "csv"}))
+    assert rows[0] == [*chain.FIELDS, "prev_hash", "hash"]
+    assert [r[0] for r in rows[1:4]] == ["1", "2", "3"]
+    assert rows[-2][0] == "#checkpoint" and rows[-2][1] == "3"
+    assert rows[-1] == ["#end", "3", "3"]
+
+
+def test_jsonl_opens_with_a_header_and_ends_with_the_checkpoint(api, ops, events):
+    events(2)
+    lines = [json.loads(line) for line in _body(api(ops).get(URL, {"format": "jsonl"})).splitlines()]
+    assert [line["type"] for line in lines] == ["export", "event", "event", "checkpoint", "end"]
+    assert lines[0]["count"] == 2 and lines[3]["seq"] == lines[2]["seq"] == 2
+
+
+def test_the_export_is_itself_audited(api, audrey, events):
+    events(2)
+    before = head_seq()
+    response = api(audrey).get(URL, {"format": "jsonl", "action": "test.*"})
+    _body(response)
+    (export,) = events_after(before)
+    assert (export.action, export.actor_name) == ("audit.export", "audrey")
+    assert export.details["format"] == "jsonl" and export.details["filters"] == {"action": "test.*"}
+
+
+def test_only_events_the_user_may_see_are_exported(api, alice, acme, globex):
+    services.record_event(actor="system", action="x.acme", team=acme)
+    services.record_event(actor="system", action="x.globex", team=globex)
+    actions = [r[6] for r in _csv(api(alice).get(URL, {"format": "csv"}))[1:] if not r[0].startswith("#")]
+    assert "x.acme" in actions and "x.globex" not in actions
+
+
+def test_another_teams_export_answers_404(api, alice, globex):
+    assert api(alice).get(URL, {"format": "csv", "team": globex.pk}).status_code == 404
+
+
+def test_a_member_is_refused_and_audited(api, bob):
+    before = head_seq()
+    assert api(bob).get(URL, {"format": "csv"}).status_code == 403
+    assert [e.action for e in events_after(before)] == ["api.denied"]
+
+
+def test_an_unknown_format_names_the_field(api, ops):
+    response = api(ops).get(URL, {"format": "xlsx"})
+    assert response.status_code == 400 and "format" in response.json()
+
+
+def test_cells_that_a_spreadsheet_would_run_are_escaped(api, ops):
+    services.record_event(actor="=HYPERLINK(\"http://x\")", action="@SUM(A1)", target_type="+cmd", target_id="-1")
+    row = next(r for r in _csv(api(ops).get(URL, {"format": "csv"}))[1:] if r[6] == "'@SUM(A1)")
+    assert row[4] == "'=HYPERLINK(\"http://x\")" and row[7] == "'+cmd" and row[8] == "'-1"
+
+
+def test_crlf_and_control_characters_stay_inside_their_cell(api, ops, client):
+    client.post("/login/", {"username": "evil\r\n=1+1\x07", "password": "x"})
+    body = _body(api(ops).get(URL, {"format": "csv"}))
+    line = next(line for line in body.split("\r\n") if "auth.login_failed" in line)
+    assert "\\r\\n=1+1\\u0007" in line
+    assert all(ch >= " " for ch in body.replace("\r\n", ""))
+
+
+def test_exports_stream_from_a_cursor_in_chunks(api, ops, events, settings, monkeypatch):
+    monkeypatch.setattr("audit.export.ROWS_PER_CHUNK", 10)
+    events(35)
+    response = api(ops).get(URL, {"format": "jsonl"})
+    chunks = list(response.streaming_content)
+    assert len(chunks) >= 5  # header, 4 × 10 rows, ending
+    assert response["X-Audit-Event-Count"] == "35"
+
+
+def test_events_written_after_the_export_started_are_not_in_it(api, ops, events):
+    events(2)
+    response = api(ops).get(URL, {"format": "jsonl"})
+    events(3)
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert lines[-1]["count"] == 2
+    assert AuditEvent.objects.count() == 2 + 1 + 3  # the export's own event sits in between

@@ -1,0 +1,73 @@
+from audit_support import events_after, head_seq
+
+from audit import services
+from audit.models import Verification
+
+
+def test_audrey_finds_her_own_sign_in_in_the_last_hour(client, audrey):
+    client.post("/login/", {"username": "audrey", "password": "demo-password"})
+    page = client.get("/audit/", {"since": services.timezone.now().strftime("%Y-%m-%dT%H:00"), "action": "auth.login"})
+    assert page.status_code == 200
+    assert [(e.action, e.actor_name) for e in page.context["rows"]] == [("auth.login", "audrey")]
+
+
+def test_the_page_lists_only_visible_teams(logged_in, alice, acme, globex):
+    services.record_event(actor="system", action="x.acme", team=acme)
+    services.record_event(actor="system", action="x.globex", team=globex)
+    html = logged_in(alice).get("/audit/").content.decode()
+    assert "x.acme" in html and "x.globex" not in html
+
+
+def test_a_member_gets_403_and_it_is_audited(logged_in, bob):
+    before = head_seq()
+    assert logged_in(bob).get("/audit/").status_code == 403
+    assert [(e.action, e.outcome) for e in events_after(before)] == [("page.denied", "denied")]
+
+
+def test_the_event_page_shows_its_chain_fields(logged_in, audrey, acme):
+    event = services.record_event(actor="system", action="x.acme", team=acme)
+    services.write_checkpoint()
+    page = logged_in(audrey).get(f"/audit/{event.seq}/")
+    html = page.content.decode()
+    assert event.hash in html and event.prev_hash in html
+    assert page.context["chain"]["hash_ok"] and page.context["chain"]["checkpoint_signed"]
+
+
+def test_another_teams_event_page_is_404(logged_in, alice, globex):
+    event = services.record_event(actor="system", action="x.globex", team=globex)
+    assert logged_in(alice).get(f"/audit/{event.seq}/").status_code == 404
+
+
+def test_verify_now_records_the_result_and_shows_it(logged_in, audrey, events):
+    events(3)
+    client = logged_in(audrey)
+    response = client.post("/audit/verify/", follow=True)
+    run = Verification.objects.get()
+    assert run.valid and run.actor_name == "audrey"
+    assert b"The audit log verifies" in response.content and response.context["verification"] == run
+
+
+def test_a_broken_chain_shows_invalid_with_the_record(logged_in, audrey, events, tamper):
+    events(3)
+    tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 2")
+    html = logged_in(audrey).post("/audit/verify/", follow=True).content.decode()
+    assert "INVALID" in html and 'href="/audit/2/"' in html
+
+
+def test_a_bad_filter_answers_400_naming_the_field(logged_in, audrey):
+    page = logged_in(audrey).get("/audit/", {"since": "soon"})
+    assert page.status_code == 400 and "since" in page.context["form"].errors
+
+
+def test_export_links_carry_the_filters(logged_in, audrey):
+    html = logged_in(audrey).get("/audit/", {"action": "auth.*"}).content.decode()
+    assert "/api/v1/audit/export/?format=csv&amp;action=auth.%2A" in html
+
+
+def test_older_pages_continue_below_the_last_row(logged_in, ops, events):
+    events(60)
+    client = logged_in(ops)
+    first = client.get("/audit/")
+    second = client.get("/audit/", {"before": first.context["older"]})
+    seen = [e.seq for e in first.context["rows"]] + [e.seq for e in second.context["rows"]]
+    assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen) >= 60
