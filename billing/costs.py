@@ -20,7 +20,7 @@ from .models import ChargeType, Price, PriceKind, PricingCategory
 
 GROUPS = {
     "day": ("period_start",),
-    "instance": ("instance_id", "instance__name", "reservation_id"),
+    "instance": ("instance_id", "instance__name"),
     "model": ("gpu_model__name",),
     "pricing_category": ("pricing_category",),
     "team": ("team_id", "team__name"),
@@ -70,11 +70,12 @@ def total(qs) -> Decimal:
 
 def grouped(qs, group_by: str) -> list[dict]:
     """Rows {key, label, billed_cost, list_cost, gpu_hours}, largest cost first (by day:
-    in time order)."""
-    fields = GROUPS[group_by]
-    rows = qs.values(*fields).annotate(
-        billed=Sum("billed_cents"), listed=Sum("list_cents"), priced=Sum("priced_seconds")
-    ).order_by(*fields)
+    in time order). By instance, a reservation's unused commitment is a row of its own."""
+    if group_by == "instance":
+        rows = [*_sums(qs.filter(instance__isnull=False), ("instance_id", "instance__name")),
+                *_sums(qs.filter(instance__isnull=True), ("reservation_id",))]
+    else:
+        rows = _sums(qs, GROUPS[group_by])
     out = []
     for row in rows:
         key, label = _key_label(group_by, row)
@@ -92,11 +93,17 @@ def grouped(qs, group_by: str) -> list[dict]:
     return out
 
 
+def _sums(qs, fields):
+    return qs.values(*fields).annotate(
+        billed=Sum("billed_cents"), listed=Sum("list_cents"), priced=Sum("priced_seconds")
+    ).order_by(*fields)
+
+
 def _key_label(group_by: str, row: dict) -> tuple[str, str]:
     if group_by == "day":
         return row["period_start"].date().isoformat(), row["period_start"].date().isoformat()
     if group_by == "instance":
-        if row["instance_id"] is None:
+        if row.get("instance_id") is None:
             return f"RSV-{row['reservation_id']}", f"RSV-{row['reservation_id']} unused commitment"
         return str(row["instance_id"]), row["instance__name"]
     if group_by == "team":

@@ -11,7 +11,15 @@ from decimal import Decimal
 from django.db.models import Sum
 
 from . import pricing
-from .models import Charge, ChargeType, Invoice, InvoiceLine, InvoiceStatus, LineKind, PricingCategory
+from .models import (
+    Charge,
+    ChargeType,
+    Invoice,
+    InvoiceLine,
+    InvoiceStatus,
+    LineKind,
+    PricingCategory,
+)
 
 CATEGORY_WORDS = {
     PricingCategory.STANDARD: "On-demand",

@@ -284,5 +284,5 @@ def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime,
             r = by_key[rkey]
             meta = Meta(team_id, model_id, r.gpu_model.name, PricingModel.RESERVED, True)
             key = (day, None, ChargeType.UNUSED_COMMITMENT, PricingCategory.COMMITTED, rkey, r.hourly)
-            list_unit = catalog.list_schedule(meta.sku).at(max(r.start, day))
-            ledger.add(key, meta, "", 0, unused, r.hourly * unused, Decimal(0), r.hourly, list_unit)
+            # The commitment's own price is its list price: nothing was consumed.
+            ledger.add(key, meta, "", 0, unused, r.hourly * unused, r.hourly * unused, r.hourly, r.hourly)

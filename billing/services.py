@@ -577,7 +577,8 @@ def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DE
     record_event(actor=actor, action="billing.preemption.notice", target=instance, team=instance.team_id,
                  details={"preempt_at": item.preempt_at, "reason": item.reason, "notice_s": int(notice.total_seconds())})
     publish_on_commit([team_group(instance.team_id)], "preemption", {
-        "instance": instance.pk, "name": instance.name, "preempt_at": item.preempt_at.isoformat(),
+        "team": instance.team_id, "instance": instance.pk, "name": instance.name,
+        "preempt_at": item.preempt_at.isoformat(),
         "seconds": int(notice.total_seconds()), "reason": item.reason,
     })
     return item

@@ -1,7 +1,8 @@
 from decimal import Decimal
 
-from billing.models import Charge
 from billing_support import at
+
+from billing.models import Charge
 
 
 def test_it_bills_per_second_at_the_list_price(play, meter, bob, acme):

@@ -1,0 +1,335 @@
+"""/api/v1/ for billing: prices, spot prices, reservations, budgets, invoices, costs,
+exports and spot preemption notices. Adapters only: parse, authorise, call a service."""
+
+from datetime import timedelta
+
+from django.http import Http404, StreamingHttpResponse
+from django.urls import path
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api.mixins import TeamScopedViewSetMixin
+from console.models import Team
+from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, is_operator
+
+from . import costs, exports, pricing, services
+from .models import (
+    Budget,
+    BudgetAlert,
+    Charge,
+    Invoice,
+    PreemptionNotice,
+    Price,
+    Reservation,
+    SpotPrice,
+    currency,
+)
+from .serializers import (
+    AdjustmentSerializer,
+    BudgetAlertSerializer,
+    BudgetSerializer,
+    BudgetUpdateSerializer,
+    CostQuerySerializer,
+    CostReportSerializer,
+    ExportQuerySerializer,
+    InvoiceDetailSerializer,
+    InvoiceMemoSerializer,
+    InvoiceSerializer,
+    PreemptionNoticeSerializer,
+    PriceSerializer,
+    ReservationSerializer,
+    SpotPriceSerializer,
+)
+
+# Who sees the bill (invoices, budgets, exports): team admins and auditors.
+BILL_ROLES = AUDIT_ROLES
+
+
+class OperatorWrites:
+    def require_operator(self, what: str) -> None:
+        if not is_operator(self.request.user):
+            self.permission_denied(self.request, message=f"Only operators can {what}.")
+
+
+class OperatorCreates(OperatorWrites, mixins.CreateModelMixin):
+    operator_creates = ""
+
+    def create(self, request, *args, **kwargs):
+        # Refuse before validating, so an outsider learns nothing from the errors.
+        self.require_operator(self.operator_creates)
+        return super().create(request, *args, **kwargs)
+
+
+class PriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
+    """The price catalog per SKU-hour, effective-dated. Operators add periods; a period
+    never starts in the past and never overlaps another of its SKU and kind."""
+
+    queryset = Price.objects.all()
+    serializer_class = PriceSerializer
+    filterset_fields = ["sku", "kind"]
+
+    operator_creates = "set prices"
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.set_price(
+            actor=self.request.user, sku=data["sku"], kind=data["kind"], hourly=data["hourly"],
+            effective_from=data["effective_from"], effective_until=data.get("effective_until"),
+        )
+
+
+class SpotPriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
+    """Spot price history, newest first. Operators set a SKU's spot price from now on."""
+
+    queryset = SpotPrice.objects.order_by("-time", "sku")
+    serializer_class = SpotPriceSerializer
+    filterset_fields = ["sku", "source"]
+
+    operator_creates = "set spot prices"
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.set_spot_price(actor=self.request.user, sku=data["sku"], hourly=data["hourly"])
+
+
+class ReservationViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Your teams' commitments. Team admins buy one: N GPUs of a model for 1 or 3 years."""
+
+    queryset = Reservation.objects.select_related("gpu_model")
+    serializer_class = ReservationSerializer
+    filterset_fields = ["team", "gpu_model__name", "term"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        self.require_role(data["team"].pk, ADMIN_ROLES, "buy reservations")
+        serializer.instance = services.purchase_reservation(
+            actor=self.request.user, team=data["team"], gpu_model=data["gpu_model"], gpu_count=data["gpu_count"],
+            term=data["term"], start=data["start"],
+        )
+
+
+class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
+    """Monthly budgets with alert thresholds (percent) on actual and forecast spend.
+    Team admins manage them; auditors read them."""
+
+    queryset = Budget.objects.select_related("team")
+    serializer_class = BudgetSerializer
+    read_roles = BILL_ROLES
+    filterset_fields = ["team", "month"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        self.require_role(data["team"].pk, ADMIN_ROLES, "manage budgets")
+        serializer.instance = services.create_budget(
+            actor=self.request.user, team=data["team"], month=data["month"], amount=data["amount"],
+            currency_code=data.get("currency"), actual_thresholds=data.get("actual_thresholds", [50, 80, 100]),
+            forecast_thresholds=data.get("forecast_thresholds", [100]),
+        )
+
+    @extend_schema(request=BudgetUpdateSerializer, responses=BudgetSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        budget = self.get_object()
+        self.require_role(budget.team_id, ADMIN_ROLES, "manage budgets")
+        form = BudgetUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        services.update_budget(
+            actor=request.user, budget=budget, amount=data.get("amount"), currency_code=data.get("currency"),
+            actual_thresholds=data.get("actual_thresholds"), forecast_thresholds=data.get("forecast_thresholds"),
+        )
+        return Response(BudgetSerializer(budget, context=self.get_serializer_context()).data)
+
+    def perform_destroy(self, budget):
+        self.require_role(budget.team_id, ADMIN_ROLES, "manage budgets")
+        services.delete_budget(actor=self.request.user, budget=budget)
+
+
+class BudgetAlertViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
+    """Budget thresholds crossed, newest first."""
+
+    queryset = BudgetAlert.objects.all()
+    serializer_class = BudgetAlertSerializer
+    read_roles = BILL_ROLES
+    filterset_fields = ["team", "budget", "basis"]
+
+
+class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyModelViewSet):
+    """Monthly invoices (team admins and auditors). A draft follows usage until its
+    month ends; an issued invoice never changes: edits are refused (409) and audited."""
+
+    queryset = Invoice.objects.select_related("team")
+    read_roles = BILL_ROLES
+    filterset_fields = ["team", "status", "month"]
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("lines__refers_to")
+        return qs
+
+    def get_serializer_class(self):
+        return InvoiceDetailSerializer if self.action == "retrieve" else InvoiceSerializer
+
+    @extend_schema(request=InvoiceMemoSerializer, responses={200: InvoiceSerializer, 409: OpenApiResponse(description="issued")})
+    def partial_update(self, request, pk=None):
+        invoice = self.get_object()
+        self.require_role(invoice.team_id, ADMIN_ROLES, "change invoices")
+        form = InvoiceMemoSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        invoice = services.update_invoice(actor=request.user, invoice=invoice, memo=form.validated_data["memo"])
+        return Response(InvoiceSerializer(invoice).data)
+
+    @extend_schema(request=None, responses={409: OpenApiResponse(description="invoices are never deleted")})
+    def destroy(self, request, pk=None):
+        invoice = self.get_object()
+        if invoice.is_issued:
+            services.refuse_invoice_change(actor=request.user, invoice=invoice, attempted="delete")
+        raise services.BillingConflict("A draft follows metered usage; it cannot be deleted.")
+
+    @extend_schema(request=AdjustmentSerializer, responses={201: InvoiceDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def adjustments(self, request, pk=None):
+        """Operators: add a credit (negative) or charge to this draft."""
+        invoice = self.get_object()
+        self.require_operator("adjust invoices")
+        form = AdjustmentSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        services.add_adjustment(actor=request.user, team=invoice.team, invoice=invoice, **form.validated_data)
+        fresh = self.get_queryset().prefetch_related("lines__refers_to").get(pk=invoice.pk)
+        return Response(InvoiceDetailSerializer(fresh).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=InvoiceSerializer)
+    @action(detail=True, methods=["post"])
+    def issue(self, request, pk=None):
+        """Operators: issue a draft whose month is over (the periodic task does this)."""
+        invoice = self.get_object()
+        self.require_operator("issue invoices")
+        return Response(InvoiceSerializer(services.issue_invoice(actor=request.user, invoice=invoice)).data)
+
+
+class PreemptionNoticeViewSet(TeamScopedViewSetMixin, OperatorCreates, viewsets.ReadOnlyModelViewSet):
+    """Spot preemption notices. Operators issue one; the instance is preempted when the
+    notice (default 120 s) runs out."""
+
+    queryset = PreemptionNotice.objects.select_related("instance")
+    serializer_class = PreemptionNoticeSerializer
+    filterset_fields = ["team", "instance", "status"]
+
+    operator_creates = "preempt instances"
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.issue_preemption_notice(
+            actor=self.request.user, instance=data["instance"], notice=timedelta(seconds=data["notice_seconds"]),
+            reason=data.get("reason", ""),
+        )
+
+
+def _scoped_charges(request, roles, team_id):
+    qs = Charge.objects.for_user(request.user, roles)
+    team = None
+    if team_id is not None:
+        team = Team.objects.for_user(request.user, roles).filter(pk=team_id).first()
+        if team is None:
+            raise Http404("No such team, or not yours to see.")
+        qs = qs.filter(team=team)
+    return qs, team
+
+
+class CostView(APIView):
+    """Costs of your teams over [start, end), grouped by day, instance, GPU model,
+    pricing category or team. Members see their teams' costs."""
+
+    @extend_schema(parameters=[CostQuerySerializer], responses=CostReportSerializer)
+    def get(self, request):
+        query = CostQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        start, end = costs.parse_range(data.get("start"), data.get("end"))
+        qs, _ = _scoped_charges(request, READ_ROLES, data.get("team"))
+        qs = costs.in_range(qs, start, end)
+        rows = costs.grouped(qs, data["group_by"])
+        body = {"currency": currency(), "start": start, "end": end, "group_by": data["group_by"],
+                "total": sum((r["billed_cost"] for r in rows), pricing.from_cents(0)), "rows": rows}
+        return Response(CostReportSerializer(body).data)
+
+
+class ExportNegotiation(DefaultContentNegotiation):
+    """``?format=`` names the export format here, not a DRF renderer."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class ExportView(APIView):
+    """Charges of [start, end) as CSV or FOCUS 1.2 columns, streamed. Team admins and
+    auditors; every export is audited."""
+
+    content_negotiation_class = ExportNegotiation
+
+    @extend_schema(
+        parameters=[ExportQuerySerializer],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+        description="CSV (format=csv) or FOCUS 1.2 (format=focus) rows, one per charge (instance or reservation, UTC day, price).",
+    )
+    def get(self, request):
+        query = ExportQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        start, end = costs.parse_range(data.get("start"), data.get("end"))
+        qs, team = _scoped_charges(request, BILL_ROLES, data.get("team"))
+        services.record_export(actor=request.user, fmt=data["format"], start=start, end=end, team=team)
+        response = StreamingHttpResponse(exports.stream(costs.in_range(qs, start, end), data["format"]),
+                                         content_type="text/csv; charset=utf-8")
+        name = f"costs-{data['format']}-{start:%Y%m%d}-{end:%Y%m%d}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+
+class CostSummaryView(APIView):
+    """One team's month: spent so far, forecast, idle cost and budget."""
+
+    @extend_schema(parameters=[OpenApiParameter("team", int, required=True)], responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        raw = request.query_params.get("team", "")
+        if not raw.isdigit():
+            return Response({"team": ["A team id is required."]}, status=status.HTTP_400_BAD_REQUEST)
+        qs, team = _scoped_charges(request, READ_ROLES, int(raw))
+        now = timezone.now()
+        outlook = costs.forecast(qs, now)
+        start = pricing.month_start(now)
+        idle = costs.idle_cost(qs, start, pricing.next_month(start))
+        budget = Budget.objects.filter(team=team, month=start.date()).first()
+        return Response({
+            "team": team.pk, "currency": currency(), "month": f"{start:%Y-%m}",
+            "month_to_date": str(services.month_to_date(team, now)),
+            "forecast": None if outlook is None else {"point": str(outlook.point), "low": str(outlook.low),
+                                                      "high": str(outlook.high)},
+            "idle_cost": str(idle.idle_cost), "cost_without_telemetry": str(idle.unknown_cost),
+            "efficiency_pct": None if idle.efficiency_pct is None else str(idle.efficiency_pct),
+            "budget": None if budget is None else str(budget.amount),
+        })
+
+
+routes = [
+    ("prices", PriceViewSet, "price"),
+    ("spot-prices", SpotPriceViewSet, "spot-price"),
+    ("reservations", ReservationViewSet, "reservation"),
+    ("budgets", BudgetViewSet, "budget"),
+    ("budget-alerts", BudgetAlertViewSet, "budget-alert"),
+    ("invoices", InvoiceViewSet, "invoice"),
+    ("preemption-notices", PreemptionNoticeViewSet, "preemption-notice"),
+]
+
+urlpatterns = [
+    path("costs/", CostView.as_view(), name="costs"),
+    path("costs/export/", ExportView.as_view(), name="costs-export"),
+    path("costs/summary/", CostSummaryView.as_view(), name="costs-summary"),
+]

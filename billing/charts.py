@@ -1,0 +1,129 @@
+"""Plotly figures for the cost explorer: pure functions from data to a figure dict.
+Money goes into figures as decimal strings (plotly reads numeric strings as numbers),
+so no float ever holds an amount. Every axis has a title with its unit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from decimal import Decimal
+
+from .costs import CoverageDay, IdleRow
+from .forecast import Forecast
+
+COLORS = {"standard": "#4fb3ff", "committed": "#3fb950", "dynamic": "#d29922"}
+NAMES = {"standard": "On-demand (Standard)", "committed": "Reserved (Committed)", "dynamic": "Spot (Dynamic)"}
+MUTED, TEXT, GRID, PANEL = "#8b98a5", "#e6edf3", "#2a3642", "#171e26"
+
+
+def _money(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.01")))
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
+    layout = {
+        "title": {"text": title, "font": {"size": 14}},
+        "paper_bgcolor": PANEL,
+        "plot_bgcolor": PANEL,
+        "font": {"color": TEXT, "size": 12},
+        "margin": {"l": 70, "r": 20, "t": 40, "b": 90},
+        "xaxis": {"title": {"text": x_title}, "gridcolor": GRID, "zerolinecolor": GRID},
+        "yaxis": {"title": {"text": y_title}, "gridcolor": GRID, "zerolinecolor": GRID},
+        "legend": {"orientation": "h", "y": -0.32, "x": 0},
+        "hovermode": "x unified",
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(layout.get(key), dict):
+            layout[key] = {**layout[key], **value}
+        else:
+            layout[key] = value
+    return layout
+
+
+DAY_AXIS = {"type": "date", "tickformat": "%b %-d", "automargin": True}
+
+
+def daily_cost(days: Sequence[date], series: dict[str, Sequence[Decimal]], currency: str) -> dict:
+    """Daily cost, stacked by pricing category."""
+    data = [
+        {
+            "type": "bar", "name": NAMES[category], "x": [d.isoformat() for d in days],
+            "y": [_money(v) for v in values], "marker": {"color": COLORS[category]},
+            "hovertemplate": "%{y} " + currency + "<extra>" + NAMES[category] + "</extra>",
+        }
+        for category, values in series.items()
+    ]
+    layout = _layout("Daily cost by pricing category", "Day (UTC)", f"Cost ({currency})", barmode="stack", xaxis=DAY_AXIS)
+    return {"data": data, "layout": layout}
+
+
+def breakdown(rows: Sequence[tuple[str, Decimal]], title: str, what: str, currency: str, limit: int = 15) -> dict:
+    """Horizontal bars, largest first; the tail beyond ``limit`` folds into "others"."""
+    rows = sorted(rows, key=lambda r: (-r[1], r[0]))
+    if len(rows) > limit:
+        rest = sum((v for _, v in rows[limit - 1 :]), Decimal(0))
+        rows = [*rows[: limit - 1], (f"{len(rows) - limit + 1} others", rest)]
+    rows = list(reversed(rows))
+    data = [{
+        "type": "bar", "orientation": "h", "y": [label for label, _ in rows], "x": [_money(v) for _, v in rows],
+        "marker": {"color": "#4fb3ff"}, "hovertemplate": "%{x} " + currency + "<extra>%{y}</extra>",
+    }]
+    layout = _layout(title, f"Cost ({currency})", what, hovermode="closest", showlegend=False)
+    layout["margin"] = {**layout["margin"], "l": 160}
+    layout["yaxis"]["automargin"] = True
+    return {"data": data, "layout": layout}
+
+
+def coverage(days: Sequence[CoverageDay]) -> dict:
+    """Reserved instances' GPU-hours covered by commitments, beyond them, and commitment unused."""
+    x = [d.day.isoformat() for d in days]
+    traces = [
+        ("Covered by reservations", [str(d.covered_hours) for d in days], COLORS["committed"]),
+        ("Beyond reservations (on-demand)", [str(d.overflow_hours) for d in days], COLORS["standard"]),
+        ("Unused commitment", [str(d.unused_hours) for d in days], "#6e7681"),
+    ]
+    data = [{"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color}} for name, y, color in traces]
+    return {"data": data, "layout": _layout("Reserved coverage", "Day (UTC)", "GPU-hours", barmode="stack", xaxis=DAY_AXIS)}
+
+
+def idle(rows: Sequence[IdleRow], currency: str, limit: int = 12) -> dict:
+    """Per instance: cost of active GPU-seconds, of idle ones, and cost without telemetry."""
+    rows = list(reversed(list(rows)[:limit]))
+    names = [r.name for r in rows]
+    active = [_money(r.cost - r.idle_cost) if r.idle_cost is not None else "0.00" for r in rows]
+    wasted = [_money(r.idle_cost) if r.idle_cost is not None else "0.00" for r in rows]
+    unknown = [_money(r.cost) if r.idle_cost is None else "0.00" for r in rows]
+    data = [
+        {"type": "bar", "orientation": "h", "name": "Active", "y": names, "x": active, "marker": {"color": "#3fb950"}},
+        {"type": "bar", "orientation": "h", "name": "Idle (< 10% real activity)", "y": names, "x": wasted,
+         "marker": {"color": "#f85149"}},
+        {"type": "bar", "orientation": "h", "name": "No telemetry", "y": names, "x": unknown,
+         "marker": {"color": "#6e7681"}},
+    ]
+    layout = _layout("Idle cost by instance", f"Cost ({currency})", "Instance", barmode="stack", hovermode="y unified")
+    layout["yaxis"]["automargin"] = True
+    return {"data": data, "layout": layout}
+
+
+def forecast(
+    days: Sequence[date], cumulative: Sequence[Decimal], month_end: date, outlook: Forecast | None,
+    budget: Decimal | None, currency: str,
+) -> dict:
+    """Spend so far this month, the month-end forecast with its interval, and the budget."""
+    x = [d.isoformat() for d in days]
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "Spent (cumulative)", "x": x,
+             "y": [_money(v) for v in cumulative], "line": {"color": "#4fb3ff"}}]
+    if outlook is not None and days:
+        last = x[-1]
+        end = month_end.isoformat()
+        data += [
+            {"type": "scatter", "mode": "lines", "name": "Forecast interval (80%)", "x": [last, end, end, last],
+             "y": [_money(cumulative[-1]), _money(outlook.high), _money(outlook.low), _money(cumulative[-1])],
+             "fill": "toself", "fillcolor": "rgba(210,153,34,0.18)", "line": {"width": 0}, "hoverinfo": "skip"},
+            {"type": "scatter", "mode": "lines+markers", "name": "Forecast", "x": [last, end],
+             "y": [_money(cumulative[-1]), _money(outlook.point)], "line": {"color": "#d29922", "dash": "dash"}},
+        ]
+    if budget is not None and days:
+        data.append({"type": "scatter", "mode": "lines", "name": "Budget", "x": [x[0], month_end.isoformat()],
+                     "y": [_money(budget), _money(budget)], "line": {"color": "#f85149", "dash": "dot"}})
+    return {"data": data, "layout": _layout("Month to date and forecast", "Day (UTC)", f"Cost ({currency})", xaxis=DAY_AXIS)}

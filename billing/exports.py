@@ -1,0 +1,139 @@
+"""Exports of rated charges as CSV or FOCUS 1.2 columns, streamed: rows come from a
+database iterator and leave as text in chunks, so memory does not grow with the range.
+One row per charge (instance or reservation, UTC day, price); BilledCost is the same
+cent-rounded amount invoices add up, so an export of a month sums to its invoice."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+
+from . import pricing
+from .models import ChargeType, Invoice, InvoiceStatus, PricingCategory, currency
+
+CHUNK_ROWS = 500
+QUANTITY = Decimal("0.000001")
+
+FOCUS_COLUMNS = [
+    "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency", "PricingCurrency",
+    "BillingAccountId", "BillingAccountName", "BillingAccountType", "BillingPeriodStart", "BillingPeriodEnd",
+    "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ChargePeriodStart", "ChargePeriodEnd",
+    "PricingCategory", "PricingQuantity", "PricingUnit", "ListUnitPrice", "ContractedUnitPrice",
+    "ConsumedQuantity", "ConsumedUnit",
+    "CommitmentDiscountId", "CommitmentDiscountName", "CommitmentDiscountCategory", "CommitmentDiscountType",
+    "CommitmentDiscountStatus", "CommitmentDiscountQuantity", "CommitmentDiscountUnit",
+    "InvoiceId", "InvoiceIssuerName", "ProviderName", "PublisherName",
+    "RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType",
+    "ServiceCategory", "ServiceName", "ServiceSubcategory", "SkuId", "SkuPriceId", "SkuMeter",
+    "SubAccountId", "SubAccountName", "SubAccountType", "Tags", "x_PricingModel", "x_Note",
+]
+CSV_COLUMNS = [
+    "charge_period_start", "charge_period_end", "team", "instance_id", "instance", "reservation", "sku", "region",
+    "pricing_category", "charge_type", "consumed_hours", "billed_hours", "unit_price", "list_unit_price",
+    "list_cost", "billed_cost", "currency", "note",
+]
+FIELDS = [
+    "id", "team_id", "team__name", "team__slug", "instance_id", "instance__name", "instance__pricing_model",
+    "reservation_id", "reservation__gpu_count", "reservation__term", "sku", "region", "month", "period_start",
+    "period_end", "charge_type", "pricing_category", "consumed_seconds", "priced_seconds", "unit_price",
+    "list_unit_price", "list_cents", "billed_cents", "note",
+]
+FOCUS_PRICING = {
+    PricingCategory.STANDARD: "Standard",
+    PricingCategory.COMMITTED: "Committed",
+    PricingCategory.DYNAMIC: "Dynamic",
+}
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _hours(seconds: int) -> str:
+    return str((Decimal(seconds) / pricing.SECONDS_PER_HOUR).quantize(QUANTITY, rounding=ROUND_HALF_UP))
+
+
+def stream(qs, fmt: str) -> Iterator[str]:
+    """CSV text, header first, in chunks of ``CHUNK_ROWS`` rows."""
+    writer = csv.writer(_Echo(), lineterminator="\n")
+    columns, build = (FOCUS_COLUMNS, _focus_row) if fmt == "focus" else (CSV_COLUMNS, _csv_row)
+    yield writer.writerow(columns)
+    invoices = _invoice_numbers(qs)
+    chunk = []
+    rows = qs.order_by("period_start", "team_id", "id").values(*FIELDS)
+    for row in rows.iterator(chunk_size=2000):
+        chunk.append(writer.writerow(build(row, invoices)))
+        if len(chunk) >= CHUNK_ROWS:
+            yield "".join(chunk)
+            chunk = []
+    if chunk:
+        yield "".join(chunk)
+
+
+def _invoice_numbers(qs) -> dict:
+    months = qs.values("team_id", "month").distinct().order_by()
+    teams = {m["team_id"] for m in months}
+    return {
+        (t, m): n
+        for t, m, n in Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.ISSUED).values_list(
+            "team_id", "month", "number"
+        )
+    }
+
+
+def _csv_row(row: dict, invoices: dict) -> list:
+    return [
+        _iso(row["period_start"]), _iso(row["period_end"]), row["team__name"], row["instance_id"] or "",
+        row["instance__name"] or "", f"RSV-{row['reservation_id']}" if row["reservation_id"] else "", row["sku"],
+        row["region"], row["pricing_category"], row["charge_type"], _hours(row["consumed_seconds"]),
+        _hours(row["priced_seconds"]), row["unit_price"] if row["unit_price"] is not None else "",
+        row["list_unit_price"], pricing.from_cents(row["list_cents"]), pricing.from_cents(row["billed_cents"]),
+        currency(), row["note"],
+    ]
+
+
+def _focus_row(row: dict, invoices: dict) -> list:
+    unused = row["charge_type"] == ChargeType.UNUSED_COMMITMENT
+    committed = row["pricing_category"] == PricingCategory.COMMITTED
+    slice_sku = ":" in row["sku"]
+    unit = "Slice-Hours" if slice_sku else "GPU-Hours"
+    billed = pricing.from_cents(row["billed_cents"])
+    listed = pricing.from_cents(row["list_cents"])
+    rsv = f"RSV-{row['reservation_id']}" if row["reservation_id"] else ""
+    month_start = pricing.month_start(row["month"])
+    provider = getattr(settings, "BILLING_PROVIDER_NAME", "GPU Console")
+    if unused:
+        resource = (rsv, f"{row['reservation__gpu_count']} × {row['sku']} reservation", "Reservation")
+        description = f"Unused commitment of {rsv}"
+    else:
+        resource = (f"instance-{row['instance_id']}", row["instance__name"], "GPU Instance")
+        description = f"{row['sku']} {FOCUS_PRICING[row['pricing_category']].lower()} usage"
+    rsv_name = f"{row['reservation__gpu_count']} × {row['sku']} ({row['reservation__term']})" if rsv else ""
+    return [
+        billed, billed, listed, listed, currency(), currency(),
+        getattr(settings, "BILLING_ACCOUNT_ID", "gpu-console"), provider, "Billing Account",
+        _iso(month_start), _iso(pricing.next_month(month_start)),
+        "Usage", "", description, "Recurring" if unused else "Usage-Based",
+        _iso(row["period_start"]), _iso(row["period_end"]),
+        FOCUS_PRICING[row["pricing_category"]], _hours(row["priced_seconds"]), unit,
+        row["list_unit_price"], row["list_unit_price"],
+        "" if unused else _hours(row["consumed_seconds"]), "" if unused else unit,
+        rsv if committed else "", rsv_name if committed else "", "Usage" if committed else "",
+        "Reservation" if committed else "", ("Unused" if unused else "Used") if committed else "",
+        _hours(row["priced_seconds"]) if committed else "", unit if committed else "",
+        invoices.get((row["team_id"], row["month"]), ""), provider, provider, provider,
+        row["region"], row["region"], *resource,
+        "Compute", "GPU Instances", "Virtual Machines", row["sku"],
+        f"{row['sku']}:{row['pricing_category']}:{row['unit_price'] if row['unit_price'] is not None else 'spot'}",
+        unit.replace("-", " "),
+        row["team__slug"], row["team__name"], "Team", "{}", row["instance__pricing_model"] or "reserved", row["note"],
+    ]

@@ -1,0 +1,201 @@
+from datetime import date
+
+from rest_framework import serializers
+
+from console.models import Team
+from instances.models import GpuModel, Instance
+
+from .models import (
+    Budget,
+    BudgetAlert,
+    Invoice,
+    InvoiceLine,
+    PreemptionNotice,
+    Price,
+    PriceKind,
+    Reservation,
+    SpotPrice,
+    Term,
+)
+
+MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
+RATE = {"max_digits": 14, "decimal_places": 6, "coerce_to_string": True}
+
+
+class TeamField(serializers.PrimaryKeyRelatedField):
+    """A team the requesting user can see (another team's id reads as absent)."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        return Team.objects.for_user(request.user) if request else Team.objects.none()
+
+
+class PriceSerializer(serializers.ModelSerializer):
+    kind = serializers.ChoiceField(choices=PriceKind.choices, default=PriceKind.ON_DEMAND)
+    hourly = serializers.DecimalField(min_value=0, **RATE)
+    effective_until = serializers.DateTimeField(required=False, allow_null=True)
+
+    class Meta:
+        model = Price
+        fields = ["id", "sku", "kind", "hourly", "effective_from", "effective_until", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class SpotPriceSerializer(serializers.ModelSerializer):
+    hourly = serializers.DecimalField(min_value=0, **RATE)
+
+    class Meta:
+        model = SpotPrice
+        fields = ["id", "sku", "hourly", "time", "source"]
+        read_only_fields = ["time", "source"]
+
+
+class ReservationSerializer(serializers.ModelSerializer):
+    team = TeamField()
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    gpu_count = serializers.IntegerField(min_value=1, max_value=100_000)
+    term = serializers.ChoiceField(choices=Term.choices)
+    hourly = serializers.DecimalField(read_only=True, **RATE)
+    code = serializers.CharField(read_only=True)
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Reservation
+        fields = ["id", "code", "team", "gpu_model", "gpu_count", "term", "start", "end", "hourly", "status", "created_at"]
+        read_only_fields = ["end", "created_at"]
+
+    def get_status(self, obj) -> str:
+        return obj.status()
+
+
+class MonthField(serializers.Field):
+    """A calendar month as YYYY-MM (or its first day, YYYY-MM-01)."""
+
+    default_error_messages = {"invalid": "Give a month as YYYY-MM."}
+
+    def to_internal_value(self, data):
+        text = str(data).strip()
+        try:
+            year, month = (int(x) for x in text[:7].split("-"))
+            if len(text) not in (7, 10) or (len(text) == 10 and not text.endswith("-01")):
+                raise ValueError
+            return date(year, month, 1)
+        except ValueError:
+            self.fail("invalid")
+
+    def to_representation(self, value):
+        return f"{value:%Y-%m}"
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    team = TeamField()
+    month = MonthField()
+    amount = serializers.DecimalField(**MONEY)
+    currency = serializers.CharField(max_length=3, required=False)
+    actual_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    forecast_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+
+    class Meta:
+        model = Budget
+        fields = ["id", "team", "month", "amount", "currency", "actual_thresholds", "forecast_thresholds", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class BudgetUpdateSerializer(serializers.Serializer):
+    amount = serializers.DecimalField(required=False, **MONEY)
+    currency = serializers.CharField(max_length=3, required=False)
+    actual_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    forecast_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+
+
+class BudgetAlertSerializer(serializers.ModelSerializer):
+    spend = serializers.DecimalField(**MONEY)
+
+    class Meta:
+        model = BudgetAlert
+        fields = ["id", "team", "budget", "basis", "percent", "spend", "crossed_at"]
+
+
+class InvoiceLineSerializer(serializers.ModelSerializer):
+    amount = serializers.DecimalField(**MONEY)
+    unit_price = serializers.DecimalField(allow_null=True, **RATE)
+    quantity = serializers.DecimalField(max_digits=18, decimal_places=4, coerce_to_string=True, allow_null=True)
+    refers_to = serializers.SlugRelatedField(slug_field="number", read_only=True)
+
+    class Meta:
+        model = InvoiceLine
+        fields = ["position", "kind", "description", "sku", "pricing_category", "instance", "reservation",
+                  "refers_to", "quantity", "unit", "unit_price", "amount"]
+
+
+class InvoiceSerializer(serializers.ModelSerializer):
+    team_name = serializers.CharField(source="team.name", read_only=True)
+    month = MonthField(read_only=True)
+    subtotal = serializers.DecimalField(read_only=True, **MONEY)
+    adjustments = serializers.DecimalField(read_only=True, **MONEY)
+    total = serializers.DecimalField(read_only=True, **MONEY)
+
+    class Meta:
+        model = Invoice
+        fields = ["id", "number", "team", "team_name", "month", "period_start", "period_end", "status", "currency",
+                  "subtotal", "adjustments", "total", "memo", "issued_at", "updated_at"]
+        read_only_fields = [f for f in fields if f != "memo"]
+
+
+class InvoiceDetailSerializer(InvoiceSerializer):
+    lines = InvoiceLineSerializer(many=True, read_only=True)
+
+    class Meta(InvoiceSerializer.Meta):
+        fields = InvoiceSerializer.Meta.fields + ["lines"]
+
+
+class InvoiceMemoSerializer(serializers.Serializer):
+    memo = serializers.CharField(max_length=200, allow_blank=True)
+
+
+class AdjustmentSerializer(serializers.Serializer):
+    amount = serializers.DecimalField(max_digits=16, decimal_places=2, coerce_to_string=True)
+    reason = serializers.CharField(max_length=200)
+
+
+class CostQuerySerializer(serializers.Serializer):
+    group_by = serializers.ChoiceField(choices=["day", "instance", "model", "pricing_category", "team"], default="day")
+    start = serializers.CharField(required=False, help_text="YYYY-MM-DD or ISO 8601 datetime (UTC); default: month start")
+    end = serializers.CharField(required=False, help_text="exclusive; default: start of the next month")
+    team = serializers.IntegerField(required=False, min_value=1)
+
+
+class CostRowSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField()
+    billed_cost = serializers.DecimalField(**MONEY)
+    list_cost = serializers.DecimalField(**MONEY)
+    gpu_hours = serializers.DecimalField(max_digits=18, decimal_places=4, coerce_to_string=True)
+
+
+class CostReportSerializer(serializers.Serializer):
+    currency = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    group_by = serializers.CharField()
+    total = serializers.DecimalField(**MONEY)
+    rows = CostRowSerializer(many=True)
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["csv", "focus"], default="focus")
+    start = serializers.CharField(required=False)
+    end = serializers.CharField(required=False)
+    team = serializers.IntegerField(required=False, min_value=1)
+
+
+class PreemptionNoticeSerializer(serializers.ModelSerializer):
+    instance = serializers.PrimaryKeyRelatedField(queryset=Instance.objects.all())
+    notice_seconds = serializers.IntegerField(write_only=True, required=False, default=120, min_value=0, max_value=3600)
+    instance_name = serializers.CharField(source="instance.name", read_only=True)
+
+    class Meta:
+        model = PreemptionNotice
+        fields = ["id", "instance", "instance_name", "team", "notice_at", "preempt_at", "reason", "status",
+                  "notice_seconds", "done_at"]
+        read_only_fields = ["team", "notice_at", "preempt_at", "status", "done_at"]

@@ -1,0 +1,296 @@
+"""Billing pages: the cost explorer, invoices (with a printable version), budgets,
+reservations and prices. Thin: scope with ``for_user``, call services, render."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Sum
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from console.models import Team
+from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_operator
+from instances.models import Instance, PricingModel, State
+
+from . import charts, costs, forms, pricing, services
+from .models import (
+    Budget,
+    BudgetAlert,
+    Charge,
+    Invoice,
+    NoticeStatus,
+    PreemptionNotice,
+    Price,
+    Reservation,
+    SpotPrice,
+    UsageRecord,
+    currency,
+)
+
+BILL_ROLES = AUDIT_ROLES
+
+
+def _team(request, roles):
+    teams = Team.objects.for_user(request.user, roles).order_by("name")
+    chosen = request.GET.get("team", "")
+    team = teams.filter(pk=chosen).first() if chosen.isdigit() else teams.first()
+    if team is None:
+        if chosen:
+            raise PermissionDenied("No such team, or not yours to see.")
+        raise PermissionDenied("You are not in a team whose costs you may see.")
+    return team, teams
+
+
+def _month(request, now) -> date:
+    raw = request.GET.get("month", "")
+    try:
+        year, month = (int(x) for x in raw.split("-"))
+        return date(year, month, 1)
+    except ValueError:
+        return pricing.month_start(now).date()
+
+
+def _sees_bill(user, team) -> bool:
+    return is_operator(user) or has_role(user, team.pk, BILL_ROLES)
+
+
+@login_required
+def cost_explorer(request):
+    now = timezone.now()
+    team, teams = _team(request, READ_ROLES)
+    month = _month(request, now)
+    start = pricing.month_start(month)
+    end = pricing.next_month(start)
+    charges = Charge.objects.for_user(request.user, READ_ROLES).filter(team=team)
+    window = costs.in_range(charges, start, end)
+    current = start <= now < end
+    sees_bill = _sees_bill(request.user, team)
+    days, series = costs.daily_by_category(charges, start, end)
+    spent = sum((sum(v, Decimal(0)) for v in series.values()), Decimal("0.00"))
+    idle = costs.idle_cost(charges, start, end)
+    budget = Budget.objects.filter(team=team, month=month).first() if sees_bill else None
+    outlook = costs.forecast(charges, now) if current else None
+    cumulative, running = [], Decimal("0.00")
+    shown_days = [d for d in days if d <= now.date()]
+    for i, _ in enumerate(shown_days):
+        running += sum((series[c][i] for c in series), Decimal(0))
+        cumulative.append(running)
+    figures = {
+        "daily": charts.daily_cost(days, series, currency()),
+        "forecast": charts.forecast(shown_days, cumulative, (end - timedelta(days=1)).date(), outlook,
+                                    budget.amount if budget else None, currency()),
+        "instances": charts.breakdown([(r["label"], r["billed_cost"]) for r in costs.grouped(window, "instance")],
+                                      "Cost by instance", "Instance", currency()),
+        "models": charts.breakdown([(r["label"], r["billed_cost"]) for r in costs.grouped(window, "model")],
+                                   "Cost by GPU model", "GPU model", currency()),
+        "coverage": charts.coverage(costs.coverage_by_day(charges, start, end)),
+        "idle": charts.idle(idle.rows, currency()),
+    }
+    by_category = {r["key"]: r for r in costs.grouped(window, "pricing_category")}
+    context = {
+        "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,
+        "spent": spent, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
+        "outlook": outlook, "budget": budget, "idle": idle, "figures": figures, "sees_bill": sees_bill,
+        "currency": currency(), "start": start, "end": end,
+        "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).filter(team=team, budget__month=month)
+        if sees_bill else [],
+        "notices": PreemptionNotice.objects.for_user(request.user).filter(team=team, status=NoticeStatus.PENDING)
+        .select_related("instance"),
+        "savings": costs.savings_hints(UsageRecord.objects.for_user(request.user).filter(team=team), now)
+        if sees_bill else [],
+        "invoice": Invoice.objects.for_user(request.user, BILL_ROLES).filter(team=team, month=month).first()
+        if sees_bill else None,
+        "last_invoice": Invoice.objects.for_user(request.user, BILL_ROLES).filter(team=team, status="issued")
+        .order_by("-month").first() if sees_bill else None,
+    }
+    return render(request, "billing/costs.html", context)
+
+
+def _months(charges, now) -> list[date]:
+    first = charges.order_by("month").values_list("month", flat=True).first()
+    months, m = [], pricing.month_start(now).date()
+    while first is not None and m >= first and len(months) < 24:
+        months.append(m)
+        prev = pricing.month_start(pricing.month_start(m) - timedelta(days=1))
+        m = prev.date()
+    return months or [pricing.month_start(now).date()]
+
+
+@login_required
+def invoice_list(request):
+    invoices = Invoice.objects.for_user(request.user, BILL_ROLES).select_related("team")
+    if not (is_operator(request.user) or Team.objects.for_user(request.user, BILL_ROLES).exists()):
+        raise PermissionDenied("Invoices are for team admins and auditors.")
+    return render(request, "billing/invoice_list.html", {"invoices": invoices[:200]})
+
+
+def _invoice(request, pk):
+    return get_object_or_404(
+        Invoice.objects.for_user(request.user, BILL_ROLES).select_related("team").prefetch_related("lines__refers_to"),
+        pk=pk,
+    )
+
+
+@login_required
+def invoice_detail(request, pk):
+    invoice = _invoice(request, pk)
+    context = {"invoice": invoice, "currency": invoice.currency,
+               "can_memo": not invoice.is_issued and (is_operator(request.user) or has_role(request.user, invoice.team_id, ADMIN_ROLES))}
+    return render(request, "billing/invoice_detail.html", context)
+
+
+@login_required
+def invoice_print(request, pk):
+    invoice = _invoice(request, pk)
+    provider = "GPU Console"
+    return render(request, "billing/invoice_print.html", {"invoice": invoice, "provider": provider})
+
+
+@login_required
+@require_POST
+def invoice_memo(request, pk):
+    invoice = _invoice(request, pk)
+    if not (is_operator(request.user) or has_role(request.user, invoice.team_id, ADMIN_ROLES)):
+        raise PermissionDenied("Only team admins change invoices.")
+    try:
+        services.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", "")[:200])
+    except services.InvoiceIssued as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Memo saved.")
+    return redirect("invoice-detail", pk=invoice.pk)
+
+
+def _admin_form(request, form_class, verb, **kwargs):
+    form = form_class(request.POST or None, user=request.user, **kwargs)
+    if request.method == "POST" and form.is_valid():
+        try:
+            return form, verb(form.cleaned_data)
+        except ValidationError as exc:
+            form.apply_errors(exc)
+    return form, None
+
+
+@login_required
+def budget_list(request):
+    if not (is_operator(request.user) or Team.objects.for_user(request.user, BILL_ROLES).exists()):
+        raise PermissionDenied("Budgets are for team admins and auditors.")
+    now = timezone.now()
+
+    def create(data):
+        return services.create_budget(
+            actor=request.user, team=data["team"], month=data["month"].replace(day=1), amount=data["amount"],
+            actual_thresholds=data["actual_thresholds"], forecast_thresholds=data["forecast_thresholds"],
+        )
+
+    form, made = _admin_form(request, forms.BudgetForm, create)
+    if made is not None:
+        messages.success(request, f"Budget for {made.team.name}, {made.month:%B %Y}, saved.")
+        return redirect("budget-list")
+    budgets = list(Budget.objects.for_user(request.user, BILL_ROLES).select_related("team")[:100])
+    for b in budgets:
+        spent = costs.total(costs.in_range(Charge.objects.filter(team=b.team), pricing.month_start(b.month),
+                                           pricing.next_month(b.month)))
+        b.spent, b.used_pct = spent, (spent * 100 / b.amount).quantize(Decimal("0.1"))
+        b.editable = is_operator(request.user) or has_role(request.user, b.team_id, ADMIN_ROLES)
+    context = {"form": form, "budgets": budgets, "can_edit": form.fields["team"].queryset.exists(),
+               "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).select_related("budget__team")[:50],
+               "currency": currency(), "now": now}
+    return render(request, "billing/budgets.html", context, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_POST
+def budget_delete(request, pk):
+    budget = get_object_or_404(Budget.objects.for_user(request.user, BILL_ROLES), pk=pk)
+    if not (is_operator(request.user) or has_role(request.user, budget.team_id, ADMIN_ROLES)):
+        raise PermissionDenied("Only team admins manage budgets.")
+    services.delete_budget(actor=request.user, budget=budget)
+    messages.success(request, "Budget deleted.")
+    return redirect("budget-list")
+
+
+@login_required
+def reservation_list(request):
+    if not (is_operator(request.user) or Team.objects.for_user(request.user, READ_ROLES).exists()):
+        raise PermissionDenied("Reservations belong to teams; you are in none.")
+
+    def buy(data):
+        return services.purchase_reservation(
+            actor=request.user, team=data["team"], gpu_model=data["gpu_model"], gpu_count=data["gpu_count"],
+            term=data["term"], start=data["start"],
+        )
+
+    form, made = _admin_form(request, forms.ReservationForm, buy)
+    if made is not None:
+        messages.success(request, f"{made.code}: {made.gpu_count} × {made.gpu_model.name} from {made.start:%Y-%m-%d %H:%M} UTC.")
+        return redirect("reservation-list")
+    now = timezone.now()
+    reservations = Reservation.objects.for_user(request.user).select_related("team", "gpu_model").order_by("-start")
+    rows = []
+    for r in reservations[:100]:
+        used = Charge.objects.filter(reservation=r).aggregate(c=Sum("billed_cents"))["c"]
+        rows.append({"r": r, "status": r.status(now), "billed": pricing.from_cents(used)})
+    context = {"form": form, "rows": rows, "can_buy": form.fields["team"].queryset.exists(), "currency": currency()}
+    return render(request, "billing/reservations.html", context, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+def price_list(request):
+    now = timezone.now()
+    operator = is_operator(request.user)
+    price_form = forms.PriceForm(request.POST if "set_price" in request.POST else None)
+    spot_form = forms.SpotPriceForm(request.POST if "set_spot" in request.POST else None)
+    if request.method == "POST":
+        if not operator:
+            raise PermissionDenied("Only operators set prices.")
+        try:
+            if "set_price" in request.POST and price_form.is_valid():
+                d = price_form.cleaned_data
+                services.set_price(actor=request.user, sku=d["sku"], kind=d["kind"], hourly=d["hourly"],
+                                   effective_from=d["effective_from"], effective_until=d["effective_until"])
+                messages.success(request, f"Price for {d['sku']} saved.")
+                return redirect("price-list")
+            if "set_spot" in request.POST and spot_form.is_valid():
+                d = spot_form.cleaned_data
+                services.set_spot_price(actor=request.user, sku=d["sku"], hourly=d["hourly"])
+                messages.success(request, f"Spot price for {d['sku']} set.")
+                return redirect("price-list")
+        except ValidationError as exc:
+            (price_form if "set_price" in request.POST else spot_form).apply_errors(exc)
+    skus = sorted(services.known_skus())
+    spot = {sku: services.spot_in_effect(sku, now) for sku in skus}
+    rows = [{"sku": sku, "on_demand": services.price_in_effect(sku, "on_demand", now),
+             "three_year": services.price_in_effect(sku, "reserved_3y", now), "spot": spot[sku]} for sku in skus]
+    for row in rows:
+        row["one_year"] = pricing.one_year_rate(row["on_demand"]) if row["on_demand"] else None
+    context = {
+        "rows": rows, "operator": operator, "price_form": price_form, "spot_form": spot_form,
+        "periods": Price.objects.order_by("sku", "kind", "-effective_from")[:200],
+        "recent_spot": SpotPrice.objects.order_by("-time")[:30], "currency": currency(),
+        "spot_instances": Instance.objects.for_user(request.user).filter(
+            pricing_model=PricingModel.SPOT, state=State.RUNNING).select_related("team")[:50] if operator else [],
+    }
+    return render(request, "billing/prices.html", context, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_POST
+def preempt(request, pk):
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators preempt spot instances.")
+    instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
+    try:
+        item = services.issue_preemption_notice(actor=request.user, instance=instance)
+    except services.BillingConflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{instance.name} will be preempted at {item.preempt_at:%H:%M:%S} UTC.")
+    return redirect(reverse("price-list"))
