@@ -9,6 +9,7 @@ that its peak RSS is its own:
                PCIe/NVLink field values, GPM, per-process SM use) every 5th period,
                records encoded by the agent's outbox;
 2. agent-fast - the same, fast set only;
+   agent-slow - the slow set alone, once per step (what one slow tick costs per GPU);
 3. bare      - a plain pynvml loop over the same fast fields;
 4. nvitop    - nvitop's Device API for the same fields;
 5. gpustat   - gpustat.new_query() (all GPUs, with process details);
@@ -60,7 +61,7 @@ def cpu_s(who=resource.RUSAGE_SELF) -> float:
 # -- the tools: each returns (a step that reads every GPU once, the number of GPUs) ----
 
 
-def tool_agent(slow: bool):
+def tool_agent(fast: bool, slow: bool):
     from monitoring.agent.backends.nvml import NvmlSource
     from monitoring.agent.outbox import Outbox
 
@@ -70,8 +71,9 @@ def tool_agent(slow: bool):
     count = [0]
 
     def step() -> None:
-        outbox.put(source.sample_fast())
-        if slow and count[0] % SLOW_EVERY == 0:
+        if fast:
+            outbox.put(source.sample_fast())
+        if slow and (not fast or count[0] % SLOW_EVERY == 0):
             outbox.put(source.sample_slow())
         count[0] += 1
         outbox.take()
@@ -171,8 +173,9 @@ def tool_smi():
 
 
 TOOLS = {
-    "agent": lambda: tool_agent(True),
-    "agent-fast": lambda: tool_agent(False),
+    "agent": lambda: tool_agent(True, True),
+    "agent-fast": lambda: tool_agent(True, False),
+    "agent-slow": lambda: tool_agent(False, True),
     "bare": tool_bare,
     "nvitop": tool_nvitop,
     "gpustat": tool_gpustat,

@@ -206,7 +206,7 @@ class HostLink:
             additional_headers=headers,
             user_agent_header=protocol.AGENT,
             open_timeout=10,
-            close_timeout=5,
+            close_timeout=2,
             max_size=1 << 20,
         ) as ws:
             inflight: Batch | None = None
@@ -231,6 +231,9 @@ class HostLink:
                     inflight = None
             except ConnectionClosed as exc:
                 self._closed(exc, inflight)
+            except asyncio.CancelledError:
+                await asyncio.shield(ws.close(1000, "agent stopping"))
+                raise
 
     def _closed(self, exc: ConnectionClosed, inflight: Batch | None) -> None:
         code = exc.rcvd.code if exc.rcvd is not None else 1006

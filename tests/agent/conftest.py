@@ -38,6 +38,7 @@ class FakeServer:
         self.stored: dict[tuple[str, int], dict] = {}
         self.received: list[tuple[str, int]] = []
         self.hellos: list[dict] = []
+        self.close_codes: list[int | None] = []
         self.reject = None  # frame -> (close code, error code) or None
         self.go_away_after = None  # close with 1001 once this many records are stored
         self.gone_away = asyncio.Event()
@@ -97,6 +98,7 @@ class FakeServer:
                 await self._samples(ws, json.loads(text))
         except ConnectionClosed:
             pass
+        self.close_codes.append(ws.close_code)
 
     async def _samples(self, ws, frame: dict) -> None:
         verdict = self.reject(frame) if self.reject else None
@@ -180,6 +182,7 @@ def make_link():
             gpus=info.gpus,
             backend=source.name,
             spool=spool,
+            driver=info.driver,
             backoff=Backoff(base_s=0.05, cap_s=0.2),
             **kw,
         )

@@ -74,3 +74,16 @@ async def test_records_spooled_before_a_restart_go_first(
         assert await run_once(source, after) == 0
     boots = [boot for boot, _ in server.received]
     assert boots == [before.boot_id] * 20 + [after.boot_id] * 20
+
+
+async def test_it_closes_normally_when_done(server, make_link, replay, small_trace, tmp_path):
+    source = replay(small_trace)
+    await run_once(source, make_link(server.url, Spool(tmp_path), source))
+    await asyncio.sleep(0.1)
+    assert server.close_codes == [1000]
+
+
+async def test_the_hello_names_the_driver_of_the_trace(server, make_link, trace, tmp_path):
+    source = ReplaySource(trace, host="h", speed=1000, once=True)
+    await run_once(source, make_link(server.url, Spool(tmp_path), source))
+    assert server.hellos[0]["driver"] == "580.159.04"

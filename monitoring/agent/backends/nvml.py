@@ -544,13 +544,15 @@ class NvmlSource(Source):
         except nv.NVMLError:
             gpu.proc_sm = {}  # NotFound: no process ran since the last read
             return
-        latest: dict[int, tuple[int, int]] = {}
-        for s in samples:
-            if s.pid not in latest or s.timeStamp >= latest[s.pid][0]:
-                latest[s.pid] = (s.timeStamp, s.smUtil)
-        if samples:
-            gpu.proc_ts = max(s.timeStamp for s in samples)
-        gpu.proc_sm = {pid: util for pid, (_, util) in latest.items()}
+        # The driver keeps one sample per process per short period; average those since
+        # the last read, so sm_util covers the whole slow interval.
+        fresh = [s for s in samples if s.timeStamp > gpu.proc_ts]
+        per_pid: dict[int, list[int]] = {}
+        for s in fresh:
+            per_pid.setdefault(s.pid, []).append(s.smUtil)
+        if fresh:
+            gpu.proc_ts = max(s.timeStamp for s in fresh)
+        gpu.proc_sm = {pid: round(sum(v) / len(v), 1) for pid, v in per_pid.items()}
 
     # -- XID events -------------------------------------------------------------
 
