@@ -7,6 +7,7 @@ with ``bulk_create``, which sends no signal, so those deletions are not mirrored
 """
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db.models.signals import post_save
 
@@ -53,7 +54,7 @@ def admin_login_failed(sender, credentials, request=None, **kwargs) -> None:
     if request is not None and _from_admin(request):
         username = str(credentials.get("username", ""))[:150]
         record_event(
-            actor=None,
+            actor=AnonymousUser(),
             action="auth.login_failed",
             outcome="failure",
             details={"username": username, "via": "admin"},
