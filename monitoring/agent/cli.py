@@ -174,6 +174,8 @@ def spool_dirs(args, hosts: list[HostInfo]) -> dict[str, Path]:
 
 def make_source(args) -> Source:
     host = args.host or socket.gethostname()
+    if not HOST_RE.match(host):
+        raise UsageError(f"this machine's name {host!r} cannot be used; give --host NAME")
     if args.backend == "replay":
         from .backends.replay import ReplaySource, Trace, TraceError
 

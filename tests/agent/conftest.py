@@ -8,6 +8,7 @@ import socket
 import sys
 import threading
 import time
+from http import HTTPStatus
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,6 +42,7 @@ class FakeServer:
         self.close_codes: list[int | None] = []
         self.reject = None  # frame -> (close code, error code) or None
         self.go_away_after = None  # close with 1001 once this many records are stored
+        self.refuse_http = None  # an HTTP status to answer the upgrade with
         self.gone_away = asyncio.Event()
         self._server = None
 
@@ -49,7 +51,9 @@ class FakeServer:
         return f"ws://127.0.0.1:{self.port}/ws/agent/"
 
     async def start(self) -> FakeServer:
-        self._server = await serve(self._handle, "127.0.0.1", self.port)
+        self._server = await serve(
+            self._handle, "127.0.0.1", self.port, process_request=self._process_request
+        )
         return self
 
     async def stop(self) -> None:
@@ -83,6 +87,11 @@ class FakeServer:
 
     async def __aexit__(self, *exc):
         await self.stop()
+
+    def _process_request(self, connection, request):
+        if self.refuse_http:
+            return connection.respond(HTTPStatus(self.refuse_http), "refused\n")
+        return None
 
     async def _handle(self, ws):
         auth = ws.request.headers.get("Authorization", "")

@@ -62,10 +62,22 @@ def test_the_cli_exits_with_one_line_on_a_refused_token(
     assert "Traceback" not in err
 
 
-def test_the_cli_delivers_a_trace_once_and_exits_zero(threaded_server, small_trace, tmp_path):
-    server = threaded_server()
-    code = main(["--server", server.url, "--token", "host-token-1", "--backend", "replay",
-                 "--trace", str(small_trace), "--speed", "50", "--once", "--host", "node-7",
-                 "--spool-dir", str(tmp_path)])  # fmt: skip
-    assert code == 0
-    assert len(server.stored) == 20 and server.hellos[0]["host"] == "node-7"
+async def test_an_http_401_at_the_upgrade_counts_as_a_refused_token(
+    server, make_link, replay, small_trace, tmp_path
+):
+    server.refuse_http = 401
+    source = replay(small_trace)
+    assert await run_once(source, make_link(server.url, Spool(tmp_path), source)) == 2
+
+
+async def test_retry_auth_keeps_trying_until_the_token_is_accepted(
+    server, make_link, replay, small_trace, tmp_path
+):
+    server.tokens = {"new"}
+    source = replay(small_trace)
+    link = make_link(server.url, Spool(tmp_path), source, retry_auth=True)
+    agent = asyncio.create_task(run_once(source, link))
+    await asyncio.sleep(0.5)
+    assert not agent.done()
+    server.tokens.add("host-token-1")
+    assert await agent == 0 and len(server.stored) == 20

@@ -19,6 +19,7 @@ import random
 import time
 from pathlib import Path
 
+from ..protocol import HOST_RE
 from . import Emit, HostInfo, Source, run_every
 
 DEFAULT_MODEL = "H100-80GB"
@@ -264,8 +265,8 @@ def load_fleet(path: str | Path) -> list[dict]:
     seen_hosts, seen_gpus = set(), set()
     for i, host in enumerate(data):
         where = f"fleet file {path}: host #{i}"
-        if not isinstance(host, dict) or not isinstance(host.get("host"), str) or not host["host"]:
-            raise FleetError(f'{where}: "host" must be a non-empty string')
+        if not isinstance(host, dict) or not HOST_RE.match(str(host.get("host", ""))):
+            raise FleetError(f'{where}: "host" must be a host name ([A-Za-z0-9._-], 1-253)')
         if host["host"] in seen_hosts:
             raise FleetError(f"{where}: host {host['host']!r} appears twice")
         seen_hosts.add(host["host"])
