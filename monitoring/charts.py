@@ -80,7 +80,7 @@ def has_data(series: dict, metric: str) -> bool:
 
 
 def layout(
-    title: str, y_title: str, *, y_range: Sequence[float] | None = None, height: int = 260
+    title: str, y_title: str, *, y_range: Sequence[float] | None = None, height: int = 290
 ) -> dict:
     """The shared look: dark, compact, titled axes, legend on top, UTC time axis."""
     y_axis = {
@@ -94,15 +94,31 @@ def layout(
         y_axis["range"] = list(y_range)
         y_axis.pop("rangemode")
     return {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
+        "title": {
+            "text": title,
+            "x": 0.01,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+            "yref": "container",
+            "font": {"size": 14},
+        },
         "height": height,
-        "margin": {"l": 60, "r": 16, "t": 40, "b": 44},
+        "margin": {"l": 60, "r": 16, "t": 58, "b": 48},
         "paper_bgcolor": PALETTE["panel"],
         "plot_bgcolor": PALETTE["bg"],
         "font": {"color": PALETTE["text"], "size": 12},
         "hovermode": "x unified",
         "showlegend": True,
-        "legend": {"orientation": "h", "x": 0, "y": -0.28, "font": {"size": 11}},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 1.0,
+            "yanchor": "bottom",
+            "font": {"size": 11},
+            "bgcolor": "rgba(0,0,0,0)",
+        },
         "xaxis": {
             "title": {"text": "Time (UTC)"},
             "type": "date",
@@ -144,29 +160,32 @@ def line(
 
 
 def band(series: dict, metric: str, name: str, *, color: str, scale: float = 1) -> list[dict]:
-    """The min…max envelope of a metric as a shaded band (two traces, max then min)."""
+    """The min and max of each bucket as two faint lines around the average.
+
+    Lines rather than a filled band: plotly fills across gaps, and a gap (an agent
+    that was down) must stay visible. On raw samples min = max = avg, so the browser
+    hides them there.
+    """
     points = (series or {}).get(metric) or {}
     x = [plot_time(t) for t in points.get("t") or ()]
     common = {
         "type": "scatter",
         "mode": "lines",
         "x": x,
-        "line": {"width": 0, "color": color},
+        "line": {"width": 1, "color": _alpha(color, 0.45)},
         "hoverinfo": "skip",
         "showlegend": False,
-        "legendgroup": metric,
+        "connectgaps": False,
     }
     upper = common | {
         "name": f"{name} max",
         "y": _scaled(points.get("max") or (), scale),
-        "meta": {"metric": metric, "stat": "max", "scale": scale},
+        "meta": {"metric": metric, "stat": "max", "scale": scale, "envelope": True},
     }
     lower = common | {
         "name": f"{name} min",
         "y": _scaled(points.get("min") or (), scale),
-        "fill": "tonexty",
-        "fillcolor": _alpha(color, 0.18),
-        "meta": {"metric": metric, "stat": "min", "scale": scale},
+        "meta": {"metric": metric, "stat": "min", "scale": scale, "envelope": True},
     }
     return [upper, lower]
 
@@ -555,7 +574,6 @@ def capacity_figure(rows: Sequence[dict]) -> dict:
         "type": "category",
     }
     fig_layout["hovermode"] = "closest"
-    fig_layout["legend"]["y"] = -0.45
     return figure(data, fig_layout, name="capacity", unit="GPUs")
 
 

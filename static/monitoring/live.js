@@ -160,6 +160,7 @@
       this.staleMs = settings.stale_after_s * 1000;
       this.byUuid = new Map();
       this.pending = new Map();
+      this.last = new Map();
       this.seen = new Map();
       this.listeners = [];
       document.querySelectorAll(".gpu-tile[data-uuid]").forEach((el) => {
@@ -178,7 +179,11 @@
       const now = performance.now();
       gpus.forEach((g) => {
         if (!g.stale) this.seen.set(g.uuid, now);
-        this.pending.set(g.uuid, g);
+        // Slow metrics (energy, GPM) come every few readings: keep the last value seen.
+        const merged = Object.assign({}, (this.pending.get(g.uuid) || this.last.get(g.uuid) || {}).m, g.m);
+        const entry = Object.assign({}, g, { m: merged });
+        this.last.set(g.uuid, entry);
+        this.pending.set(g.uuid, entry);
       });
       if (!this.flushing) {
         this.flushing = true;

@@ -40,6 +40,32 @@
     return new Date(ms).toISOString().slice(0, 16);
   }
 
+  /* A null between two readings further apart than a few typical steps, so that a
+   * silent agent shows as a gap rather than a straight line across it. */
+  function gapLimit(xs, floorMs) {
+    if (xs.length < 3) return Infinity;
+    const steps = [];
+    for (let i = 1; i < xs.length; i++) steps.push(xs[i] - xs[i - 1]);
+    steps.sort((a, b) => a - b);
+    return Math.max(5 * steps[Math.floor(steps.length / 2)], floorMs);
+  }
+
+  function withGaps(times, values, floorMs) {
+    const ms = times.map((t) => GC.toMs(t));
+    const limit = gapLimit(ms, floorMs);
+    const x = [];
+    const y = [];
+    for (let i = 0; i < ms.length; i++) {
+      if (i && ms[i] - ms[i - 1] > limit) {
+        x.push(GC.plotTime((ms[i] + ms[i - 1]) / 2));
+        y.push(null);
+      }
+      x.push(GC.plotTime(ms[i]));
+      y.push(values[i]);
+    }
+    return [x, y];
+  }
+
   function clone(obj) {
     return JSON.parse(JSON.stringify(obj));
   }
@@ -264,11 +290,12 @@
       }
       if (generation !== this.generation) return;
       this.buffer = {};
+      this.lastLiveT = null;
       const series = this.seriesOf(body);
       this.revision++;
       let points = 0;
       Object.values(this.charts).forEach((chart) => {
-        points = Math.max(points, this.fill(chart, series, throttle.segments || []));
+        points = Math.max(points, this.fill(chart, series, throttle.segments || [], body.tier, [start, end]));
       });
       const label = (RANGES.find((r) => r[0] === this.range) || [0, "Custom"])[1];
       const tier = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" }[body.tier] || body.tier;
@@ -282,7 +309,7 @@
       return this.config.throttle_url.replace("{uuid}", encodeURIComponent(this.device.uuid)) + "?" + params;
     }
 
-    fill(chart, series, segments) {
+    fill(chart, series, segments, tier, span) {
       const data = clone(chart.template.data);
       const layout = clone(chart.template.layout);
       let points = 0;
@@ -295,19 +322,30 @@
         }
         const s = series[meta.metric];
         if (!s) return;
-        trace.x = (s.t || []).map(GC.plotTime);
-        trace.y = (s[meta.stat] || []).map((v) => (v === null ? null : v * meta.scale));
-        points = Math.max(points, trace.x.length);
+        const values = (s[meta.stat] || []).map((v) => (v === null ? null : v * meta.scale));
+        [trace.x, trace.y] = withGaps(s.t || [], values, this.config.stale_after_s * 1000);
+        points = Math.max(points, (s.t || []).length);
         const any = trace.y.some((v) => v !== null);
         chart.hasData[meta.metric] = chart.hasData[meta.metric] || any;
       });
-      // Traces the GPU does not report (no GPM on an A100) stay out of the legend.
+      // Traces the GPU does not report (no GPM on an A100) stay out of the legend;
+      // on raw samples min = max = avg, so the envelope lines go too.
       data.forEach((trace) => {
         const meta = trace.meta || {};
-        if (meta.stat !== "throttle" && meta.metric && !chart.hasData[meta.metric]) trace.visible = false;
+        if (meta.stat === "throttle" || !meta.metric) return;
+        if (!chart.hasData[meta.metric]) trace.visible = false;
+        if (tier === "raw" && meta.envelope) trace.visible = false;
       });
       layout.uirevision = this.range + ":" + this.revision;
-      if (this.window) layout.xaxis.range = this.window.map((ms) => GC.plotTime(ms));
+      // Past ranges show the whole window, data or not; live follows the data.
+      if (this.range !== "live") layout.xaxis.range = span.map((ms) => GC.plotTime(ms));
+      chart.emptyNote = !Object.values(chart.hasData).some(Boolean);
+      if (chart.emptyNote) {
+        layout.annotations.push({
+          xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+          text: "No readings in this range", font: { size: 13, color: this.client.palette.muted },
+        });
+      }
       this.silent++;
       Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
       chart.layout = layout;
@@ -345,6 +383,9 @@
       if (this.range !== "live" || !g.m) return;
       const x = GC.plotTime(g.t);
       if (!x) return;
+      const ms = GC.toMs(g.t);
+      const gap = this.lastLiveT && ms - this.lastLiveT > this.config.stale_after_s * 1000;
+      this.lastLiveT = ms;
       Object.values(this.charts).forEach((chart) => {
         const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
         chart.template.data.forEach((trace, i) => {
@@ -359,6 +400,8 @@
           }
           const v = g.m[meta.metric];
           if (v === null || v === undefined) return;
+          if (meta.envelope) return;
+          if (gap) this.push(buf, i, x, null);
           this.push(buf, i, x, v * meta.scale);
           if (!chart.hasData[meta.metric]) {
             chart.hasData[meta.metric] = true;
@@ -398,6 +441,10 @@
         if (chart.reveal) {
           Plotly.restyle(chart.plot, { visible: true }, chart.reveal);
           chart.reveal = null;
+        }
+        if (chart.emptyNote) {
+          chart.emptyNote = false;
+          Plotly.relayout(chart.plot, { annotations: chart.template.layout.annotations });
         }
         Plotly.extendTraces(chart.plot, update, buf.idx, LIVE_MAX_POINTS);
       });
