@@ -108,7 +108,7 @@ class HostLink:
         self.label = label
         self.backoff = backoff or Backoff()
         self.outbox = Outbox(self.boot_id)
-        self.connected = False
+        self._last_error: dict | None = None
         self._wake: asyncio.Event | None = None
         self._spooled: asyncio.Event | None = None
         self._skew_warned = False
@@ -189,8 +189,6 @@ class HostLink:
                 delay = self.backoff.next_delay()
                 log.error(self._say(f"connection failed: {exc!r} (retrying in {delay:.1f} s)"))
                 log.debug("connection failure", exc_info=True)
-            finally:
-                self.connected = False
             await asyncio.sleep(delay)
 
     def _refused(self, message: str) -> None:
@@ -221,7 +219,6 @@ class HostLink:
                     )
                 )
                 await self._await_welcome(ws)
-                self.connected = True
                 log.info(self._say(f"connected to {self.server} (boot {self.boot_id})"))
                 while True:
                     inflight = await self._next_batch(ws)
@@ -238,6 +235,9 @@ class HostLink:
     def _closed(self, exc: ConnectionClosed, inflight: Batch | None) -> None:
         code = exc.rcvd.code if exc.rcvd is not None else 1006
         reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        error, self._last_error = self._last_error, None
+        if error is not None:
+            reason = str(error.get("message") or error.get("code") or reason)
         action = protocol.close_action(code)
         text = protocol.describe_close(code, reason)
         if action == protocol.FATAL:
@@ -268,9 +268,9 @@ class HostLink:
                 log.warning(self._say("ignored a server frame that is not a JSON object"))
                 continue
             if frame["type"] == "error":
-                log.error(
-                    self._say(f"server error {frame.get('code', '?')}: {frame.get('message', '')}")
-                )
+                # Reported with the close that follows it, as one line.
+                self._last_error = frame
+                log.debug("server error frame: %s", frame)
                 continue
             if frame["type"] == "ack":
                 await self._apply_ack(frame)
@@ -305,11 +305,11 @@ class HostLink:
                 return batch
             waiter = asyncio.create_task(self._spooled.wait())
             closed = asyncio.create_task(ws.wait_closed())
-            done, pending = await asyncio.wait(
-                {waiter, closed}, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in pending:
-                task.cancel()
+            try:
+                done, _ = await asyncio.wait({waiter, closed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                closed.cancel()
             if closed in done:
                 await ws.recv()  # raises ConnectionClosed with the close code
 
