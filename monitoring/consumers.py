@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -41,6 +42,21 @@ def _writers() -> ThreadPoolExecutor:
     default = 1 if connection.vendor == "sqlite" else 4
     return ThreadPoolExecutor(max_workers=int(getattr(settings, "INGEST_WRITER_THREADS", default)),
                               thread_name_prefix="ingest")
+
+
+def close_writer_connections() -> None:
+    """Close the database connection each writer thread holds (tests, shutdown)."""
+    from django.db import connections
+
+    pool = _writers()
+    barrier = threading.Barrier(pool._max_workers)
+
+    def close() -> None:
+        connections.close_all()
+        barrier.wait(timeout=10)  # one task per thread: each waits for the others
+
+    for future in [pool.submit(close) for _ in range(pool._max_workers)]:
+        future.result()
 
 
 def _write(func):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
-from console.live import FLEET_GROUP, apublish, host_group, instance_group, team_group
+from console.live import FLEET_GROUP, apublish, host_group, instance_group, publish, team_group
 
 PUBLIC_KEYS = ("uuid", "host", "index", "instance", "team", "t", "m", "stale")
 
@@ -83,3 +85,20 @@ def coalescer() -> Coalescer:
 def offer(latest: dict[str, dict]) -> None:
     if latest:
         coalescer().offer(latest)
+
+
+def publish_stale(*, now=None, window_s: float = 10.0) -> int:
+    """Tell live views about GPUs that went quiet in the last ``window_s`` seconds."""
+    from .models import GpuLatest, stale_after_s
+
+    now = now or timezone.now()
+    edge = now - timedelta(seconds=stale_after_s())
+    rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
+    entries = [
+        {"uuid": row.uuid, "host": row.host.name, "index": row.gpu.index, "instance": row.instance_id,
+         "team": row.team_id, "t": row.time.isoformat(), "m": row.metrics, "stale": True, "_host_id": row.host_id}
+        for row in rows.select_related("host", "gpu")
+    ]
+    for group, gpus in split(entries).items():
+        publish([group], "gpus", {"gpus": gpus})
+    return len(entries)

@@ -8,6 +8,20 @@ from telemetry_wire import TRACE, Agent
 from monitoring import services
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_thread_connections(django_db_setup):
+    """Consumers query from worker threads whose connections outlive a test; close
+    them before the test database is dropped."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    from monitoring.consumers import close_writer_connections
+
+    close_writer_connections()
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings):
     # The shared user fixtures hash a password; PBKDF2 would dominate these tests' time.
@@ -35,3 +49,38 @@ def trace_lines():
     return lines[0], lines[1:]
 
 
+
+
+@pytest.fixture
+def agent_ingest(ops):
+    """Store one metrics record for ``gpu`` at ``when`` through the ingest service."""
+    import secrets
+
+    from monitoring import ingest
+    from monitoring.frames import Record, Samples
+
+    def send(gpu, when, **m):
+        batch = Samples(boot_id=secrets.token_hex(16), records=[Record(seq=1, t=when.timestamp(), gpu=gpu.uuid, slice=None, m=m)])
+        return ingest.store(host_id=gpu.host_id, host_name=gpu.host.name, batches=[batch],
+                            attribution=ingest.Attribution(gpu.host_id))
+
+    return send
+
+
+@pytest.fixture
+def agent_ingest_event():
+    """Store one event record for ``gpu`` through the ingest service."""
+    import itertools
+    import time
+
+    from monitoring import ingest
+    from monitoring.frames import Record, Samples
+
+    seqs = itertools.count(1)
+
+    def send(gpu, kind, **event):
+        record = Record(seq=next(seqs), t=time.time(), gpu=gpu.uuid, slice=None, event={"kind": kind, **event})
+        return ingest.store(host_id=gpu.host_id, host_name=gpu.host.name, attribution=ingest.Attribution(gpu.host_id),
+                            batches=[Samples(boot_id="cd" * 16, records=[record])])
+
+    return send

@@ -13,7 +13,7 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from monitoring.catalog import RAW_METRICS
-from monitoring.models import Sample
+from monitoring.ingest import insert_samples
 from monitoring.routing import websocket_urlpatterns
 
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "telemetry" / "h200_mixed.jsonl"
@@ -79,17 +79,15 @@ class Agent:
 
 
 def add_samples(gpu, start: datetime, values: list[dict], *, step=timedelta(seconds=1), instance=None,
-                team=None, slice_=None) -> list[Sample]:
-    """Raw samples of one GPU, one per ``step`` from ``start``."""
+                team=None, slice_=None) -> None:
+    """Raw samples of one GPU, one per ``step`` from ``start``, written as the ingest writes."""
+    team = team if team is not None else getattr(instance, "team", None)
     rows = []
     for i, m in enumerate(values):
-        row = Sample(time=start + i * step, gpu=gpu, slice=slice_, instance=instance,
-                     team=team if team is not None else getattr(instance, "team", None))
-        for name, value in m.items():
-            assert name in RAW_METRICS
-            setattr(row, name, value)
-        rows.append(row)
-    return Sample.objects.bulk_create(rows)
+        assert set(m) <= set(RAW_METRICS), set(m) - set(RAW_METRICS)
+        rows.append((start + i * step, gpu.pk, getattr(slice_, "pk", None), getattr(instance, "pk", None),
+                     getattr(team, "pk", None), None, *(m.get(name) for name in RAW_METRICS)))
+    insert_samples(rows)
 
 
 def utc(*args) -> datetime:

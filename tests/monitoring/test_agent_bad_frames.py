@@ -7,9 +7,10 @@ import time
 import pytest
 from telemetry_wire import BOOT, hello, record, samples
 
+from monitoring import frames
 from monitoring.models import AgentState, Sample
 
-pytestmark = pytest.mark.django_db(transaction=True)
+db = pytest.mark.django_db(transaction=True)
 
 NOW = time.time()
 GOOD = record(1, t=NOW)
@@ -62,22 +63,43 @@ BAD = [
     ("seq going backwards", samples([record(5, t=NOW), record(4, t=NOW)]), 4409, "seq_not_increasing"),
     ("seq repeated", samples([record(5, t=NOW), record(5, t=NOW)]), 4409, "seq_not_increasing"),
     ("second hello", hello(), 4400, "unexpected_hello"),
+    ("binary", b"\x00\x01", 4400, "bad_frame"),
 ]
 
 
+def check(frame) -> None:
+    text = frame if isinstance(frame, str | bytes) else json.dumps(frame)
+    parsed = frames.parse(text)
+    frames.samples(parsed, now=NOW)
+
+
 @pytest.mark.parametrize(("frame", "close_code", "code"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-async def test_bad_frame_is_refused_whole(agent, tokens, frame, close_code, code):
+def test_every_bad_frame_class_has_its_code(frame, close_code, code):
+    with pytest.raises(frames.FrameError) as caught:
+        check(frame)
+    assert (caught.value.close_code, caught.value.code) == (close_code, code)
+    assert caught.value.message
+
+
+def test_good_frames_pass():
+    check(samples([GOOD, record(2, t=NOW, gpu_util=0, mem_used=2**40, energy_mj=2**64 - 1, future_metric=3.5)]))
+
+
+@db
+@pytest.mark.parametrize("name", ["not json", "wrong version", "too many bytes", "seq going backwards", "second hello"])
+async def test_the_server_refuses_the_frame_whole(agent, tokens, name):
+    frame, close_code, code = next(b[1:] for b in BAD if b[0] == name)
     async with agent(tokens["h100-a"]) as a:
         await a.hello()
         await a.send(frame)
         error = await a.recv()
-        assert error["type"] == "error" and error["code"] == code, error
-        assert error["message"]
+        assert (error["type"], error["code"]) == ("error", code)
         assert await a.closed() == close_code
     assert await Sample.objects.acount() == 0
     assert (await AgentState.objects.aget(host__name="h100-a")).bad_frames == 1
 
 
+@db
 async def test_the_error_names_the_field(agent, tokens):
     async with agent(tokens["h100-a"]) as a:
         await a.hello()
@@ -87,6 +109,7 @@ async def test_the_error_names_the_field(agent, tokens):
     assert (error["boot_id"], error["seq"]) == (BOOT, 1)
 
 
+@db
 async def test_samples_before_hello_are_refused(agent, tokens):
     async with agent(tokens["h100-a"]) as a:
         await a.send(samples([GOOD]))
@@ -94,6 +117,7 @@ async def test_samples_before_hello_are_refused(agent, tokens):
         assert await a.closed() == 4408
 
 
+@db
 async def test_other_agents_carry_on(agent, tokens):
     async with agent(tokens["h100-a"]) as a, agent(tokens["h100-b"]) as b:
         await a.hello()

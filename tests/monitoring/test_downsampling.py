@@ -17,14 +17,14 @@ START = utc(2026, 12, 1, 0, 0, 0)
 def spiky(fleet):
     gpu = fleet["hosts"]["h100-a"].gpus.first()
     rng = random.Random(7)
-    values = [{"gpu_util": rng.uniform(20, 30)} for _ in range(5000)]
+    values = [{"gpu_util": rng.uniform(20, 30)} for _ in range(2000)]
     values[1234] = {"gpu_util": 100.0}
-    values[4321] = {"gpu_util": 0.0}
+    values[1987] = {"gpu_util": 0.0}
     add_samples(gpu, START, values)
     return gpu, [v["gpu_util"] for v in values]
 
 
-def series(points, start=START, seconds=5000):
+def series(points, start=START, seconds=2000):
     window = parse_window({"metric": "gpu_util", "start": start.isoformat(),
                            "end": (start + timedelta(seconds=seconds)).isoformat(), "points": str(points)})
     _, rows = bucket_rows(Sample.objects.all(), window)
@@ -32,14 +32,14 @@ def series(points, start=START, seconds=5000):
 
 
 def test_it_returns_at_most_the_points_asked(spiky):
-    assert len(series(500)["t"]) == 500
+    assert len(series(200)["t"]) == 200
     assert len(series(MAX_POINTS)["t"]) <= MAX_POINTS
 
 
 def test_each_bucket_keeps_its_min_and_max(spiky):
     _, values = spiky
-    out = series(500)
-    for i in range(500):
+    out = series(200)
+    for i in range(200):
         bucket = values[i * 10:(i + 1) * 10]
         assert out["min"][i] == min(bucket)
         assert out["max"][i] == max(bucket)

@@ -1,0 +1,232 @@
+"""Storage tiers: 1-minute and 1-hour rollups built from raw samples, and retention.
+
+A rollup run rebuilds whole buckets (delete, then insert, in one transaction), so
+running it twice changes nothing. A cursor per tier records how far the buckets are
+built; a run starts there (or earlier, where late samples made buckets dirty) and
+builds at most a bounded number of buckets, so after downtime it catches up over a
+few runs instead of one long one.
+
+1-minute buckets: min/avg/max of each gauge, the increase of each counter, the
+largest ECC counts, the sample count and the seconds the samples cover. 1-hour
+buckets take min/avg/max from the raw samples (exact, not averages of averages) and
+the sums (seconds, counter increases) from the 1-minute buckets.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Avg, Count, Max, Min, Sum
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from .catalog import COUNTERS, GAUGES, STATES
+from .models import GpuEvent, Rollup1h, Rollup1m, RollupCursor, Sample
+
+TIERS = {"1m": (Rollup1m, timedelta(minutes=1), "minute"), "1h": (Rollup1h, timedelta(hours=1), "hour")}
+KEYS = ("gpu_id", "slice_id", "instance_id", "team_id")
+
+
+def setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+def floor(moment: datetime, size: timedelta) -> datetime:
+    seconds = int(size.total_seconds())
+    epoch = int(moment.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
+
+
+# --- building buckets ------------------------------------------------------------------
+
+
+def _raw_buckets(start: datetime, end: datetime, unit: str) -> list[dict]:
+    aggregates = {"n": Count("id"), "first": Min("time"), "last": Max("time")}
+    for name in GAUGES:
+        aggregates |= {f"{name}_min": Min(name), f"{name}_avg": Avg(name), f"{name}_max": Max(name)}
+    for name in COUNTERS:
+        aggregates |= {f"{name}_lo": Min(name), f"{name}_hi": Max(name)}
+    for name in STATES:
+        aggregates[f"{name}_max"] = Max(name)
+    rows = (
+        Sample.objects.filter(time__gte=start, time__lt=end)
+        .annotate(b=Trunc("time", unit, tzinfo=UTC))
+        .values("b", *KEYS)
+        .annotate(**aggregates)
+        .order_by("b")
+    )
+    return list(rows)
+
+
+def _observed(row: dict, size: timedelta) -> float:
+    """Seconds of the bucket the samples cover: n samples span n intervals."""
+    n, span = row["n"], (row["last"] - row["first"]).total_seconds()
+    covered = span * n / (n - 1) if n > 1 and span > 0 else 1.0
+    return min(size.total_seconds(), covered)
+
+
+def _gauges(row: dict) -> dict:
+    return {f"{name}_{stat}": row[f"{name}_{stat}"] for name in GAUGES for stat in ("min", "avg", "max")}
+
+
+def build_1m(start: datetime, end: datetime) -> int:
+    """Rebuild the 1-minute buckets in [start, end); returns how many rows."""
+    size = TIERS["1m"][1]
+    rows = _raw_buckets(start, end, "minute")
+    last = _previous_counters(start)
+    out = []
+    for row in rows:
+        device = (row["gpu_id"], row["slice_id"])
+        before = last.setdefault(device, {})
+        counters = {}
+        for name in COUNTERS:
+            lo, hi = row[f"{name}_lo"], row[f"{name}_hi"]
+            if hi is None:
+                continue
+            prev = before.get(name)
+            # A counter that went down was reset: count from the bucket's own start.
+            counters[f"{name}_delta"] = hi - prev if prev is not None and prev <= hi else hi - lo
+            counters[f"{name}_last"] = before[name] = hi
+        out.append(Rollup1m(
+            bucket=row["b"], samples=row["n"], observed_s=_observed(row, size),
+            **{k: row[k] for k in KEYS}, **_gauges(row), **counters,
+            **{f"{n}_max": row[f"{n}_max"] for n in STATES},
+        ))
+    with transaction.atomic():
+        Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end).delete()
+        Rollup1m.objects.bulk_create(out, batch_size=500)
+    return len(out)
+
+
+def _previous_counters(start: datetime) -> dict[tuple, dict]:
+    """The last counter values of the minute before ``start``, per device."""
+    prior = Rollup1m.objects.filter(bucket=start - TIERS["1m"][1]).values(
+        "gpu_id", "slice_id", *(f"{n}_last" for n in COUNTERS)
+    )
+    out: dict[tuple, dict] = {}
+    for row in prior:
+        device = out.setdefault((row["gpu_id"], row["slice_id"]), {})
+        for name in COUNTERS:
+            if row[f"{name}_last"] is not None:
+                device[name] = max(device.get(name, 0), row[f"{name}_last"])
+    return out
+
+
+def build_1h(start: datetime, end: datetime) -> int:
+    """Rebuild the 1-hour buckets in [start, end) from raw samples and 1-minute sums."""
+    rows = _raw_buckets(start, end, "hour")
+    sums = {}
+    minute_sums = {"observed": Sum("observed_s")}
+    for name in COUNTERS:
+        minute_sums |= {f"{name}_delta": Sum(f"{name}_delta"), f"{name}_last": Max(f"{name}_last")}
+    minutes = (
+        Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end)
+        .annotate(b=Trunc("bucket", "hour", tzinfo=UTC))
+        .values("b", *KEYS)
+        .annotate(**minute_sums)
+    )
+    for m in minutes:
+        sums[(m["b"], *(m[k] for k in KEYS))] = m
+    out = []
+    for row in rows:
+        m = sums.get((row["b"], *(row[k] for k in KEYS)), {})
+        out.append(Rollup1h(
+            bucket=row["b"], samples=row["n"], observed_s=m.get("observed") or _observed(row, TIERS["1h"][1]),
+            **{k: row[k] for k in KEYS}, **_gauges(row),
+            **{f"{n}_delta": m.get(f"{n}_delta") for n in COUNTERS},
+            **{f"{n}_last": m.get(f"{n}_last", row[f"{n}_hi"]) for n in COUNTERS},
+            **{f"{n}_max": row[f"{n}_max"] for n in STATES},
+        ))
+    with transaction.atomic():
+        Rollup1h.objects.filter(bucket__gte=start, bucket__lt=end).delete()
+        Rollup1h.objects.bulk_create(out, batch_size=500)
+    return len(out)
+
+
+BUILDERS = {"1m": build_1m, "1h": build_1h}
+
+
+# --- the periodic runs ---------------------------------------------------------------------
+
+
+def run(tier: str, *, now: datetime | None = None, max_buckets: int | None = None) -> int:
+    """Build the next buckets of ``tier`` that are complete; returns how many buckets.
+
+    Buckets close ``ROLLUP_DELAY_S`` (default 30 s) after their end, so samples on
+    their way are in. The 1-hour tier never passes the 1-minute tier.
+    """
+    model, size, _ = TIERS[tier]
+    now = now or timezone.now()
+    max_buckets = max_buckets or (setting("ROLLUP_MAX_BUCKETS_1M", 180) if tier == "1m" else setting("ROLLUP_MAX_BUCKETS_1H", 48))
+    with transaction.atomic():
+        cursor, _ = RollupCursor.objects.select_for_update().get_or_create(name=tier)
+        start = _start(cursor, size)
+        if start is None:
+            return 0
+        limit = floor(now - timedelta(seconds=setting("ROLLUP_DELAY_S", 30)), size)
+        if tier == "1h":
+            minute = RollupCursor.objects.filter(name="1m").values_list("done_until", flat=True).first()
+            limit = min(limit, floor(minute, size)) if minute else start
+        end = min(limit, start + max_buckets * size)
+        if end <= start:
+            return 0
+        BUILDERS[tier](start, end)
+        dirty = cursor.dirty_from
+        cursor.dirty_from = end if dirty is not None and cursor.done_until and end < cursor.done_until else None
+        cursor.done_until = max(end, cursor.done_until or end)
+        cursor.updated_at = now
+        cursor.save()
+        if tier == "1m" and dirty is not None:
+            # The hours over rebuilt minutes are out of date too.
+            RollupCursor.objects.filter(name="1h", done_until__gt=start).exclude(
+                dirty_from__lte=start
+            ).update(dirty_from=start)
+    return round((end - start) / size)
+
+
+def _start(cursor: RollupCursor, size: timedelta) -> datetime | None:
+    if cursor.dirty_from is not None:
+        return floor(cursor.dirty_from, size)
+    if cursor.done_until is not None:
+        return cursor.done_until
+    oldest = Sample.objects.order_by("time").values_list("time", flat=True).first()
+    return floor(oldest, size) if oldest else None
+
+
+# --- retention -------------------------------------------------------------------------------
+
+
+def expire(*, now: datetime | None = None, max_hours: int = 24) -> dict[str, int]:
+    """Delete what is past retention, at most ``max_hours`` of raw samples per run.
+
+    Raw samples go after ``RAW_RETENTION_HOURS`` (default 48) but never before the
+    1-hour rollup has covered them; 1-minute rollups after ``ROLLUP_1M_RETENTION_DAYS``
+    (30), 1-hour rollups after ``ROLLUP_1H_RETENTION_DAYS`` (400), GPU events after
+    ``GPU_EVENT_RETENTION_DAYS`` (90).
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
+    built = RollupCursor.objects.filter(name="1h").values_list("done_until", flat=True).first()
+    cutoff = min(cutoff, built) if built else None
+    removed = {"raw": 0}
+    if cutoff is not None:
+        oldest = Sample.objects.order_by("time").values_list("time", flat=True).first()
+        step = timedelta(hours=1)
+        for _ in range(max_hours):
+            if oldest is None or oldest >= cutoff:
+                break
+            upto = min(cutoff, floor(oldest, step) + step)
+            removed["raw"] += Sample.objects.filter(time__lt=upto).delete()[0]
+            oldest = upto if upto < cutoff else None
+    removed["1m"] = Rollup1m.objects.filter(
+        bucket__lt=now - timedelta(days=setting("ROLLUP_1M_RETENTION_DAYS", 30))
+    ).delete()[0]
+    removed["1h"] = Rollup1h.objects.filter(
+        bucket__lt=now - timedelta(days=setting("ROLLUP_1H_RETENTION_DAYS", 400))
+    ).delete()[0]
+    removed["events"] = GpuEvent.objects.filter(
+        time__lt=now - timedelta(days=setting("GPU_EVENT_RETENTION_DAYS", 90))
+    ).delete()[0]
+    return removed

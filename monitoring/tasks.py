@@ -1,0 +1,41 @@
+"""Periodic telemetry work: thin adapters over rollups, retention and alert rules.
+
+Each run is bounded and idempotent, so a missed or repeated run costs nothing but time.
+"""
+
+from celery import shared_task
+
+from . import alerts, fanout, rollups
+
+SCHEDULE = {
+    "monitoring.rollup_1m": (30, "monitoring.tasks.rollup_1m"),
+    "monitoring.rollup_1h": (300, "monitoring.tasks.rollup_1h"),
+    "monitoring.retention": (600, "monitoring.tasks.retention"),
+    "monitoring.alerts": (15, "monitoring.tasks.evaluate_alerts"),
+    "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
+}
+
+
+@shared_task
+def rollup_1m() -> int:
+    return rollups.run("1m")
+
+
+@shared_task
+def rollup_1h() -> int:
+    return rollups.run("1h")
+
+
+@shared_task
+def retention() -> dict:
+    return rollups.expire()
+
+
+@shared_task
+def evaluate_alerts() -> None:
+    alerts.evaluate()
+
+
+@shared_task
+def publish_stale() -> int:
+    return fanout.publish_stale()
