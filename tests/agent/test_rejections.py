@@ -60,7 +60,7 @@ def test_the_cli_exits_with_one_line_on_a_refused_token(
     assert code == 2
     assert errors == [
         "gpuconsole-agent: error: the server refused this agent "
-        "(4401 bad or revoked token: rejected by the test)"
+        "(4401 bad or revoked token: the token is not valid)"
     ]
 
 
