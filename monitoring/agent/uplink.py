@@ -127,7 +127,8 @@ class HostLink:
 
     @property
     def drained(self) -> bool:
-        return len(self.outbox) == 0 and len(self.spool) == 0
+        """Everything sampled so far is acknowledged (nothing held, being spooled, or spooled)."""
+        return len(self.outbox) == 0 and self._writing is None and len(self.spool) == 0
 
     def flush_now(self) -> None:
         """Move whatever the outbox holds into the spool (used at shutdown)."""
