@@ -38,6 +38,7 @@ from .models import (
     EventKind,
     GpuEvent,
     GpuLatest,
+    Rollup1h,
     Sample,
     stale_after_s,
 )
@@ -328,19 +329,42 @@ def instance_panel(request, pk):
 
 
 def held_before(instance: Instance) -> list[dict]:
-    """The GPUs and slices an instance that holds none now reported from, newest first."""
-    rows = GpuLatest.objects.filter(instance_id=instance.pk).select_related(
-        "gpu__model", "slice__profile"
-    )
-    devices = []
-    for row in rows:
-        if row.slice_id:
-            total, limit = row.slice.profile.memory_gb * GIB, None
-        else:
-            total, limit = row.gpu.memory_total, row.gpu.model.power_limit_w * 1000
-        devices.append(
-            {"uuid": row.uuid, "label": row.uuid, "memory_total": total, "power_limit_mw": limit}
+    """The GPUs and slices an instance that holds none now reported from (last 30 days)."""
+    since = timezone.now() - timedelta(days=30)
+    keys = set(
+        Rollup1h.objects.filter(instance_id=instance.pk, bucket__gte=since).values_list(
+            "gpu_id", "slice_id"
         )
+    )
+    keys |= set(
+        Sample.objects.filter(instance_id=instance.pk, time__gte=since).values_list(
+            "gpu_id", "slice_id"
+        )
+    )
+    gpus = Gpu.objects.in_bulk({g for g, _ in keys})
+    pieces = GpuSlice.objects.select_related("profile").in_bulk({s for _, s in keys if s})
+    devices = []
+    for gpu_id, slice_id in sorted(keys, key=lambda k: (k[0], k[1] or 0)):
+        gpu = gpus[gpu_id]
+        if slice_id:
+            piece = pieces[slice_id]
+            devices.append(
+                {
+                    "uuid": piece.uuid,
+                    "label": f"gpu{gpu.index} {piece.profile.name} #{piece.gpu_instance_id}",
+                    "memory_total": piece.profile.memory_gb * GIB,
+                    "power_limit_mw": None,
+                }
+            )
+        else:
+            devices.append(
+                {
+                    "uuid": gpu.uuid,
+                    "label": f"gpu{gpu.index} · {gpu.uuid}",
+                    "memory_total": gpu.memory_total,
+                    "power_limit_mw": None,
+                }
+            )
     return devices
 
 

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from instances import services as instance_services
 from monitoring.models import Sample
 
 
@@ -66,3 +67,15 @@ def test_charlie_gets_404_for_acme_throttle(client, charlie, acme_instance):
         client.get(f"/monitoring/gpus/{acme_instance.gpus.first().uuid}/throttle/").status_code
         == 404
     )
+
+
+def test_a_stopped_instance_charts_the_gpus_it_reported_from(client, bob, acme_instance):
+    gpu = acme_instance.gpus.first()
+    Sample.objects.create(
+        gpu=gpu, team=gpu.team, instance=acme_instance, time=timezone.now(), gpu_util=5.0
+    )
+    instance_services.stop_instance(actor=bob, instance=acme_instance, finish=False)
+    instance_services.finish_stop(instance=acme_instance)
+    client.force_login(bob)
+    panel = client.get(f"/monitoring/instances/{acme_instance.pk}/panel/").json()
+    assert [d["uuid"] for d in panel["devices"]] == [gpu.uuid]
