@@ -168,8 +168,12 @@ def ratios(results: list[dict]) -> list[str]:
             f"- nvml / sim CPU per GPU-sample: {ok['nvml']['cpu_us'] / ok['sim']['cpu_us']:.2f}x"
         )
     for name, r in ok.items():
-        share = r["cpu_us"] * 1000 / 1e6 * 100
-        lines.append(f"- {name}: 1,000 GPUs at 1 Hz would take {share:.1f}% of one core")
+        if name == "nvml":
+            share = r["cpu_us"] * 8 / 1e6 * 100
+            lines.append(f"- nvml: an 8-GPU host at 1 Hz would take {share:.2f}% of one core")
+        else:
+            share = r["cpu_us"] * 1000 / 1e6 * 100
+            lines.append(f"- {name}: 1,000 GPUs at 1 Hz would take {share:.1f}% of one core")
     return lines
 
 
