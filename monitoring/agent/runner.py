@@ -28,6 +28,12 @@ async def run(source: Source, links: dict[str, HostLink], *, once: bool = False)
         if link is not None and records:
             link.outbox.put(records)
 
+    def inventory(host: str, gpus: list[dict]) -> None:
+        link = links.get(host)
+        if link is not None:
+            loop.call_soon_threadsafe(link.update_gpus, gpus)
+
+    source.on_inventory = inventory
     stopped = asyncio.Event()
     interrupted = []
     _install_signals(loop, stopped, interrupted)

@@ -109,6 +109,7 @@ class HostLink:
         self.backoff = backoff or Backoff()
         self.outbox = Outbox(self.boot_id)
         self._last_error: dict | None = None
+        self._rehello: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
         self._spooled: asyncio.Event | None = None
         self._skew_warned = False
@@ -122,8 +123,14 @@ class HostLink:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._wake = asyncio.Event()
         self._spooled = asyncio.Event()
+        self._rehello = asyncio.Event()
         wake = self._wake
         self.outbox.notify = lambda: loop.call_soon_threadsafe(wake.set)
+
+    def update_gpus(self, gpus: list[dict]) -> None:
+        """The host's GPUs changed: reconnect and say hello again (same boot_id)."""
+        self.gpus = gpus
+        self._rehello.set()
 
     @property
     def drained(self) -> bool:
@@ -210,6 +217,7 @@ class HostLink:
         ) as ws:
             inflight: Batch | None = None
             try:
+                self._rehello.clear()  # this hello carries the current GPUs
                 await ws.send(
                     protocol.hello_frame(
                         host=self.host,
@@ -227,11 +235,18 @@ class HostLink:
                     await self._await_ack(ws, inflight)
                     self.backoff.reset()
                     inflight = None
+                    await self._hello_again_if_needed(ws)
             except ConnectionClosed as exc:
                 self._closed(exc, inflight)
             except asyncio.CancelledError:
                 await asyncio.shield(ws.close(1000, "agent stopping"))
                 raise
+
+    async def _hello_again_if_needed(self, ws) -> None:
+        if self._rehello.is_set():
+            self._rehello.clear()
+            await ws.close(1000, "inventory changed")
+            raise _Reconnect("the GPUs changed: saying hello again", immediate=True)
 
     def _closed(self, exc: ConnectionClosed, inflight: Batch | None) -> None:
         code = exc.rcvd.code if exc.rcvd is not None else 1006
@@ -306,11 +321,15 @@ class HostLink:
                 return batch
             waiter = asyncio.create_task(self._spooled.wait())
             closed = asyncio.create_task(ws.wait_closed())
+            rehello = asyncio.create_task(self._rehello.wait())
             try:
-                done, _ = await asyncio.wait({waiter, closed}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {waiter, closed, rehello}, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                waiter.cancel()
-                closed.cancel()
+                for task in (waiter, closed, rehello):
+                    task.cancel()
+            await self._hello_again_if_needed(ws)
             if closed in done:
                 await ws.recv()  # raises ConnectionClosed with the close code
 

@@ -226,3 +226,18 @@ def test_it_explains_when_the_driver_is_missing(fake_nvml):
     fake.nvmlInit = fail
     with pytest.raises(NvmlUnavailable, match="NVML is not available"):
         NvmlSource(host="h").open()
+
+
+def test_a_mig_reconfiguration_is_noticed(fake_nvml, fake_device):
+    gpu = fake_device(0)
+    gpu.add_slice(1, "3g.71gb", 71 * 2**30)
+    fake_nvml([gpu])
+    source = opened()
+    seen = []
+    source.on_inventory = lambda host, gpus: seen.append(gpus)
+    assert source.rescan_mig() is False
+    gpu.add_slice(2, "1g.18gb", 18 * 2**30)
+    assert source.rescan_mig() is True
+    [gpus] = seen
+    assert [s["profile"] for s in gpus[0]["slices"]] == ["3g.71gb", "1g.18gb"]
+    assert any(r.get("slice") == gpu.mig_slices[1].uuid for r in source.sample_fast())

@@ -87,3 +87,19 @@ async def test_the_hello_names_the_driver_of_the_trace(server, make_link, trace,
     source = ReplaySource(trace, host="h", speed=1000, once=True)
     await run_once(source, make_link(server.url, Spool(tmp_path), source))
     assert server.hellos[0]["driver"] == "580.159.04"
+
+
+async def test_new_gpus_bring_a_new_hello_on_the_same_boot(
+    server, make_link, replay, small_trace, tmp_path
+):
+    source = replay(small_trace, speed=5)  # about 0.8 s of samples
+    link = make_link(server.url, Spool(tmp_path), source)
+    agent = asyncio.create_task(run_once(source, link))
+    while not server.hellos:
+        await asyncio.sleep(0.01)
+    changed = [dict(link.gpus[0], name="NVIDIA H200 NVL")]
+    source.on_inventory(source.host, changed)
+    assert await agent == 0
+    assert [h["gpus"][0]["name"] for h in server.hellos] == ["NVIDIA H200", "NVIDIA H200 NVL"]
+    assert len({h["boot_id"] for h in server.hellos}) == 1
+    assert sorted(seq for _, seq in server.received) == list(range(1, 21))

@@ -33,6 +33,8 @@ class Source:
         self.stop_event = threading.Event()
         self.done = threading.Event()
         self.threads: list[threading.Thread] = []
+        # Called with (host, gpus) when a host's GPUs change (a MIG reconfiguration).
+        self.on_inventory: Callable[[str, list[dict]], None] | None = None
 
     def hosts(self) -> list[HostInfo]:
         raise NotImplementedError

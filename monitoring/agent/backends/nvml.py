@@ -29,6 +29,7 @@ log = logging.getLogger("gpuconsole.agent")
 ALL_LINKS = 0xFFFFFFFF
 NO_GPU_INSTANCE = 0xFFFFFFFF
 LOST_PROBE_S = 30.0
+MIG_RESCAN_EVERY = 12  # slow ticks: once a minute at the default 5 s
 EVENT_WAIT_MS = 500
 
 # metric -> candidate field values, tried in order: (pynvml constant, numeric id, scope, scale)
@@ -189,6 +190,7 @@ class NvmlSource(Source):
         self.nv = nvml
         self.gpus: list[_Gpu] = []
         self.driver: str | None = None
+        self._slow_ticks = 0
         self._by_handle: dict[int, _Gpu] = {}
 
     # -- discovery --------------------------------------------------------------
@@ -281,6 +283,31 @@ class NvmlSource(Source):
             except nv.NVMLError as exc:
                 log.warning("MIG device %d of GPU %d cannot be read: %s", i, gpu.index, exc)
         return slices
+
+    def rescan_mig(self) -> bool:
+        """Re-read each GPU's MIG layout; tell on_inventory when it changed."""
+        nv = self.nv
+        changed = False
+        for gpu in self.gpus:
+            if gpu.lost or "mig" in gpu.unsupported:
+                continue
+            try:
+                mig = self._call(gpu, "mig", nv.nvmlDeviceGetMigMode, gpu.handle)
+            except _GpuLost:
+                continue
+            mig_mode = bool(mig) and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
+            slices = self._probe_slices(gpu) if mig_mode else []
+            if mig_mode == gpu.mig_mode and [s.uuid for s in slices] == [
+                s.uuid for s in gpu.slices
+            ]:
+                continue
+            old, gpu.slices, gpu.mig_mode = gpu.slices, slices, mig_mode
+            self._free_gpm(old)
+            log.warning("GPU %d: MIG layout changed (%d slices now)", gpu.index, len(slices))
+            changed = True
+        if changed and self.on_inventory is not None:
+            self.on_inventory(self.host, [g.hello() for g in self.gpus])
+        return changed
 
     def hosts(self) -> list[HostInfo]:
         return [HostInfo(self.host, [g.hello() for g in self.gpus], driver=self.driver)]
@@ -628,26 +655,31 @@ class NvmlSource(Source):
             lambda: run_every(stop, self.interval, lambda: emit(self.host, self.sample_fast())),
             "nvml-fast",
         )
-        self.spawn(
-            lambda: run_every(
-                stop, self.slow_interval, lambda: emit(self.host, self.sample_slow())
-            ),
-            "nvml-slow",
-        )
+        self.spawn(lambda: run_every(stop, self.slow_interval, lambda: self._slow_step(emit)),
+                   "nvml-slow")  # fmt: skip
         self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
+
+    def _slow_step(self, emit: Emit) -> None:
+        emit(self.host, self.sample_slow())
+        self._slow_ticks += 1
+        if self._slow_ticks % MIG_RESCAN_EVERY == 0:
+            self.rescan_mig()
+
+    def _free_gpm(self, devices) -> None:
+        for dev in devices:
+            for sample in dev.gpm_samples or ():
+                try:
+                    self.nv.nvmlGpmSampleFree(sample)
+                except self.nv.NVMLError:
+                    pass
+            dev.gpm_samples = None
 
     def stop(self) -> None:
         super().stop()
         nv = self.nv
         if nv is None:
             return
-        for dev in [*self.gpus, *(s for g in self.gpus for s in g.slices)]:
-            for sample in dev.gpm_samples or ():
-                try:
-                    nv.nvmlGpmSampleFree(sample)
-                except nv.NVMLError:
-                    pass
-            dev.gpm_samples = None
+        self._free_gpm([*self.gpus, *(s for g in self.gpus for s in g.slices)])
         try:
             nv.nvmlShutdown()
         except nv.NVMLError:
