@@ -30,6 +30,15 @@ class Outbox:
         if self.notify is not None:
             self.notify()
 
+    def put_back(self, rows: list[tuple[int, str]], keep: int) -> int:
+        """Return rows that could not be spooled to the front; keep at most `keep` rows
+        in all, dropping the oldest. Returns how many were dropped."""
+        with self._lock:
+            pending = rows + self._pending
+            dropped = max(0, len(pending) - keep)
+            self._pending = pending[dropped:]
+        return dropped
+
     def take(self) -> list[tuple[int, str]]:
         with self._lock:
             pending, self._pending = self._pending, []

@@ -13,6 +13,7 @@ import logging
 import random
 import secrets
 import socket
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -159,13 +160,23 @@ class HostLink:
             await self._wake.wait()
             self._wake.clear()
             rows = self.outbox.take()
-            if rows:
-                self._writing = asyncio.ensure_future(
-                    asyncio.to_thread(self.spool.append, self.boot_id, rows)
-                )
+            if not rows:
+                continue
+            self._writing = asyncio.ensure_future(
+                asyncio.to_thread(self.spool.append, self.boot_id, rows)
+            )
+            try:
                 await asyncio.shield(self._writing)
+            except (OSError, sqlite3.Error) as exc:
+                dropped = self.outbox.put_back(rows, keep=self.spool.max_records)
+                log.error(self._say(f"cannot write the spool ({exc}); holding records in "
+                                    f"memory, {dropped} dropped; retrying in 1 s"))  # fmt: skip
+                await asyncio.sleep(1.0)
+                self._wake.set()
+                continue
+            finally:
                 self._writing = None
-                self._spooled.set()
+            self._spooled.set()
 
     # -- connection -------------------------------------------------------------
 

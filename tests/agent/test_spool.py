@@ -86,3 +86,30 @@ def test_two_agents_cannot_share_a_spool(tmp_path):
     with pytest.raises(SpoolError, match="in use by another gpuconsole-agent"):
         Spool(tmp_path)
     first.close()
+
+
+async def test_records_wait_in_memory_while_the_spool_cannot_be_written(tmp_path, monkeypatch):
+    import asyncio
+
+    from monitoring.agent.uplink import HostLink
+
+    spool = Spool(tmp_path)
+    link = HostLink(server="ws://127.0.0.1:9/", host="h", token="t", gpus=[], backend="sim",
+                    spool=spool)  # fmt: skip
+    link.bind(asyncio.get_running_loop())
+    real_append = spool.append
+    monkeypatch.setattr(spool, "append", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+    flusher = asyncio.create_task(link._flush_loop())
+    link.outbox.put([{"t": 1.0, "gpu": "GPU-a", "m": {"gpu_util": 1}}])
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if len(link.outbox):
+            break
+    assert len(link.outbox) == 1 and len(spool) == 0
+    monkeypatch.setattr(spool, "append", real_append)
+    for _ in range(300):
+        await asyncio.sleep(0.01)
+        if len(spool):
+            break
+    flusher.cancel()
+    assert len(link.outbox) == 0 and len(spool) == 1
