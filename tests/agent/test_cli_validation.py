@@ -91,9 +91,12 @@ def test_an_unreachable_server_is_one_line_per_attempt(small_trace, tmp_path):
          "--once", "--spool-dir", str(tmp_path / "spool")],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(2.5)
+    lines, deadline = [], time.monotonic() + 20
+    while sum("cannot reach" in line for line in lines) < 2 and time.monotonic() < deadline:
+        lines.append(proc.stderr.readline())
     proc.terminate()
-    _, err = proc.communicate(timeout=10)
+    _, rest = proc.communicate(timeout=10)
+    err = "".join(lines) + rest
     failures = [line for line in err.splitlines() if "cannot reach" in line]
     assert failures, err
     assert failures[0].startswith(

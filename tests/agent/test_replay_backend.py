@@ -58,8 +58,8 @@ def test_it_stamps_samples_with_the_current_time(small_trace):
     started = time.time()
     received = play(source)
     stamps = [r["t"] for r in received]
-    assert stamps[0] == pytest.approx(started, abs=0.2)
-    assert stamps[-1] - stamps[0] == pytest.approx(19 * 0.2 / 4, abs=0.15)
+    assert stamps[0] == pytest.approx(started, abs=0.5)
+    assert stamps[-1] - stamps[0] == pytest.approx(19 * 0.2 / 4, abs=0.3)
     assert source.last_phase == "idle"
 
 
