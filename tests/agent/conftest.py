@@ -44,6 +44,7 @@ class FakeServer:
         self.go_away_after = None  # close with 1001 once this many records are stored
         self.refuse_http = None  # an HTTP status to answer the upgrade with
         self.gone_away = asyncio.Event()
+        self._going = False
         self._server = None
 
     @property
@@ -110,6 +111,8 @@ class FakeServer:
         self.close_codes.append(ws.close_code)
 
     async def _samples(self, ws, frame: dict) -> None:
+        if self._going:
+            return  # what arrives after the server decided to go is never processed
         verdict = self.reject(frame) if self.reject else None
         if verdict:
             await self._error(ws, verdict[0], verdict[1], "rejected by the test")
@@ -122,6 +125,7 @@ class FakeServer:
                                   "seq": frame["records"][-1]["seq"]}))  # fmt: skip
         if self.go_away_after is not None and len(self.stored) >= self.go_away_after:
             self.go_away_after = None
+            self._going = True
             self._server.close()  # stop listening and close every connection with 1001
             self.gone_away.set()
 

@@ -93,7 +93,10 @@ def test_an_unreachable_server_is_one_line_per_attempt(small_trace, tmp_path):
     )  # fmt: skip
     lines, deadline = [], time.monotonic() + 20
     while sum("cannot reach" in line for line in lines) < 2 and time.monotonic() < deadline:
-        lines.append(proc.stderr.readline())
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
     proc.terminate()
     _, rest = proc.communicate(timeout=10)
     err = "".join(lines) + rest
