@@ -75,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, metavar="M", help="sim: GPUs per synthetic host")
     p.add_argument("--fleet", metavar="FILE", help="sim: JSON list of hosts, tokens and GPUs")
     p.add_argument("--seed", type=int, default=0, help="sim: random seed (default 0)")
-    p.add_argument("--host", metavar="NAME", help="host name to report (default: this machine's)")
+    p.add_argument("--host", metavar="NAME",
+                   help="host name to report (default: this machine's; sim: prefix of the "
+                   "synthetic host names, default sim-host)")  # fmt: skip
     p.add_argument("--retry-auth", action="store_true",
                    help="keep retrying when the server refuses the token")  # fmt: skip
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")

@@ -241,3 +241,12 @@ def test_a_mig_reconfiguration_is_noticed(fake_nvml, fake_device):
     [gpus] = seen
     assert [s["profile"] for s in gpus[0]["slices"]] == ["3g.71gb", "1g.18gb"]
     assert any(r.get("slice") == gpu.mig_slices[1].uuid for r in source.sample_fast())
+
+
+def test_a_gpu_lost_before_the_start_is_left_out(fake_nvml):
+    fake = fake_nvml()
+    fake.devices[0].lost = True
+    source = NvmlSource(host="h")
+    fake.nvmlDeviceGetUUID = lambda dev: dev.uuid  # the UUID still answers, nothing else
+    source.open()
+    assert [g["uuid"] for g in source.hosts()[0].gpus] == [fake.devices[1].uuid]

@@ -216,7 +216,11 @@ class NvmlSource(Source):
         except nv.NVMLError:
             self.driver = None
         for index in range(count):
-            gpu = self._probe(index)
+            try:
+                gpu = self._probe(index)
+            except _GpuLost:
+                log.error("GPU %d is lost; it is left out", index)
+                continue
             if gpu is not None:
                 self.gpus.append(gpu)
                 self._by_handle[_handle_key(gpu.handle)] = gpu
@@ -252,7 +256,8 @@ class NvmlSource(Source):
         gpu.power_limit_mw = int(limit) if limit else None
         mig = self._call(gpu, "mig", nv.nvmlDeviceGetMigMode, handle)
         gpu.mig_mode = bool(mig) and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
-        support = self._call(gpu, "gpm", nv.nvmlGpmQueryDeviceSupport, handle)
+        query = getattr(nv, "nvmlGpmQueryDeviceSupport", None)  # pynvml before 12.525 lacks GPM
+        support = self._call(gpu, "gpm", query, handle) if query else None
         gpu.gpm_ok = bool(support is not None and support.isSupportedDevice)
         if gpu.mig_mode:
             gpu.slices = self._probe_slices(gpu)
