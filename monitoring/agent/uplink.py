@@ -304,14 +304,14 @@ class HostLink:
             return frame
 
     async def _await_welcome(self, ws) -> None:
+        deadline = time.monotonic() + WELCOME_TIMEOUT_S
+        frame = {"type": None}
         try:
-            frame = await self._recv(ws, WELCOME_TIMEOUT_S)
+            while frame["type"] != "welcome":  # frame types this agent does not know: skipped
+                frame = await self._recv(ws, deadline - time.monotonic())
         except TimeoutError:
             await ws.close(1011, "no welcome")
             raise _Reconnect("no welcome from the server") from None
-        if frame["type"] != "welcome":
-            await ws.close(1011, "expected welcome")
-            raise _Reconnect(f"expected a welcome, got {frame['type']!r}")
         if frame.get("v") != protocol.VERSION:
             raise FatalError(self._say(f"the server speaks protocol v{frame.get('v')}, not v1"))
         self._check_clock(frame.get("server_time"))
