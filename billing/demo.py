@@ -98,11 +98,13 @@ def _spot_history(start: datetime, now: datetime) -> None:
     rng = random.Random(20261202)
     rows = []
     for sku in SPOT_SKUS:
+        periods = Price.objects.filter(sku=sku, kind="on_demand").values_list("effective_from", "effective_until", "hourly")
+        catalog = pricing.Schedule(sku, tuple(sorted(periods)))
         last = SpotPrice.objects.filter(sku=sku).order_by("-time").first()
         t = start if last is None else last.time + timedelta(hours=1)
         price = Decimal(ON_DEMAND[sku]) * Decimal("0.40") if last is None else last.hourly
         while t <= now:
-            list_price = services.price_in_effect(sku, "on_demand", t) or Decimal(ON_DEMAND[sku])
+            list_price = catalog.at(t)
             step = Decimal(rng.randint(-600, 600)) / 10000
             price = min(max(price * (1 + step), list_price * services.SPOT_FLOOR), list_price * services.SPOT_CEILING)
             price = price.quantize(Decimal("0.0001"))

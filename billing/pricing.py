@@ -302,4 +302,6 @@ def best_reservation(
     if best is None:
         return None
     actual_cents, cost_cents = to_cents(best.on_demand_cost), to_cents(best.with_reservation)
+    if actual_cents <= cost_cents:
+        return None  # saves less than a cent
     return Saving(best.gpus, actual_cents, cost_cents, actual_cents - cost_cents)

@@ -1,5 +1,6 @@
 from datetime import date
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.models import Team
@@ -68,6 +69,7 @@ class ReservationSerializer(serializers.ModelSerializer):
         return obj.status()
 
 
+@extend_schema_field({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$", "example": "2026-12"})
 class MonthField(serializers.Field):
     """A calendar month as YYYY-MM (or its first day, YYYY-MM-01)."""
 
@@ -130,6 +132,7 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
 
 class InvoiceSerializer(serializers.ModelSerializer):
     team_name = serializers.CharField(source="team.name", read_only=True)
+    status = serializers.CharField(read_only=True, help_text="draft (follows usage) or issued (never changes)")
     month = MonthField(read_only=True)
     subtotal = serializers.DecimalField(read_only=True, **MONEY)
     adjustments = serializers.DecimalField(read_only=True, **MONEY)
@@ -193,6 +196,7 @@ class PreemptionNoticeSerializer(serializers.ModelSerializer):
     instance = serializers.PrimaryKeyRelatedField(queryset=Instance.objects.all())
     notice_seconds = serializers.IntegerField(write_only=True, required=False, default=120, min_value=0, max_value=3600)
     instance_name = serializers.CharField(source="instance.name", read_only=True)
+    status = serializers.CharField(read_only=True, help_text="pending, done (preempted) or moot (ended before)")
 
     class Meta:
         model = PreemptionNotice

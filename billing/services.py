@@ -93,8 +93,8 @@ def set_price(
     now: datetime | None = None,
 ) -> Price:
     """Add a catalog period. It may not start before ``now`` (a price never changes
-    retroactively) nor overlap another period of the SKU, except that an open-ended
-    period that began earlier is closed where this one starts."""
+    retroactively). The period in force at its start is cut there (and, if it ran past
+    the new period's end, resumes after it); any other overlap is refused."""
     now = _now(now)
     _check_sku(sku)
     if kind not in PriceKind.values:
@@ -104,24 +104,20 @@ def set_price(
         raise ValidationError({"effective_from": "A price cannot start in the past; prices never change retroactively."})
     if effective_until is not None and effective_until <= effective_from:
         raise ValidationError({"effective_until": "effective_until must be after effective_from."})
-    periods = Price.objects.select_for_update().filter(sku=sku, kind=kind)
-    open_before = None
-    for p in periods:
-        overlaps = p.effective_from < (effective_until or datetime.max.replace(tzinfo=now.tzinfo)) and (
-            p.effective_until is None or effective_from < p.effective_until
-        )
-        if not overlaps:
+    cover = None
+    for p in Price.objects.select_for_update().filter(sku=sku, kind=kind):
+        starts_before_end = effective_until is None or p.effective_from < effective_until
+        ends_after_start = p.effective_until is None or effective_from < p.effective_until
+        if not (starts_before_end and ends_after_start):
             continue
-        if p.effective_until is None and p.effective_from < effective_from:
-            open_before = p
+        if p.effective_from < effective_from:
+            cover = p
             continue
         until = f"{p.effective_until:%Y-%m-%d %H:%M}" if p.effective_until else "open-ended"
         raise ValidationError(
             {"effective_from": f"Overlaps the {sku} {kind} price from {p.effective_from:%Y-%m-%d %H:%M} ({until})."}
         )
-    if open_before is not None:
-        open_before.effective_until = effective_from
-        open_before.save(update_fields=["effective_until"])
+    resumed = _cut(cover, effective_from, effective_until, actor, now) if cover else None
     price = Price.objects.create(
         sku=sku, kind=kind, hourly=hourly, effective_from=effective_from, effective_until=effective_until,
         created_by=_user(actor), created_at=now,
@@ -129,9 +125,20 @@ def set_price(
     record_event(
         actor=actor, action="billing.price.set", target=price,
         details={"sku": sku, "kind": kind, "hourly": str(hourly), "from": effective_from, "until": effective_until,
-                 "closed": open_before.pk if open_before else None},
+                 "cut": cover.pk if cover else None, "resumed": resumed.pk if resumed else None},
     )
     return price
+
+
+def _cut(cover: Price, start: datetime, end: datetime | None, actor, now: datetime) -> Price | None:
+    """End ``cover`` at ``start``; if it ran past ``end``, its price resumes at ``end``."""
+    old_end = cover.effective_until
+    cover.effective_until = start
+    cover.save(update_fields=["effective_until"])
+    if end is None or (old_end is not None and old_end <= end):
+        return None
+    return Price.objects.create(sku=cover.sku, kind=cover.kind, hourly=cover.hourly, effective_from=end,
+                                effective_until=old_end, created_by=_user(actor), created_at=now)
 
 
 def _user(actor):
@@ -153,7 +160,10 @@ def set_spot_price(*, actor, sku: str, hourly, now: datetime | None = None) -> S
     now = _now(now)
     _check_sku(sku)
     hourly = _check_rate(hourly, "hourly")
-    spot = SpotPrice.objects.create(sku=sku, hourly=hourly, time=now, source=SpotSource.OPERATOR, set_by=_user(actor))
+    # Two settings at the same instant: the later one is the price.
+    spot, _ = SpotPrice.objects.update_or_create(
+        sku=sku, time=now, defaults={"hourly": hourly, "source": SpotSource.OPERATOR, "set_by": _user(actor)}
+    )
     record_event(actor=actor, action="billing.spot_price.set", target=spot, details={"sku": sku, "hourly": str(hourly)})
     return spot
 
@@ -282,8 +292,9 @@ def refresh_invoice(*, team_id: int, month: date, now: datetime) -> Invoice | No
     if invoice is not None and invoice.is_issued:
         return None
     lines = invoicing.usage_lines(team_id, month)
-    current = pricing.month_start(now).date()
-    if month >= current:
+    # Corrections to issued months land on the team's earliest draft only, so that two
+    # drafts open at once (just after a month ends) never both carry one.
+    if not Invoice.objects.filter(team_id=team_id, status=InvoiceStatus.DRAFT, month__lt=month).exists():
         lines += invoicing.correction_lines(team_id, month)
     if invoice is None and not lines:
         return None

@@ -11,6 +11,12 @@ from billing import services
 from instances import services as instance_services
 
 
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # The shared fixtures create users with passwords; billing tests never log in by password.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def prices(fleet, ops):
     for sku, hourly in ON_DEMAND.items():

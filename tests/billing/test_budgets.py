@@ -1,0 +1,89 @@
+from datetime import date
+from decimal import Decimal
+
+import pytest
+from billing_support import at
+
+from audit.models import AuditEvent
+from billing import services
+from billing.models import Budget, BudgetAlert
+from console import live
+
+DECEMBER = date(2026, 12, 1)
+
+
+@pytest.fixture
+def spending(play, meter, bob, acme):
+    play(bob, acme, runs=[(at(1, 0, month=12), None, "")], count=2)  # 4.00 an hour
+    return lambda hour: meter(start=at(1, month=12), end=at(2, month=12), now=at(1, hour, month=12))
+
+
+@pytest.fixture
+def budget(alice, acme):
+    return services.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("100.00"),
+                                  actual_thresholds=[50, 100], forecast_thresholds=[], now=at(1, month=12))
+
+
+@pytest.fixture
+def published(monkeypatch):
+    sent = []
+    monkeypatch.setattr(live, "publish", lambda groups, event, data: sent.append((groups, event, data)))
+    return sent
+
+
+def test_crossing_a_threshold_alerts_once(budget, spending, mailoutbox, published, django_capture_on_commit_callbacks):
+    spending(13)  # 52.00
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [a.percent for a in services.check_budgets(now=at(1, 13, month=12))] == [50]
+        assert services.check_budgets(now=at(1, 13, month=12)) == []
+    assert [m.to for m in mailoutbox] == [["alice@example.com"]]
+    assert "50%" in mailoutbox[0].subject
+    assert published[-1][1:] == ("budget", published[-1][2]) and published[-1][2]["percent"] == 50
+    assert AuditEvent.objects.filter(action="billing.budget.alert").count() == 1
+
+
+def test_below_every_threshold_nothing_happens(budget, spending, mailoutbox):
+    spending(12)  # 48.00
+    assert services.check_budgets(now=at(1, 12, month=12)) == []
+    assert mailoutbox == []
+
+
+def test_a_forecast_threshold_alerts_before_the_money_is_spent(alice, acme, play, meter, bob, mailoutbox):
+    play(bob, acme, runs=[(at(20), None, "")])  # 48.00 a day since 20 November
+    meter(start=at(20), end=at(2, month=12), now=at(1, 1, month=12))
+    services.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("1000.00"), actual_thresholds=[100],
+                           forecast_thresholds=[100], now=at(1, month=12))
+    alerts = services.check_budgets(now=at(1, 1, month=12), notify=False)
+    assert [(a.basis, a.percent) for a in alerts] == [("forecast", 100)]
+    assert alerts[0].spend > Decimal("1000")
+
+
+def test_an_admin_manages_budgets_through_the_api(api, alice, acme):
+    client = api(alice)
+    created = client.post("/api/v1/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "500.00"}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["actual_thresholds"] == [50, 80, 100]
+    pk = created.json()["id"]
+    assert client.patch(f"/api/v1/budgets/{pk}/", {"amount": "750.00"}, format="json").json()["amount"] == "750.00"
+    assert client.delete(f"/api/v1/budgets/{pk}/").status_code == 204
+    assert [e.action for e in AuditEvent.objects.filter(action__startswith="billing.budget")] == [
+        "billing.budget.create", "billing.budget.update", "billing.budget.delete"]
+
+
+def test_a_member_neither_sees_nor_sets_budgets(api, bob, acme, budget):
+    assert api(bob).get("/api/v1/budgets/").json()["count"] == 0
+    response = api(bob).post("/api/v1/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "5.00"}, format="json")
+    assert response.status_code == 403
+
+
+def test_one_budget_per_team_and_month(api, alice, acme, budget):
+    response = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": "2026-12", "amount": "5.00"}, format="json")
+    assert response.status_code in (400,)
+    assert Budget.objects.count() == 1
+
+
+def test_alerts_belong_to_the_team(budget, spending, api, charlie):
+    spending(13)
+    services.check_budgets(now=at(1, 13, month=12), notify=False)
+    assert BudgetAlert.objects.count() == 1
+    assert api(charlie).get("/api/v1/budget-alerts/").json()["count"] == 0

@@ -1,0 +1,57 @@
+"""The demo as alice finds it: months of history, last month issued, this month in
+draft, and every figure reconciling to the cent."""
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from billing import pricing, services
+from billing.models import Charge, Invoice, PricingCategory, Reservation
+
+
+@pytest.fixture
+def demo(db, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_the_demo_bills_acme_and_globex_across_all_pricing_models(demo):
+    now = timezone.now()
+    last = pricing.month_start(pricing.month_start(now) - pricing.DAY).date()
+    for team in ("Acme", "Globex"):
+        assert Invoice.objects.get(team__name=team, month=last).status == "issued"
+        assert Invoice.objects.get(team__name=team, month=pricing.month_start(now).date()).status == "draft"
+        assert set(Charge.objects.filter(team__name=team, month=last).values_list("pricing_category", flat=True)) == set(
+            PricingCategory.values)
+        assert Reservation.objects.filter(team__name=team).exists()
+    assert Charge.objects.filter(note__contains="first hour").exists()
+    assert Invoice.objects.filter(status="issued").count() >= 6
+    _reconciles_to_the_cent()
+
+
+def _reconciles_to_the_cent():
+    from django.contrib.auth.models import User
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="alice"))
+    issued = Invoice.objects.filter(team__name="Acme", status="issued").latest("month")
+    start, end = issued.period_start.date().isoformat(), issued.period_end.date().isoformat()
+    body = b"".join(client.get(f"/api/v1/costs/export/?format=focus&start={start}&end={end}").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == issued.total
+    costs = client.get(f"/api/v1/costs/?group_by=pricing_category&start={start}&end={end}").json()
+    assert Decimal(costs["total"]) == issued.total
+    draft = Invoice.objects.get(team__name="Acme", status="draft")
+    assert draft.subtotal == services.month_to_date(draft.team)
+
+
+def test_seeding_twice_adds_nothing(demo):
+    before = (Invoice.objects.filter(status="issued").count(), Reservation.objects.count(), Charge.objects.count())
+    call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
+    after = (Invoice.objects.filter(status="issued").count(), Reservation.objects.count(), Charge.objects.count())
+    assert after == before

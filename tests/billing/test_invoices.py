@@ -1,0 +1,109 @@
+from decimal import Decimal
+
+import pytest
+from billing_support import DEC, NOV, at
+
+from audit.models import AuditEvent
+from billing import services
+from billing.models import Invoice, InvoiceLine
+
+
+@pytest.fixture
+def november(play, bob, acme, meter):
+    play(bob, acme, runs=[(at(3, 10), at(3, 12, 30), "stop")], count=2)
+    meter(now=at(2, month=12))
+    return Invoice.objects.get(team=acme, month=NOV.date())
+
+
+def test_a_draft_follows_usage_while_the_month_runs(play, bob, acme, meter):
+    play(bob, acme, runs=[(at(3, 10), None, "")])
+    meter(now=at(3, 12))
+    invoice = Invoice.objects.get()
+    assert (invoice.status, invoice.total) == ("draft", Decimal("4.00"))
+    meter(now=at(3, 13))
+    invoice.refresh_from_db()
+    assert invoice.total == Decimal("6.00")
+
+
+def test_the_month_end_task_issues_last_months_invoice(november, acme):
+    issued = services.issue_due_invoices(now=at(2, month=12))
+    assert [i.number for i in issued] == ["ACME-202611"]
+    november.refresh_from_db()
+    assert (november.status, november.total, november.issued_at) == ("issued", Decimal("10.00"), at(2, month=12))
+
+
+def test_a_month_that_is_not_over_stays_draft(november, ops):
+    with pytest.raises(services.BillingConflict, match="not over"):
+        services.issue_invoice(actor=ops, invoice=november, now=at(30, 23))
+
+
+def test_lines_add_up_exactly_to_the_total(november):
+    assert sum(line.amount for line in november.lines.all()) == november.total
+
+
+def test_an_issued_invoice_never_changes_when_usage_is_re_metered(november, play, bob, acme, meter):
+    services.issue_due_invoices(now=at(2, month=12))
+    late = play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
+    meter(start=NOV, end=DEC, now=at(3, month=12))
+    november.refresh_from_db()
+    assert (november.total, november.lines.count()) == (Decimal("10.00"), 1)
+    december = Invoice.objects.get(team=acme, month=DEC.date())
+    correction = december.lines.get(kind="correction")
+    assert (correction.amount, correction.refers_to_id) == (Decimal("2.00"), november.pk)
+    assert late.pk
+
+
+def test_a_correction_is_made_once(november, play, bob, acme, meter):
+    services.issue_due_invoices(now=at(2, month=12))
+    play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
+    meter(start=NOV, end=DEC, now=at(3, month=12))
+    services.issue_due_invoices(now=at(1, month=1).replace(year=2027))
+    meter(start=NOV, end=DEC, now=at(2, month=1).replace(year=2027))
+    january = Invoice.objects.filter(team=acme, month__year=2027).first()
+    assert january is None or not january.lines.filter(kind="correction").exists()
+
+
+def test_editing_an_issued_invoice_is_refused_and_audited(november, api, alice):
+    services.issue_due_invoices(now=at(2, month=12))
+    response = api(alice).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "PO-1"})
+    assert response.status_code == 409
+    assert response.json()["code"] == "invoice_issued"
+    assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied", team=november.team_id).count() == 1
+    november.refresh_from_db()
+    assert november.memo == ""
+
+
+def test_deleting_an_issued_invoice_is_refused_and_audited(november, api, alice):
+    services.issue_due_invoices(now=at(2, month=12))
+    assert api(alice).delete(f"/api/v1/invoices/{november.pk}/").status_code == 409
+    assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied").exists()
+    assert Invoice.objects.filter(pk=november.pk).exists()
+
+
+def test_adjusting_an_issued_invoice_is_refused_and_audited(november, api, ops):
+    services.issue_due_invoices(now=at(2, month=12))
+    response = api(ops).post(f"/api/v1/invoices/{november.pk}/adjustments/", {"amount": "-5.00", "reason": "goodwill"})
+    assert response.status_code == 409
+    assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied").exists()
+    assert InvoiceLine.objects.filter(kind="adjustment").count() == 0
+
+
+def test_an_admin_sets_a_drafts_memo(november, api, alice):
+    response = api(alice).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "PO-1"})
+    assert (response.status_code, response.json()["memo"]) == (200, "PO-1")
+
+
+def test_a_member_may_not_change_an_invoice(november, api, bob):
+    assert api(bob).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "PO-1"}).status_code == 404
+
+
+def test_an_operator_credit_lands_on_the_draft(november, api, ops):
+    response = api(ops).post(f"/api/v1/invoices/{november.pk}/adjustments/", {"amount": "-2.50", "reason": "outage"})
+    assert response.status_code == 201
+    assert response.json()["total"] == "7.50"
+
+
+def test_the_detail_holds_the_lines_and_total(november, api, alice):
+    body = api(alice).get(f"/api/v1/invoices/{november.pk}/").json()
+    assert body["total"] == "10.00"
+    assert [(line["description"], line["amount"]) for line in body["lines"]] == [("job · H100-80GB · On-demand", "10.00")]

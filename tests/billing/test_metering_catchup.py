@@ -1,0 +1,32 @@
+from decimal import Decimal
+
+from billing_support import at
+
+from billing import services
+from billing.models import Charge, MeterState
+
+
+def test_a_missed_run_catches_up_from_where_metering_stopped(play, bob, acme):
+    play(bob, acme, runs=[(at(3, 10), None, "")])
+    services.meter_recent(now=at(3, 11))
+    services.meter_recent(now=at(5, 11))  # the runs in between never happened
+    assert sum(c.billed_cost for c in Charge.objects.all()) == Decimal("98.00")
+    assert MeterState.objects.get().metered_until == at(5, 11)
+
+
+def test_a_run_that_ended_since_the_last_pass_gets_its_minimum(play, bob, acme):
+    job = play(bob, acme, runs=[(at(3, 23, 59, 50), None, "")])
+    services.meter_recent(now=at(3, 23, 59, 55))
+    from instances import services as instance_services
+
+    instance_services.terminate_instance(actor=bob, instance=job, at=at(4, 0, 0, 5))
+    services.meter_recent(now=at(4, 0, 5))
+    assert sum(Charge.objects.values_list("priced_seconds", flat=True)) == 60
+
+
+def test_metering_is_audited(play, bob, acme):
+    from audit.models import AuditEvent
+
+    play(bob, acme, runs=[(at(3, 10), at(3, 11), "terminate")])
+    services.meter_recent(now=at(3, 12))
+    assert AuditEvent.objects.filter(action="billing.meter").count() == 1

@@ -1,0 +1,84 @@
+import pytest
+from billing_support import at
+from django.test import Client
+
+from billing import services
+from billing.models import Invoice
+
+
+@pytest.fixture
+def browse(db):
+    def _browse(user):
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return _browse
+
+
+@pytest.fixture
+def november(play, meter, bob, acme):
+    play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")])
+    meter(now=at(2, month=12))
+    services.issue_due_invoices(now=at(2, month=12))
+    return Invoice.objects.get(number="ACME-202611")
+
+
+def test_an_admin_sees_costs_budget_and_the_bill(november, browse, alice):
+    page = browse(alice).get("/costs/?month=2026-11").content.decode()
+    assert "4.00" in page and 'id="card-budget"' in page and "ACME-202611" in page and "FOCUS export" in page
+    assert "plotly/plotly.min.js" in page and 'id="cost-figures"' in page
+
+
+def test_a_member_sees_costs_without_the_bill(november, browse, bob):
+    page = browse(bob).get("/costs/?month=2026-11").content.decode()
+    assert "4.00" in page
+    assert 'id="card-bill"' not in page and 'id="card-budget"' not in page and "ACME-202611" not in page
+
+
+def test_an_outsider_cannot_pick_another_team(november, browse, charlie, acme):
+    assert browse(charlie).get(f"/costs/?team={acme.pk}").status_code == 403
+
+
+def test_invoice_pages_and_the_printable_version(november, browse, alice):
+    client = browse(alice)
+    assert "ACME-202611" in client.get("/invoices/").content.decode()
+    detail = client.get(f"/invoices/{november.pk}/").content.decode()
+    assert "job · H100-80GB · On-demand" in detail and "4.00 USD" in detail
+    printable = client.get(f"/invoices/{november.pk}/print/").content.decode()
+    assert "Invoice ACME-202611" in printable and "base.html" not in printable and "topbar" not in printable
+
+
+def test_another_teams_invoice_page_is_a_404(november, browse, charlie):
+    assert browse(charlie).get(f"/invoices/{november.pk}/").status_code == 404
+    assert browse(charlie).get(f"/invoices/{november.pk}/print/").status_code == 404
+
+
+def test_members_have_no_invoice_or_budget_pages(november, browse, bob):
+    assert browse(bob).get("/invoices/").status_code == 403
+    assert browse(bob).get("/budgets/").status_code == 403
+
+
+def test_an_admin_sets_a_budget_on_the_page(browse, alice, acme):
+    response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "900",
+                                                "actual_thresholds": "50, 100", "forecast_thresholds": ""})
+    assert response.status_code == 302
+    assert acme.budgets.get().actual_thresholds == [50, 100]
+
+
+def test_a_bad_budget_on_the_page_names_the_field(browse, alice, acme):
+    response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "2020-01", "amount": "900",
+                                                "actual_thresholds": "50", "forecast_thresholds": ""})
+    assert response.status_code == 400 and "That month is over" in response.content.decode()
+
+
+def test_an_admin_reserves_on_the_page(prices, browse, alice, acme):
+    response = browse(alice).post("/reservations/", {"team": acme.pk, "gpu_model": "H100-80GB", "gpu_count": "2",
+                                                     "term": "1y", "start": "2030-01-01T00:00"})
+    assert response.status_code == 302 and acme.reservations.get().gpu_count == 2
+
+
+def test_an_operator_sets_a_spot_price_on_the_page(prices, browse, ops, bob):
+    assert browse(ops).post("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.99"}).status_code == 302
+    assert browse(bob).post("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.01"}).status_code == 403
+    assert "0.990000" in browse(bob).get("/prices/").content.decode()

@@ -1,0 +1,76 @@
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from billing_support import at
+
+from audit.models import AuditEvent
+from billing import services
+from billing.models import Charge, NoticeStatus, PreemptionNotice
+from console import live
+
+
+@pytest.fixture
+def spot_job(play, bob, acme):
+    return play(bob, acme, runs=[(at(3, 10), None, "")], count=2, pricing="spot")
+
+
+@pytest.fixture
+def published(monkeypatch):
+    sent = []
+    monkeypatch.setattr(live, "publish", lambda groups, event, data: sent.append((groups, event, data)))
+    return sent
+
+
+def test_a_notice_is_recorded_audited_and_pushed_live(spot_job, ops, published, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        notice = services.issue_preemption_notice(actor=ops, instance=spot_job, now=at(3, 10, 20))
+    assert notice.preempt_at == at(3, 10, 22)
+    assert AuditEvent.objects.filter(action="billing.preemption.notice", team=spot_job.team_id).exists()
+    groups, event, data = published[-1]
+    assert (groups, event, data["name"], data["seconds"]) == ([f"team.{spot_job.team_id}"], "preemption", "job", 120)
+
+
+def test_the_instance_is_preempted_when_the_notice_runs_out(spot_job, ops):
+    services.issue_preemption_notice(actor=ops, instance=spot_job, now=at(3, 10, 20))
+    assert services.preempt_due(now=at(3, 10, 21)) == []
+    services.preempt_due(now=at(3, 10, 22))
+    spot_job.refresh_from_db()
+    assert spot_job.state == "preempted"
+    assert PreemptionNotice.objects.get().status == NoticeStatus.DONE
+
+
+def test_a_run_preempted_after_its_notice_within_the_first_hour_is_free(spot_job, ops, meter):
+    services.issue_preemption_notice(actor=ops, instance=spot_job, now=at(3, 10, 20))
+    services.preempt_due(now=at(3, 10, 22))
+    meter(now=at(4))
+    assert Charge.objects.get().billed_cost == Decimal("0.00")
+
+
+def test_an_instance_stopped_before_its_notice_runs_out_is_left_alone(spot_job, ops, bob):
+    from instances import services as instance_services
+
+    services.issue_preemption_notice(actor=ops, instance=spot_job, now=at(3, 10, 20))
+    instance_services.terminate_instance(actor=bob, instance=spot_job, at=at(3, 10, 21))
+    services.preempt_due(now=at(3, 10, 25))
+    assert PreemptionNotice.objects.get().status == NoticeStatus.MOOT
+
+
+def test_only_running_spot_instances_get_a_notice(play, bob, acme, ops):
+    on_demand = play(bob, acme, runs=[(at(3, 10), None, "")])
+    with pytest.raises(services.BillingConflict, match="only spot instances"):
+        services.issue_preemption_notice(actor=ops, instance=on_demand)
+
+
+def test_operators_issue_notices_through_the_api(spot_job, api, ops, alice):
+    url = "/api/v1/preemption-notices/"
+    assert api(alice).post(url, {"instance": spot_job.pk}).status_code == 403
+    response = api(ops).post(url, {"instance": spot_job.pk, "notice_seconds": 300})
+    assert response.status_code == 201
+    assert PreemptionNotice.objects.get().preempt_at - PreemptionNotice.objects.get().notice_at == timedelta(seconds=300)
+
+
+def test_a_team_sees_its_own_notices_only(spot_job, api, ops, alice, charlie):
+    services.issue_preemption_notice(actor=ops, instance=spot_job)
+    assert api(alice).get("/api/v1/preemption-notices/").json()["count"] == 1
+    assert api(charlie).get("/api/v1/preemption-notices/").json()["count"] == 0

@@ -1,0 +1,33 @@
+import random
+from decimal import Decimal
+
+from billing_support import at
+
+from audit.models import AuditEvent
+from billing import services
+from billing.models import SpotPrice
+
+
+def test_the_market_moves_within_bounds_and_keeps_history(prices):
+    rng = random.Random(7)
+    for hour in range(48):
+        services.move_spot_market(now=at(3, 0).replace(hour=0) + hour * (at(3, 1) - at(3, 0)), rng=rng)
+    h100 = list(SpotPrice.objects.filter(sku="H100-80GB").values_list("hourly", flat=True))
+    assert len(h100) == 49
+    assert all(Decimal("0.50") <= p <= Decimal("1.80") for p in h100)
+    assert len(set(h100)) > 10
+
+
+def test_an_operator_sets_a_spot_price_and_it_is_audited(prices, api, ops):
+    response = api(ops).post("/api/v1/spot-prices/", {"sku": "A100-80GB", "hourly": "0.50"})
+    assert response.status_code == 201
+    assert services.spot_in_effect("A100-80GB", SpotPrice.objects.latest("time").time) == Decimal("0.50")
+    assert AuditEvent.objects.filter(action="billing.spot_price.set", actor_name="ops").exists()
+
+
+def test_only_operators_set_spot_prices(prices, api, alice):
+    assert api(alice).post("/api/v1/spot-prices/", {"sku": "A100-80GB", "hourly": "0.01"}).status_code == 403
+
+
+def test_everyone_reads_the_price_history(prices, api, bob):
+    assert api(bob).get("/api/v1/spot-prices/?sku=H100-80GB").json()["count"] == 1
