@@ -85,8 +85,8 @@
     }
 
     retry() {
-      // 1 s, 2 s, 4 s … 30 s, with jitter so that a restarted server is not stampeded.
-      const base = Math.min(30000, 1000 * Math.pow(2, this.attempt++));
+      // 1 s, 2 s, 4 s … 15 s, with jitter so that a restarted server is not stampeded.
+      const base = Math.min(15000, 1000 * Math.pow(2, this.attempt++));
       const delay = Math.round(base * (0.5 + Math.random() * 0.5));
       this.status("reconnecting", "reconnecting in " + Math.ceil(delay / 1000) + " s");
       this.timer = setTimeout(() => {

@@ -131,19 +131,50 @@ def _api(base: str, path: str, body: dict | None = None, token: str | None = Non
 
 
 class Console:
-    """The running console: its base URL, env, and an operator's API token."""
+    """The running console: its base URL, an operator's API token, and its server
+    process, which a test may restart."""
 
-    def __init__(self, base: str, env: dict, ops_token: str, logs: Path):
+    def __init__(self, base: str, port: int, env: dict, logs: Path):
         self.base = base
+        self.port = port
         self.env = env
-        self.ops_token = ops_token
         self.logs = logs
+        self.server: subprocess.Popen | None = None
+        self.ops_token = ""
+
+    def start(self) -> None:
+        self.server = subprocess.Popen(
+            [
+                str(BIN / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "console.asgi:application",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=open(self.logs / "daphne.log", "a"),
+            stderr=subprocess.STDOUT,
+        )
+        _wait_http(self.base + "/healthz", self.server)
+
+    def stop(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            self.server.send_signal(signal.SIGINT)
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+
+    def restart(self) -> None:
+        """A crash and a fresh start on the same port."""
+        self.server.kill()
+        self.server.wait()
+        self.start()
 
     def api(self, path: str, body: dict | None = None) -> dict:
         return _api(self.base, path, body, self.ops_token)
-
-    def ws(self) -> str:
-        return self.base.replace("http://", "ws://")
 
 
 @pytest.fixture(scope="session")
@@ -183,25 +214,17 @@ def console(tmp_path_factory):
             raise RuntimeError(
                 f"manage.py {step[0]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
             )
-    children = []
-    server = subprocess.Popen(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=open(logs / "daphne.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    children.append(server)
-    base = f"http://127.0.0.1:{port}"
+    console = Console(f"http://127.0.0.1:{port}", port, env, logs)
+    agent = None
     try:
-        _wait_http(base + "/healthz", server)
-        ops_token = _api(
-            base,
+        console.start()
+        console.ops_token = _api(
+            console.base,
             "/api/v1/auth/token/",
             {"username": "ops", "password": PASSWORD, "name": "browser-tests"},
         )["token"]
-        host_token = _api(
-            base, "/api/v1/host-tokens/", {"host": REPLAY_HOST, "name": "browser-tests"}, ops_token
+        host_token = console.api(
+            "/api/v1/host-tokens/", {"host": REPLAY_HOST, "name": "browser-tests"}
         )["token"]
         agent = subprocess.Popen(
             [
@@ -226,17 +249,15 @@ def console(tmp_path_factory):
             stdout=open(logs / "agent.log", "w"),
             stderr=subprocess.STDOUT,
         )
-        children.append(agent)
-        yield Console(base, env, ops_token, logs)
+        yield console
     finally:
-        for child in reversed(children):
-            if child.poll() is None:
-                child.send_signal(signal.SIGINT)
-        for child in children:
+        if agent is not None and agent.poll() is None:
+            agent.send_signal(signal.SIGINT)
             try:
-                child.wait(timeout=10)
+                agent.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                child.kill()
+                agent.kill()
+        console.stop()
         if database:
             _recreate_pg(*database, drop_only=True)
 
