@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -81,12 +82,22 @@ def _peer(scope) -> str:
 class AgentConsumer(AsyncWebsocketConsumer):
     """Protocol v1 (docs/agent-protocol.md): hello → welcome, then samples → ack."""
 
+    async def dispatch(self, message):
+        # Channels hops to the ORM thread before every message to close stale
+        # connections: a thread switch per frame. Every database call here goes
+        # through database_sync_to_async, which does that in its own thread.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self):
         self.host = None
         self.hello = None
         self.closing = False
         self.queue: asyncio.Queue | None = None
         self.writer: asyncio.Task | None = None
+        self.known: set[str] = set()  # UUID strings already checked on this connection
         await self.accept()
         if b"token" in self.scope.get("query_string", b"").lower():
             await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
@@ -126,7 +137,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             if self.hello is None:
                 await self.on_hello(frames.hello(frame))
             else:
-                await self.queue.put(frames.samples(frame, now=time.time()))  # waits while the writer is behind
+                batch = frames.samples(frame, now=time.time(), known=self.known)
+                await self.queue.put(batch)  # waits while the writer is behind: backpressure
         except frames.FrameError as exc:
             await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame())
         except ingest.Refused as exc:

@@ -224,7 +224,7 @@ def _gpu(entry: dict, where: str) -> GpuInfo:
 # --- samples ------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     seq: int
     t: float
@@ -254,9 +254,13 @@ class Samples:
         return self.records[-1].seq
 
 
-def samples(frame: dict, *, now: float) -> Samples:
+def samples(frame: dict, *, now: float, known: set | None = None) -> Samples:
     """A checked samples frame. Whether its GPUs belong to the host is the ingest's
-    business: unknown ones are acknowledged and discarded (section 3.2)."""
+    business: unknown ones are acknowledged and discarded (section 3.2).
+
+    ``known`` holds UUID strings already found well formed (per connection), so each
+    is checked once rather than once per record.
+    """
     kind = frame["type"]
     if kind == "hello":
         raise bad("hello was already sent on this connection", "unexpected_hello")
@@ -266,11 +270,15 @@ def samples(frame: dict, *, now: float) -> Samples:
     raw = _list(_required(frame, "records", ""), "records", p.MAX_RECORDS_PER_FRAME)
     if not raw:
         raise bad("records must hold 1 to 500 records")
+    known = set() if known is None else known
+    latest = now + FUTURE_SLACK_S
     records = []
     previous = 0
     try:
         for i, entry in enumerate(raw):
-            record = _record(_dict(entry, f"records[{i}]"), f"records[{i}]", now)
+            if type(entry) is not dict:
+                raise bad(f"records[{i}] must be an object")
+            record = _record(entry, i, latest, known)
             if record.seq <= previous:
                 raise FrameError(
                     p.CLOSE_SEQ, "seq_not_increasing",
@@ -281,43 +289,99 @@ def samples(frame: dict, *, now: float) -> Samples:
     except FrameError as exc:
         exc.boot_id = boot_id
         first = raw[0].get("seq") if isinstance(raw[0], dict) else None
-        exc.seq = first if isinstance(first, int) and not isinstance(first, bool) else None
+        exc.seq = first if type(first) is int else None
         raise
     return Samples(boot_id=boot_id, records=records)
 
 
-def _record(entry: dict, where: str, now: float) -> Record:
-    seq = _int(_required(entry, "seq", f"{where}."), f"{where}.seq", 1, p.SAFE_INT)
-    t = number(_required(entry, "t", f"{where}."), f"{where}.t", EARLIEST_T, now + FUTURE_SLACK_S, False)
-    gpu = _str(_required(entry, "gpu", f"{where}."), f"{where}.gpu", 96, min_len=4, pattern=GPU_UUID)
+# The checks below take a fast path for good values; on anything else they call the
+# general checks above, which raise with a message naming the field.
+
+
+def _record(entry: dict, i: int, latest: float, known: set) -> Record:
+    seq = entry.get("seq")
+    if type(seq) is not int or not 1 <= seq <= p.SAFE_INT:
+        _int(_required(entry, "seq", f"records[{i}]."), f"records[{i}].seq", 1, p.SAFE_INT)
+    t = entry.get("t")
+    if not ((type(t) is float or type(t) is int) and EARLIEST_T <= t <= latest):
+        number(_required(entry, "t", f"records[{i}]."), f"records[{i}].t", EARLIEST_T, latest, False)
+        raise bad(f"records[{i}].t is out of range")
+    gpu = _uuid(entry.get("gpu"), entry, "gpu", i, GPU_UUID, known)
     piece = entry.get("slice")
     if piece is not None:
-        piece = _str(piece, f"{where}.slice", 96, min_len=4, pattern=MIG_UUID)
+        piece = _uuid(piece, entry, "slice", i, MIG_UUID, known)
     record = Record(seq=seq, t=float(t), gpu=gpu, slice=piece)
-    has_metrics = "m" in entry or "procs" in entry
+    has_m = "m" in entry
     if "event" in entry:
-        if has_metrics:
-            raise bad(f"{where} has both an event and metrics", "bad_frame")
-        record.event = _event(_dict(entry["event"], f"{where}.event"), f"{where}.event")
+        if has_m or "procs" in entry:
+            raise bad(f"records[{i}] has both an event and metrics", "bad_frame")
+        where = f"records[{i}].event"
+        record.event = _event(_dict(entry["event"], where), where)
         return record
-    if not has_metrics:
-        raise bad(f"{where} has neither m, procs nor event", "bad_frame")
-    if "m" in entry:
-        m = _dict(entry["m"], f"{where}.m")
-        if len(m) > MAX_METRICS:
-            raise bad(f"{where}.m has {len(m)} metrics; at most {MAX_METRICS} are allowed")
-        for name, value in m.items():
-            bounds = p.METRICS.get(name)
-            if bounds is None:
-                if not METRIC_NAME.match(name):
-                    raise bad(f"{where}.m: metric name {name[:70]!r} is not well formed")
-                number(value, f"{where}.m.{name}", -math.inf, math.inf, False)  # ignored, but finite
-                continue
-            record.m[name] = number(value, f"{where}.m.{name}", *bounds)
+    if has_m:
+        record.m = _metrics(entry["m"], i)
+    elif "procs" not in entry:
+        raise bad(f"records[{i}] has neither m, procs nor event", "bad_frame")
     if "procs" in entry:
-        procs = _list(entry["procs"], f"{where}.procs", p.MAX_PROCS)
-        record.procs = [_proc(_dict(x, f"{where}.procs[{k}]"), f"{where}.procs[{k}]") for k, x in enumerate(procs)]
+        record.procs = _procs(entry["procs"], i)
     return record
+
+
+def _uuid(value, entry: dict, key: str, i: int, pattern: re.Pattern, known: set) -> str:
+    if type(value) is str and value in known:
+        return value
+    where = f"records[{i}].{key}"
+    value = _str(_required(entry, key, f"records[{i}]."), where, 96, min_len=4, pattern=pattern)
+    known.add(value)
+    return value
+
+
+def _metrics(m, i: int) -> dict:
+    if type(m) is not dict:
+        raise bad(f"records[{i}].m must be an object")
+    if len(m) > MAX_METRICS:
+        raise bad(f"records[{i}].m has {len(m)} metrics; at most {MAX_METRICS} are allowed")
+    ranges = p.METRICS
+    unknown = False
+    for name, value in m.items():
+        bounds = ranges.get(name)
+        if bounds is None:
+            if type(name) is not str or not METRIC_NAME.match(name):
+                raise bad(f"records[{i}].m: metric name {str(name)[:70]!r} is not well formed")
+            number(value, f"records[{i}].m.{name}", -math.inf, math.inf, False)  # ignored, but finite
+            unknown = True
+            continue
+        low, high, integral = bounds
+        kind = type(value)
+        if (kind is int or (kind is float and not integral)) and low <= value <= high:
+            continue
+        number(value, f"records[{i}].m.{name}", low, high, integral)
+        raise bad(f"records[{i}].m.{name} is out of range")
+    return {k: v for k, v in m.items() if k in ranges} if unknown else m
+
+
+def _procs(procs, i: int) -> list[dict]:
+    where = f"records[{i}].procs"
+    procs = _list(procs, where, p.MAX_PROCS)
+    extra = False
+    for k, entry in enumerate(procs):
+        if type(entry) is not dict:
+            raise bad(f"{where}[{k}] must be an object")
+        pid = entry.get("pid")
+        used = entry.get("used_memory", 0)
+        sm = entry.get("sm_util", 0)
+        if not (
+            type(pid) is int and 0 <= pid <= 2**32 - 1
+            and type(used) is int and 0 <= used <= p.SAFE_INT
+            and (type(sm) is int or type(sm) is float) and 0 <= sm <= 100
+        ):
+            _proc(entry, f"{where}[{k}]")
+            raise bad(f"{where}[{k}] is not a valid process")
+        extra = extra or len(entry) > 1 + ("used_memory" in entry) + ("sm_util" in entry)
+    if not extra:
+        return procs
+    # Extra keys are ignored (protocol section 3.2): keep only the known ones.
+    return [{key: e[key] for key in ("pid", "used_memory", "sm_util") if key in e} for e in procs]
 
 
 def _proc(entry: dict, where: str) -> dict:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
@@ -249,10 +250,12 @@ class Holder:
 
 
 class Attribution:
-    """Who holds each GPU and slice of one host, read at each write."""
+    """One connection's view of its host: who holds each GPU and slice (read at each
+    write) and which agent sessions exist (remembered)."""
 
     def __init__(self, host_id: int):
         self.host_id = host_id
+        self.sessions: set[str] = set()  # boot_ids whose session row exists
         self._since: dict[int, datetime | None] = {}
 
     def current(self) -> dict[str, Holder]:
@@ -296,17 +299,18 @@ def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: 
     """
     with transaction.atomic():
         holders = attribution.current()
-        rows, events, latest, acks = [], [], {}, []
+        rows, events, newest, acks = [], [], {}, []
         duplicates = discarded = 0
-        high = _claim_seqs(host_id, batches)
+        high = _claim_seqs(host_id, batches, attribution)
         for batch in batches:
             mark = high[batch.boot_id]
-            fresh = [r for r in batch.records if r.seq > mark[0]]
+            fresh = [r for r in batch.records if r.seq > mark[0]] if batch.first_seq <= mark[0] else batch.records
             duplicates += len(batch.records) - len(fresh)
             mark[0] = max(mark[0], batch.last_seq)
             acks.append((batch.boot_id, mark[0]))
             for record in fresh:
-                holder = holders.get(record.device)
+                device = record.slice or record.gpu
+                holder = holders.get(device)
                 if holder is None or holder.gpu_uuid != record.gpu:
                     discarded += 1
                     continue
@@ -319,10 +323,11 @@ def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: 
                     else:
                         discarded += 1
                     continue
-                rows.append(_row(record, holder, when, instance_id, team_id))
-                entry = latest.get(record.device)
-                if entry is None or record.t >= entry["_t"]:
-                    latest[record.device] = _live_entry(record, holder, host_id, host_name, instance_id, team_id)
+                rows.append(_row(record.m, record.procs, holder, when, instance_id, team_id))
+                kept = newest.get(device)
+                if kept is None or record.t >= kept[0].t:
+                    newest[device] = (record, holder, instance_id, team_id)
+        latest = {device: _live_entry(*kept, host_id, host_name) for device, kept in newest.items()}
         _save_seqs(high)
         insert_samples(rows)
         _upsert_latest(host_id, latest)
@@ -335,13 +340,19 @@ def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: 
     return Stored(acks=acks, stored=len(rows), duplicates=duplicates, discarded=discarded, latest=latest)
 
 
-def _claim_seqs(host_id: int, batches: list[Samples]) -> dict[str, list[int]]:
+def _claim_seqs(host_id: int, batches: list[Samples], attribution: Attribution) -> dict[str, list[int]]:
     """{boot_id: [high, session id]}, with the sessions' rows locked until commit."""
     boots = sorted({b.boot_id for b in batches})
     for boot_id in boots:
-        AgentSession.objects.get_or_create(host_id=host_id, boot_id=boot_id)
+        if boot_id not in attribution.sessions:
+            AgentSession.objects.get_or_create(host_id=host_id, boot_id=boot_id)
+            attribution.sessions.add(boot_id)
     sessions = AgentSession.objects.select_for_update().filter(host_id=host_id, boot_id__in=boots).order_by("boot_id")
-    return {s.boot_id: [s.last_seq, s.pk] for s in sessions}
+    found = {boot: [last, pk] for boot, last, pk in sessions.values_list("boot_id", "last_seq", "pk")}
+    if len(found) < len(boots):  # a session remembered from a rolled-back write
+        attribution.sessions.difference_update(boots)
+        return _claim_seqs(host_id, batches, attribution)
+    return found
 
 
 def _save_seqs(high: dict[str, list[int]]) -> None:
@@ -350,26 +361,39 @@ def _save_seqs(high: dict[str, list[int]]) -> None:
         AgentSession.objects.filter(pk=session_id, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now)
 
 
-def _row(record, holder: Holder, when: datetime, instance_id, team_id) -> tuple:
-    m = record.m
-    values = [
+_UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _row(m: dict, procs, holder: Holder, when: datetime, instance_id, team_id) -> list:
+    row = [
         when, holder.gpu_id, holder.slice_id, instance_id, team_id,
-        None if record.procs is None else json.dumps(record.procs, separators=(",", ":")),
+        None if procs is None else _compact(procs),
+        *[m.get(name) for name in RAW_METRICS],
     ]
-    for name in RAW_METRICS:
-        value = m.get(name)
-        if value is not None and name in _UNSIGNED:
-            value = to_signed(value)
-        values.append(value)
-    return tuple(values)
+    for at in _UNSIGNED_AT:
+        if row[at] is not None and row[at] > 2**63 - 1:
+            row[at] = to_signed(row[at])
+    return row
 
 
-def _live_entry(record, holder: Holder, host_id, host_name, instance_id, team_id) -> dict:
+def _live_entry(record, holder: Holder, instance_id, team_id, host_id, host_name) -> dict:
     return {
-        "uuid": record.device, "host": host_name, "index": holder.index, "instance": instance_id, "team": team_id,
-        "t": datetime.fromtimestamp(record.t, tz=UTC).isoformat(), "m": record.m, "stale": False,
+        "uuid": record.slice or record.gpu, "host": host_name, "index": holder.index, "instance": instance_id,
+        "team": team_id, "t": datetime.fromtimestamp(record.t, tz=UTC).isoformat(), "m": record.m, "stale": False,
         "_t": record.t, "_host_id": host_id, "_gpu_id": holder.gpu_id, "_slice_id": holder.slice_id,
     }
+
+
+def _copy_line(row) -> str:
+    """One row in COPY's text format: a time, ids, JSON text, then numbers."""
+    procs = row[5]
+    if procs is None:
+        procs = "\\N"
+    elif "\\" in procs:
+        procs = procs.replace("\\", "\\\\")  # JSON never holds raw tabs or newlines
+    head = [row[0].isoformat(), *("\\N" if v is None else str(v) for v in row[1:5]), procs]
+    return "\t".join(head + ["\\N" if v is None else str(v) for v in row[6:]]) + "\n"
 
 
 def insert_samples(rows: list[tuple]) -> None:
@@ -381,8 +405,7 @@ def insert_samples(rows: list[tuple]) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+                copy.write("".join(map(_copy_line, rows)))
             return
         adapt = connection.ops.adapt_datetimefield_value
         marks = ", ".join(["%s"] * len(SAMPLE_COLUMNS))
@@ -446,11 +469,15 @@ def _store_events(host_id: int, host_name: str, events: list) -> None:
     GpuEvent.objects.bulk_create(rows)
 
 
-def _note_late(rows: list[tuple]) -> None:
-    """Samples older than what the rollups already cover make those buckets dirty."""
+def _note_late(rows: list) -> None:
+    """Samples older than what the rollups already cover make those buckets dirty.
+    Rollups trail real time by ROLLUP_DELAY_S, so fresh samples need no check."""
     if not rows:
         return
     oldest = min(r[0] for r in rows)
+    delay = float(getattr(settings, "ROLLUP_DELAY_S", 30))
+    if (timezone.now() - oldest).total_seconds() < delay:
+        return
     RollupCursor.objects.filter(done_until__gt=oldest).filter(
         Q(dirty_from__isnull=True) | Q(dirty_from__gt=oldest)
     ).update(dirty_from=oldest)

@@ -127,3 +127,16 @@ async def test_other_agents_carry_on(agent, tokens):
         await b.send(samples([record(1, gpu="GPU-h100-b-0", t=NOW)]))
         assert (await b.recv())["type"] == "ack"
     assert await Sample.objects.acount() == 1
+
+
+def test_extra_keys_are_ignored():
+    frame = samples([{**record(1, t=NOW), "future": 1, "procs": [{"pid": 1, "container": "x"}, {"pid": 2, "used_memory": 5}]}])
+    frame["future"] = {"any": "thing"}
+    batch = frames.samples(frames.parse(json.dumps(frame)), now=NOW)
+    assert batch.records[0].procs == [{"pid": 1}, {"pid": 2, "used_memory": 5}]
+
+
+def test_a_bad_process_after_an_extra_key_is_still_caught():
+    frame = samples([{**record(1, t=NOW), "procs": [{"pid": 1, "container": "x"}, {"pid": -2}]}])
+    with pytest.raises(frames.FrameError, match=r"records\[0\].procs\[1\].pid"):
+        check(frame)

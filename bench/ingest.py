@@ -1,0 +1,354 @@
+"""Ingest, end to end: sim hosts over real websockets into a daphne server, frame sent
+to ack received (the server acks after commit), beside raw psycopg COPY of the same
+rows into the same table in the same run; then the same load into SQLite.
+
+    python bench/ingest.py                       # PostgreSQL at 127.0.0.1:5432, then SQLite
+    python bench/ingest.py --hosts 16 --frames 10 --skip-sqlite
+    python bench/ingest.py --pg postgres://postgres@127.0.0.1:5432/postgres
+
+Every host is one websocket connection that behaves as the v1 agent does: one
+samples frame in flight, the next only after its ack. Frames are built beforehand
+by the agent's sim backend and its own encoder (protocol.clean_record, dumps,
+samples_frame), so building them is not timed. A GPU-sample is one record of one
+GPU. The run fails unless the database holds exactly the records sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from monitoring.agent import protocol  # noqa: E402
+from monitoring.agent.backends.sim import SimSource  # noqa: E402
+
+PYTHON = sys.executable
+REGION = "bench-region"
+
+PREPARE = """
+import json
+from instances.models import Region
+from monitoring import services
+region, _ = Region.objects.get_or_create(name={region!r})
+tokens = {{}}
+for name in {hosts!r}:
+    host, _ = services.ensure_host(actor="bench", name=name, region=region.name)
+    tokens[name] = services.create_host_token(actor="bench", host=host)[1]
+print("TOKENS " + json.dumps(tokens))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the database under test -----------------------------------------------------------
+
+
+class Database:
+    """A fresh database (and VAR_DIR) for one run; ``env`` configures the server for it."""
+
+    def __init__(self, kind: str, admin_url: str | None, workdir: Path):
+        self.kind = kind
+        self.admin_url = admin_url
+        self.var = workdir / f"var-{kind}"
+        self.var.mkdir(parents=True)
+        self.name = f"bench_ingest_{os.getpid()}"
+        # As in production: DEBUG off (no query log), no periodic tasks in the server.
+        self.env = {**os.environ, "GPUCONSOLE_VAR_DIR": str(self.var), "INPROCESS_SCHEDULER": "false",
+                    "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(40), "SECURE_SSL_REDIRECT": "false",
+                    "LOG_LEVEL": "WARNING"}
+        self.env.pop("REDIS_URL", None)
+        self.env.pop("DATABASE_URL", None)
+        if kind == "postgresql":
+            parts = urlsplit(admin_url)
+            self.url = urlunsplit(parts._replace(path="/" + self.name))
+            self.env["DATABASE_URL"] = self.url
+
+    def create(self) -> None:
+        if self.kind == "postgresql":
+            import psycopg
+
+            with psycopg.connect(self.admin_url, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{self.name}"')
+        subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=REPO, env=self.env, check=True)
+
+    def drop(self) -> None:
+        if self.kind == "postgresql":
+            import psycopg
+
+            with psycopg.connect(self.admin_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def prepare(self, hosts: list[str]) -> dict[str, str]:
+        code = PREPARE.format(region=REGION, hosts=hosts)
+        out = subprocess.run([PYTHON, "manage.py", "shell", "-c", code], cwd=REPO, env=self.env, check=True,
+                             capture_output=True, text=True).stdout
+        line = next(x for x in out.splitlines() if x.startswith("TOKENS "))
+        return json.loads(line[len("TOKENS "):])
+
+    def query(self, sql: str):
+        if self.kind == "postgresql":
+            import psycopg
+
+            with psycopg.connect(self.url) as conn:
+                return conn.execute(sql).fetchall()
+        with sqlite3.connect(self.var / "db.sqlite3") as conn:
+            return conn.execute(sql).fetchall()
+
+
+class Server:
+    def __init__(self, db: Database, port: int):
+        self.db, self.port = db, port
+        self.process = None
+
+    def start(self) -> None:
+        log = open(self.db.var / "daphne.log", "w")  # noqa: SIM115 (closed with the process)
+        profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+        self.process = subprocess.Popen(
+            [PYTHON, *profile, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            cwd=REPO, env=self.db.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the server exited; see {self.db.var / 'daphne.log'}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("the server did not start within 60 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- the load ----------------------------------------------------------------------------
+
+
+def build_frames(sim: SimSource, frames: int, per_frame: int, start_t: float) -> dict[str, dict]:
+    """Per host: its hello, and ``frames`` samples frames of ``per_frame`` records."""
+    out = {h.host: {"gpus": [g.hello() for g in h.gpus], "bodies": [], "seq": 0, "records": []} for h in sim.fleet}
+    tick = 0
+    while any(len(h["bodies"]) < frames * per_frame for h in out.values()):
+        for host, records in sim.tick(start_t + tick).items():
+            entry = out[host]
+            for record in records:
+                if len(entry["bodies"]) >= frames * per_frame:
+                    break
+                clean = protocol.clean_record(record)
+                if clean is None:
+                    continue
+                entry["seq"] += 1
+                clean["seq"] = entry["seq"]
+                entry["bodies"].append(protocol.dumps(clean))
+                entry["records"].append(clean)
+        tick += 1
+    boot = "b" * 32
+    for entry in out.values():
+        bodies = entry.pop("bodies")
+        entry["frames"] = [protocol.samples_frame(boot, bodies[i:i + per_frame])
+                           for i in range(0, len(bodies), per_frame)]
+    return out
+
+
+async def connect_all(ports: dict[str, int], tokens: dict[str, str], load: dict[str, dict]) -> dict:
+    """Every host connected and welcomed (registering its GPUs on first sight)."""
+    from websockets.asyncio.client import connect
+
+    sockets = {}
+    for host, entry in load.items():
+        url = f"ws://127.0.0.1:{ports[host]}/ws/agent/"
+        ws = await connect(url, additional_headers={"Authorization": f"Bearer {tokens[host]}"},
+                           max_size=1 << 22, open_timeout=30, compression=None)
+        await ws.send(protocol.hello_frame(host=host, boot_id="b" * 32, backend="sim", gpus=entry["gpus"]))
+        welcome = json.loads(await ws.recv())
+        if welcome.get("type") != "welcome":
+            raise SystemExit(f"{host}: no welcome: {welcome}")
+        sockets[host] = ws
+    return sockets
+
+
+async def send_all(sockets: dict, load: dict[str, dict]) -> float:
+    """Seconds to send every frame, each host awaiting each ack before its next frame."""
+
+    async def one(host: str) -> None:
+        ws = sockets[host]
+        for text in load[host]["frames"]:
+            await ws.send(text)
+            ack = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            if ack.get("type") != "ack":
+                raise SystemExit(f"{host}: expected an ack, got {ack}")
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(h) for h in sockets))
+    elapsed = time.perf_counter() - began
+    for ws in sockets.values():
+        await ws.close()
+    return elapsed
+
+
+def run_server_load(db: Database, args, sim: SimSource, workers: int) -> dict:
+    """``workers`` daphne processes, each host connected to one of them in turn (as a
+    TCP load balancer in front of several ASGI workers would spread them)."""
+    db.create()
+    tokens = db.prepare([h.host for h in sim.fleet])
+    servers = [Server(db, free_port()) for _ in range(workers)]
+    try:
+        for server in servers:
+            server.start()
+        load = build_frames(sim, args.frames, args.records, time.time() - 7200)
+        ports = {h.host: servers[i % workers].port for i, h in enumerate(sim.fleet)}
+        records = sum(len(e["records"]) for e in load.values())
+
+        async def measure():
+            sockets = await connect_all(ports, tokens, load)
+            cpu0 = sum(s.cpu_seconds() for s in servers)
+            elapsed = await send_all(sockets, load)
+            return elapsed, sum(s.cpu_seconds() for s in servers) - cpu0
+
+        elapsed, cpu = asyncio.run(measure())
+    finally:
+        for server in servers:
+            server.stop()
+    stored = db.query("SELECT count(*) FROM monitoring_sample")[0][0]
+    events = db.query("SELECT count(*) FROM monitoring_gpuevent WHERE kind = 'xid'")[0][0]
+    if stored + events != records:
+        raise SystemExit(f"{db.kind}: sent {records} records, the database holds {stored} samples + {events} events")
+    return {"records": records, "seconds": elapsed, "per_s": records / elapsed, "server_cpu_s": cpu,
+            "server_cpu_us_per_sample": cpu / records * 1e6, "workers": workers, "load": load,
+            "load_average": os.getloadavg()[0]}
+
+
+# --- the COPY baseline --------------------------------------------------------------------
+
+
+def copy_baseline(db: Database, load: dict[str, dict]) -> dict:
+    """The same rows through one psycopg COPY into a twin of the samples table."""
+    import psycopg
+
+    from monitoring.catalog import RAW_METRICS, UNSIGNED_64, to_signed
+
+    with psycopg.connect(db.url) as conn:
+        gpu_ids = dict(conn.execute("SELECT uuid, id FROM instances_gpu").fetchall())
+        conn.execute("CREATE TABLE bench_copy (LIKE monitoring_sample INCLUDING ALL)")
+        conn.commit()
+    columns = ["time", "gpu_id", "slice_id", "instance_id", "team_id", "procs", *RAW_METRICS]
+    from datetime import UTC, datetime
+
+    rows = []
+    for entry in load.values():
+        for r in entry["records"]:
+            if "event" in r:
+                continue
+            m = r.get("m", {})
+            rows.append((datetime.fromtimestamp(r["t"], tz=UTC), gpu_ids[r["gpu"]], None, None, None,
+                         json.dumps(r["procs"]) if "procs" in r else None,
+                         *(to_signed(m[k]) if k in UNSIGNED_64 and k in m else m.get(k) for k in RAW_METRICS)))
+    with psycopg.connect(db.url) as conn:
+        began = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(f"COPY bench_copy ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        elapsed = time.perf_counter() - began
+        count = conn.execute("SELECT count(*) FROM bench_copy").fetchone()[0]
+    assert count == len(rows)
+    return {"records": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed}
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=32)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--frames", type=int, default=20, help="samples frames per host")
+    parser.add_argument("--records", type=int, default=500, help="records per frame (the agent's maximum)")
+    parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432/postgres",
+                        help="an admin URL; a scratch database is created next to it and dropped")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="also run with this many server processes (default: one per CPU)")
+    parser.add_argument("--sqlite-hosts", type=int, default=8)
+    parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    args = parser.parse_args()
+    if not 1 <= args.records <= protocol.MAX_RECORDS_PER_FRAME:
+        parser.error(f"--records must be 1-{protocol.MAX_RECORDS_PER_FRAME}")
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "hosts": args.hosts, "gpus": args.gpus,
+               "records_per_frame": args.records, "runs": []}
+    try:
+        for workers in sorted({1, args.workers}):
+            pg = Database("postgresql", args.pg, workdir / f"pg{workers}")
+            try:
+                sim = SimSource.synthetic(args.hosts, args.gpus, prefix="bench-host", seed=1)
+                run = run_server_load(pg, args, sim, workers)
+                load = run.pop("load")
+                run["copy"] = copy_baseline(pg, load)
+                run["ratio_to_copy"] = run["per_s"] / run["copy"]["per_s"]
+                results["runs"].append({"database": "postgresql", **run})
+            finally:
+                pg.drop()
+        if not args.skip_sqlite:
+            lite = Database("sqlite", None, workdir / "sqlite")
+            sim = SimSource.synthetic(args.sqlite_hosts, args.gpus, prefix="bench-host", seed=1)
+            run = run_server_load(lite, args, sim, 1)
+            run.pop("load")
+            results["runs"].append({"database": "sqlite", "hosts": args.sqlite_hosts, **run})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+def report(r: dict) -> None:
+    print(f"ingest benchmark, {r['date']}, {r['cpus']} CPUs, {r['hosts']} hosts x {r['gpus']} GPUs, "
+          f"{r['records_per_frame']} records per frame")
+    print(f"  {'path':50} {'GPU-samples':>11} {'seconds':>8} {'samples/s':>10} {'vs COPY':>8}")
+    for run in r["runs"]:
+        workers = f"{run['workers']} worker{'s' if run['workers'] > 1 else ''}"
+        name = f"websocket -> daphne ({workers}) -> {run['database']}"
+        ratio = f"{run['ratio_to_copy']:.2f}x" if "ratio_to_copy" in run else ""
+        print(f"  {name:50} {run['records']:>11} {run['seconds']:>8.2f} {run['per_s']:>10.0f} {ratio:>8}"
+              f"   server CPU {run['server_cpu_us_per_sample']:.0f} us/sample, load {run['load_average']:.1f}")
+        if "copy" in run:
+            copy = run["copy"]
+            print(f"  {'  psycopg COPY of the same rows, one stream':50} {copy['records']:>11} {copy['seconds']:>8.2f}"
+                  f" {copy['per_s']:>10.0f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
