@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
-from . import pricing
+from . import bulk, pricing
 from .models import (
     Charge,
     ChargeType,
@@ -44,19 +44,23 @@ class Line:
     sort: tuple = ()
 
 
-def usage_lines(team_id: int, month: date) -> list[Line]:
+def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
+    """Each team's usage lines for ``month``, from its charges, in one query."""
     rows = (
-        Charge.objects.filter(team_id=team_id, month=month)
+        Charge.objects.filter(team_id__in=list(team_ids), month=month)
         .values(
-            "charge_type", "pricing_category", "instance_id", "instance__name", "instance__pricing_model",
+            "team_id", "charge_type", "pricing_category", "instance_id", "instance__name", "instance__pricing_model",
             "reservation_id", "sku", "unit_price", "gpu_model__name",
         )
         .annotate(cents=Sum("billed_cents"), secs=Sum("priced_seconds"))
         .order_by()
     )
-    lines = [_line(row) for row in rows]
-    lines.sort(key=lambda line: line.sort)
-    return lines
+    out: dict[int, list[Line]] = defaultdict(list)
+    for row in rows:
+        out[row["team_id"]].append(_line(row))
+    for lines in out.values():
+        lines.sort(key=lambda line: line.sort)
+    return out
 
 
 def _line(row: dict) -> Line:
@@ -83,45 +87,52 @@ def _line(row: dict) -> Line:
     return Line(kind=LineKind.USAGE, description=text, sort=(0, row["instance__name"], category, text), **common)
 
 
-def correction_lines(team_id: int, month: date) -> list[Line]:
+def correction_lines(month: date, team_ids) -> dict[int, list[Line]]:
     """For each issued invoice of an earlier month: what its month costs now, less what
     was billed and already corrected, as one line (when not zero)."""
     issued = list(
-        Invoice.objects.filter(team_id=team_id, status=InvoiceStatus.ISSUED, month__lt=month).order_by("month")
+        Invoice.objects.filter(team_id__in=list(team_ids), status=InvoiceStatus.ISSUED, month__lt=month)
+        .order_by("team_id", "month")
     )
     if not issued:
-        return []
-    now_cents = dict(
-        Charge.objects.filter(team_id=team_id, month__in=[i.month for i in issued])
-        .values("month")
+        return {}
+    now_cents = {
+        (t, m): c
+        for t, m, c in Charge.objects.filter(team_id__in={i.team_id for i in issued}, month__in={i.month for i in issued})
+        .values("team_id", "month")
         .annotate(c=Sum("billed_cents"))
-        .values_list("month", "c")
-    )
+        .values_list("team_id", "month", "c")
+    }
     corrected = defaultdict(Decimal)
     for refers, amount in InvoiceLine.objects.filter(
         refers_to__in=issued, kind=LineKind.CORRECTION, invoice__status=InvoiceStatus.ISSUED
     ).values_list("refers_to_id", "amount"):
         corrected[refers] += amount
-    lines = []
+    out: dict[int, list[Line]] = defaultdict(list)
     for inv in issued:
-        delta = pricing.from_cents(now_cents.get(inv.month)) - inv.subtotal - corrected[inv.pk]
+        delta = pricing.from_cents(now_cents.get((inv.team_id, inv.month))) - inv.subtotal - corrected[inv.pk]
         if delta:
             text = f"Correction to {inv.number} ({inv.month:%B %Y}): usage re-metered after issue"
-            lines.append(Line(kind=LineKind.CORRECTION, description=text, amount=delta, refers_to_id=inv.pk))
-    return lines
+            out[inv.team_id].append(Line(kind=LineKind.CORRECTION, description=text, amount=delta, refers_to_id=inv.pk))
+    return out
 
 
-def write(invoice: Invoice, lines: list[Line]) -> None:
-    invoice.lines.all().delete()
-    InvoiceLine.objects.bulk_create(
-        InvoiceLine(
-            invoice=invoice, position=i, kind=ln.kind, description=ln.description[:200], sku=ln.sku,
-            pricing_category=ln.pricing_category, instance_id=ln.instance_id, reservation_id=ln.reservation_id,
-            refers_to_id=ln.refers_to_id, quantity=ln.quantity, unit=ln.unit, unit_price=ln.unit_price,
-            amount=ln.amount,
-        )
-        for i, ln in enumerate(lines, start=1)
-    )
-    usage = sum((ln.amount for ln in lines if ln.kind in (LineKind.USAGE, LineKind.UNUSED_COMMITMENT)), Decimal("0.00"))
-    other = sum((ln.amount for ln in lines if ln.kind in (LineKind.CORRECTION, LineKind.ADJUSTMENT)), Decimal("0.00"))
-    invoice.subtotal, invoice.adjustments, invoice.total = usage, other, usage + other
+def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
+    """Replace the lines of each draft and set its totals: a few queries for any number."""
+    InvoiceLine.objects.filter(invoice__in=[inv for inv, _ in drafts]).delete()
+    rows = []
+    for invoice, lines in drafts:
+        rows += [
+            {
+                "invoice_id": invoice.pk, "position": i, "kind": ln.kind, "description": ln.description[:200],
+                "sku": ln.sku, "pricing_category": ln.pricing_category, "instance_id": ln.instance_id,
+                "reservation_id": ln.reservation_id, "refers_to_id": ln.refers_to_id, "quantity": ln.quantity,
+                "unit": ln.unit, "unit_price": ln.unit_price, "amount": ln.amount,
+            }
+            for i, ln in enumerate(lines, start=1)
+        ]
+        usage = sum((ln.amount for ln in lines if ln.kind in (LineKind.USAGE, LineKind.UNUSED_COMMITMENT)), Decimal("0.00"))
+        other = sum((ln.amount for ln in lines if ln.kind in (LineKind.CORRECTION, LineKind.ADJUSTMENT)), Decimal("0.00"))
+        invoice.subtotal, invoice.adjustments, invoice.total, invoice.updated_at = usage, other, usage + other, now
+    bulk.insert(InvoiceLine, rows)
+    Invoice.objects.bulk_update([inv for inv, _ in drafts], ["subtotal", "adjustments", "total", "updated_at"], batch_size=500)

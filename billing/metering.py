@@ -18,7 +18,7 @@ from django.db.models import Q
 
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
 
-from . import pricing
+from . import bulk, pricing
 from .models import (
     Charge,
     ChargeType,
@@ -104,23 +104,20 @@ class Ledger:
             row[8] = note
 
     def flush(self, result: Result) -> None:
-        objs = []
+        rows = []
         for (day, instance_id, charge_type, category, reservation_id, _unit), row in self.rows.items():
             meta, region, consumed, priced, billed_ps, list_ps, unit, list_unit, note = row
             month = date(day.year, day.month, 1)
             result.months.add((meta.team_id, month))
-            objs.append(
-                Charge(
-                    team_id=meta.team_id, instance_id=instance_id, reservation_id=reservation_id,
-                    gpu_model_id=meta.gpu_model_id, sku=meta.sku, region=region, month=month,
-                    period_start=day, period_end=day + pricing.DAY, charge_type=charge_type,
-                    pricing_category=category, consumed_seconds=consumed, priced_seconds=priced,
-                    unit_price=unit, list_unit_price=list_unit, list_cents=pricing.cents(pricing.to_cents(list_ps)),
-                    billed_cents=pricing.cents(pricing.to_cents(billed_ps)), note=note,
-                )
-            )
-        Charge.objects.bulk_create(objs, batch_size=BATCH)
-        result.charges += len(objs)
+            rows.append({
+                "team_id": meta.team_id, "instance_id": instance_id, "reservation_id": reservation_id,
+                "gpu_model_id": meta.gpu_model_id, "sku": meta.sku, "region": region, "month": month,
+                "period_start": day, "period_end": day + pricing.DAY, "charge_type": charge_type,
+                "pricing_category": category, "consumed_seconds": consumed, "priced_seconds": priced,
+                "unit_price": unit, "list_unit_price": list_unit, "list_cents": pricing.cents(pricing.to_cents(list_ps)),
+                "billed_cents": pricing.cents(pricing.to_cents(billed_ps)), "note": note,
+            })
+        result.charges += bulk.insert(Charge, rows)
         self.rows.clear()
 
 
@@ -135,13 +132,11 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     UsageRecord.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
     Charge.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
     catalog = Catalog(day0, cutoff)
-    metas = _candidates(day0, cutoff)
     regions = dict(Host.objects.values_list("id", "region__name"))
     ledger = Ledger()
-    usage: list[UsageRecord] = []
+    usage: list[dict] = []
     reserved_uses: dict[tuple[int, int, datetime], list] = defaultdict(list)
-    for instance_id, events in _events(metas):
-        meta = metas[instance_id]
+    for meta, instance_id, events in _events(_candidates(day0, cutoff)):
         for run, host_id in _runs(events):
             region = regions.get(host_id, "")
             for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
@@ -158,31 +153,39 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
         if len(ledger.rows) >= BATCH:
             ledger.flush(result)
     _write_usage(usage, result)
-    _rate_reserved(ledger, catalog, reserved_uses, day0, cutoff)
+    _rate_reserved(ledger, catalog, reserved_uses, day0, cutoff, result)
     ledger.flush(result)
     return result
 
 
-def _candidates(start: datetime, cutoff: datetime) -> dict[int, Meta]:
-    """Instances that may have held GPUs in [start, cutoff)."""
-    rows = Instance.objects.filter(created_at__lt=cutoff).filter(
-        Q(state__in=HOLDING_STATES) | Q(state_changed_at__gte=start)
-    ).values_list(
+def _candidates(start: datetime, cutoff: datetime) -> list[int]:
+    """Ids of the instances that may have held GPUs in [start, cutoff)."""
+    return list(
+        Instance.objects.filter(created_at__lt=cutoff)
+        .filter(Q(state__in=HOLDING_STATES) | Q(state_changed_at__gte=start))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def _metas(ids: list[int]) -> dict[int, Meta]:
+    rows = Instance.objects.filter(id__in=ids).values_list(
         "id", "team_id", "gpu_model_id", "gpu_model__name", "slice_profile__kind", "slice_profile__name",
         "pricing_model",
     )
     metas = {}
-    for pk, team_id, model_id, model, kind, profile, pricing_model in rows.iterator(chunk_size=BATCH):
+    for pk, team_id, model_id, model, kind, profile, pricing_model in rows:
         sku = f"{model}:{kind}:{profile}" if kind else model
         metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind)
     return metas
 
 
-def _events(metas: dict[int, Meta]) -> Iterator[tuple[int, list]]:
-    """(instance id, its events in order) for each candidate, streamed."""
-    ids = sorted(metas)
+def _events(ids: list[int]) -> Iterator[tuple[Meta, int, list]]:
+    """(its billing facts, instance id, its events in order) per candidate, streamed a
+    chunk of instances at a time."""
     for i in range(0, len(ids), BATCH):
         chunk = ids[i : i + BATCH]
+        metas = _metas(chunk)
         rows = (
             LifecycleEvent.objects.filter(instance_id__in=chunk)
             .order_by("instance_id", "time", "id")
@@ -192,11 +195,11 @@ def _events(metas: dict[int, Meta]) -> Iterator[tuple[int, list]]:
         for row in rows.iterator(chunk_size=BATCH):
             if row[0] != current:
                 if events:
-                    yield current, events
+                    yield metas[current], current, events
                 current, events = row[0], []
             events.append(row[1:])
         if events:
-            yield current, events
+            yield metas[current], current, events
 
 
 def _runs(events: list) -> list[tuple[pricing.Run, int | None]]:
@@ -208,17 +211,16 @@ def _runs(events: list) -> list[tuple[pricing.Run, int | None]]:
     return [(run, hosts.get(run.start)) for run in runs]
 
 
-def _usage_record(instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> UsageRecord:
-    return UsageRecord(
-        team_id=meta.team_id, instance_id=instance_id, gpu_model_id=meta.gpu_model_id, sku=meta.sku,
-        pricing_model=meta.pricing_model, region=region, period_start=day, start=s, end=e, gpus=run.gpus,
-        run_start=run.start, run_end=run.end, preempted=run.preempted,
-    )
+def _usage_record(instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> dict:
+    return {
+        "team_id": meta.team_id, "instance_id": instance_id, "gpu_model_id": meta.gpu_model_id, "sku": meta.sku,
+        "pricing_model": meta.pricing_model, "region": region, "period_start": day, "start": s, "end": e,
+        "gpus": run.gpus, "run_start": run.start, "run_end": run.end, "preempted": run.preempted,
+    }
 
 
 def _write_usage(usage: list, result: Result) -> None:
-    UsageRecord.objects.bulk_create(usage, batch_size=BATCH)
-    result.usage_records += len(usage)
+    result.usage_records += bulk.insert(UsageRecord, usage)
     usage.clear()
 
 
@@ -248,7 +250,7 @@ def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day
         )
 
 
-def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime, cutoff: datetime) -> None:
+def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime, cutoff: datetime, result: Result) -> None:
     """Per team, GPU model and day: commitments cover reserved instances' GPUs second by
     second; the rest is on-demand, and what no instance used is unused commitment."""
     reservations = defaultdict(list)
@@ -256,6 +258,8 @@ def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime,
         for day, s, e in pricing.day_segments(max(r.start, day0), min(r.end, cutoff)):
             reservations[(r.team_id, r.gpu_model_id, day)].append((r, s, e))
     for group in sorted(set(uses) | set(reservations), key=lambda k: (k[2], k[0], k[1])):
+        if len(ledger.rows) >= BATCH:
+            ledger.flush(result)
         team_id, model_id, day = group
         entries = uses.get(group, [])
         held = reservations.get(group, [])

@@ -8,6 +8,7 @@ one rounding step, ``to_cents`` (half up), when a rated line item is formed.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -171,11 +172,15 @@ class Schedule:
         ends = [t for t, _ in steps[1:]] + [None]
         return cls(sku, tuple((t, end, p) for (t, p), end in zip(steps, ends, strict=True)))
 
+    def __post_init__(self):
+        object.__setattr__(self, "_starts", [p[0] for p in self.periods])
+
     def pieces(self, start: datetime, end: datetime) -> list[tuple[datetime, datetime, Decimal]]:
         """[start, end) cut at price changes; a stretch with no price raises PricingError."""
         out = []
         cursor = start
-        for p_start, p_end, price in self.periods:
+        first = max(0, bisect_right(self._starts, start) - 1)
+        for p_start, p_end, price in self.periods[first:]:
             if p_end is not None and p_end <= cursor:
                 continue
             if p_start >= end:

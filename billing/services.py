@@ -276,41 +276,46 @@ def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decim
     pairs = set(result.months)
     pairs |= set(Invoice.objects.filter(month__in=months, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
     current = pricing.month_start(now).date()
+    teams = {t for t, _ in pairs}
     touched = {}
-    for team_id in sorted({t for t, _ in pairs}):
-        for month in sorted({m for t, m in pairs if t == team_id} | {current}):
-            invoice = refresh_invoice(team_id=team_id, month=month, now=now)
-            if invoice is not None:
-                touched[invoice.pk] = invoice.total
+    for month in sorted({m for _, m in pairs} | ({current} if teams else set())):
+        wanted = teams if month == current else {t for t, m in pairs if m == month}
+        for invoice in refresh_invoices(month=month, team_ids=wanted, now=now):
+            touched[invoice.pk] = invoice.total
     return touched
 
 
-def refresh_invoice(*, team_id: int, month: date, now: datetime) -> Invoice | None:
-    """(Re)compute a draft from charges, corrections and adjustments; an issued invoice
-    is left as it is. Creates the draft when there is something to bill."""
-    invoice = Invoice.objects.select_for_update().filter(team_id=team_id, month=month).first()
-    if invoice is not None and invoice.is_issued:
-        return None
-    lines = invoicing.usage_lines(team_id, month)
+def refresh_invoices(*, month: date, team_ids, now: datetime) -> list[Invoice]:
+    """(Re)compute the drafts of ``month`` for ``team_ids`` from charges, corrections and
+    adjustments, in a few queries whatever the number of teams. Issued invoices are left
+    as they are; a draft is created where there is something to bill."""
+    team_ids = sorted(set(team_ids))
+    existing = {i.team_id: i for i in Invoice.objects.select_for_update().filter(month=month, team_id__in=team_ids)}
+    teams = [t for t in team_ids if not (t in existing and existing[t].is_issued)]
+    usage = invoicing.usage_lines(month, teams)
     # Corrections to issued months land on the team's earliest draft only, so that two
     # drafts open at once (just after a month ends) never both carry one.
-    if not Invoice.objects.filter(team_id=team_id, status=InvoiceStatus.DRAFT, month__lt=month).exists():
-        lines += invoicing.correction_lines(team_id, month)
-    if invoice is None and not lines:
-        return None
-    if invoice is None:
-        start = pricing.month_start(month)
-        invoice = Invoice.objects.create(
-            team_id=team_id, month=month, period_start=start, period_end=pricing.next_month(start), currency=currency()
-        )
-    lines += [
-        invoicing.Line(kind=LineKind.ADJUSTMENT, description=f"Adjustment: {a.reason}", amount=a.amount)
-        for a in invoice.manual_adjustments.all()
-    ]
-    invoicing.write(invoice, lines)
-    invoice.updated_at = now
-    invoice.save(update_fields=["subtotal", "adjustments", "total", "updated_at"])
-    return invoice
+    earlier = set(Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.DRAFT, month__lt=month)
+                  .values_list("team_id", flat=True))
+    fixes = invoicing.correction_lines(month, [t for t in teams if t not in earlier])
+    start = pricing.month_start(month)
+    new = [Invoice(team_id=t, month=month, period_start=start, period_end=pricing.next_month(start), currency=currency())
+           for t in teams if t not in existing and (usage.get(t) or fixes.get(t))]
+    for invoice in Invoice.objects.bulk_create(new):
+        existing[invoice.team_id] = invoice
+    manual = {}
+    for a in Adjustment.objects.filter(invoice__in=[existing[t] for t in teams if t in existing]).order_by("id"):
+        manual.setdefault(a.invoice_id, []).append(
+            invoicing.Line(kind=LineKind.ADJUSTMENT, description=f"Adjustment: {a.reason}", amount=a.amount))
+    drafts = [(existing[t], usage.get(t, []) + fixes.get(t, []) + manual.get(existing[t].pk, []))
+              for t in teams if t in existing]
+    invoicing.write(drafts, now)
+    return [invoice for invoice, _ in drafts]
+
+
+def refresh_invoice(*, team_id: int, month: date, now: datetime) -> Invoice | None:
+    found = refresh_invoices(month=month, team_ids=[team_id], now=now)
+    return found[0] if found else None
 
 
 @transaction.atomic
@@ -324,38 +329,46 @@ def issue_invoice(*, actor, invoice: Invoice, now: datetime | None = None) -> In
         raise BillingConflict(f"The month of {invoice.month:%B %Y} is not over; its invoice stays a draft until it is.")
     refresh_invoice(team_id=invoice.team_id, month=invoice.month, now=now)
     invoice.refresh_from_db()
+    return _freeze(invoice, actor, now)
+
+
+def _freeze(invoice: Invoice, actor, now: datetime) -> Invoice:
     invoice.status = InvoiceStatus.ISSUED
     invoice.number = f"{invoice.team.slug.upper()}-{invoice.month:%Y%m}"
     invoice.issued_at = now
     invoice.save(update_fields=["status", "number", "issued_at"])
     record_event(
         actor=actor, action="billing.invoice.issue", target=invoice, team=invoice.team_id,
-        details={"number": invoice.number, "month": f"{invoice.month:%Y-%m}", "total": str(invoice.total),
-                 "lines": invoice.lines.count()},
+        details={"number": invoice.number, "month": f"{invoice.month:%Y-%m}", "total": str(invoice.total)},
     )
     return invoice
 
 
 def issue_due_invoices(*, now: datetime | None = None) -> list[Invoice]:
-    """Month end: meter up to now, then issue every draft (or unbilled month with charges)
-    whose month is over."""
+    """Month end: meter up to now, then issue every month that is over."""
     now = _now(now)
     meter_recent(now=now)
-    current = pricing.month_start(now).date()
-    pending = set(
-        Charge.objects.filter(month__lt=current).values_list("team_id", "month").distinct()
-    ) | set(Invoice.objects.filter(month__lt=current, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
-    issued_months = set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
+    return issue_months(actor="system", before=pricing.month_start(now).date(), now=now)
+
+
+def issue_months(*, actor, before: date, now: datetime) -> list[Invoice]:
+    """Issue the invoice of every team and month before ``before`` that has charges or a
+    draft and is not issued yet, oldest month first, each month in one transaction."""
+    pending = set(Charge.objects.filter(month__lt=before).values_list("team_id", "month").distinct()) | set(
+        Invoice.objects.filter(month__lt=before, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
+    pending -= set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
     out = []
-    for team_id, month in sorted(pending - issued_months, key=lambda p: (p[1], p[0])):
+    for month in sorted({m for _, m in pending}):
         with transaction.atomic():
-            invoice = refresh_invoice(team_id=team_id, month=month, now=now)
-            if invoice is not None:
-                out.append(issue_invoice(actor="system", invoice=invoice, now=now))
+            drafts = refresh_invoices(month=month, team_ids={t for t, m in pending if m == month}, now=now)
+            teams = {t.pk: t for t in Team.objects.filter(pk__in=[d.team_id for d in drafts])}
+            for draft in drafts:
+                draft.team = teams[draft.team_id]
+                out.append(_freeze(draft, actor, now))
     # Corrections found while issuing land in the current drafts.
-    with transaction.atomic():
-        for team_id in sorted({i.team_id for i in out}):
-            refresh_invoice(team_id=team_id, month=current, now=now)
+    if out:
+        with transaction.atomic():
+            refresh_invoices(month=before, team_ids={i.team_id for i in out}, now=now)
     return out
 
 

@@ -1,0 +1,29 @@
+"""Writing many rows at once: COPY on PostgreSQL (an order of magnitude faster than a
+multi-row INSERT with tens of thousands of parameters), ``bulk_create`` elsewhere.
+Rows are dicts of attribute name → a value the database takes as is (int, str,
+Decimal, aware datetime, date, bool, None), so no model instance is built on the fast
+path."""
+
+from __future__ import annotations
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+BATCH = 2000
+
+
+def insert(model, rows: list[dict]) -> int:
+    if not rows:
+        return 0
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**row) for row in rows], batch_size=BATCH)
+        return len(rows)
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    names = [f.attname for f in fields]
+    defaults = {f.attname: f.get_default() for f in fields}
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[n] if n in row else defaults[n] for n in names])
+    return len(rows)
