@@ -125,7 +125,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.timer.cancel()
         if self.writer is not None:
             self.writer.cancel()
+            await asyncio.gather(self.writer, return_exceptions=True)
         if self.host is not None and self.hello is not None:
+            await _write(ingest.flush)(self.link)
             await database_sync_to_async(ingest.disconnected)(host_id=self.host.pk)
 
     async def receive(self, text_data=None, bytes_data=None):
@@ -156,7 +158,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await database_sync_to_async(ingest.connected)(host=self.host, hello=hello, result=result, peer=_peer(self.scope))
         self.hello = hello
         self.timer.cancel()
-        self.attribution = ingest.Attribution(self.host.pk)
+        self.link = ingest.Link(self.host.pk, self.host.name)
         self.queue = asyncio.Queue(maxsize=QUEUE_FRAMES)
         self.writer = asyncio.ensure_future(self.write_loop())
         await self.send_frame({
@@ -171,8 +173,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             while len(batches) < MERGE_FRAMES and not self.queue.empty():
                 batches.append(self.queue.get_nowait())
             try:
-                stored = await store(host_id=self.host.pk, host_name=self.host.name, batches=batches,
-                                     attribution=self.attribution)
+                stored = await store(link=self.link, batches=batches)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -9,7 +9,9 @@ replayed after a lost ack is acknowledged again but never stored twice.
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -249,16 +251,40 @@ class Holder:
     held_since: datetime | None
 
 
-class Attribution:
-    """One connection's view of its host: who holds each GPU and slice (read at each
-    write) and which agent sessions exist (remembered)."""
+def refresh_s() -> float:
+    return float(getattr(settings, "INGEST_REFRESH_S", 1.0))
 
-    def __init__(self, host_id: int):
+
+class Link:
+    """What one agent connection keeps between writes.
+
+    - who holds each GPU and slice of the host, re-read at most every
+      ``INGEST_REFRESH_S`` (1 s): a reassignment reaches samples within that time;
+    - each agent session's high mark as this connection last wrote it (the database
+      decides when another connection moved it, see ``_advance``);
+    - the newest reading per GPU and the agent's counters, written at most every
+      ``INGEST_REFRESH_S`` and on disconnect, so a backlog of frames costs one
+      latest-state write per second, not one per frame.
+    """
+
+    def __init__(self, host_id: int, host_name: str):
         self.host_id = host_id
-        self.sessions: set[str] = set()  # boot_ids whose session row exists
+        self.host_name = host_name
+        self.high: dict[str, tuple[int, int]] = {}  # boot_id -> (session id, high)
+        self.latest: dict[str, dict] = {}
+        self.counts = {"frames": 0, "samples": 0, "duplicates": 0}
+        self._holders: dict[str, Holder] = {}
+        self._read_at = -math.inf
+        self._kept_at = -math.inf
         self._since: dict[int, datetime | None] = {}
 
-    def current(self) -> dict[str, Holder]:
+    def holders(self) -> dict[str, Holder]:
+        if time.monotonic() - self._read_at >= refresh_s():
+            self._holders = self._read_holders()
+            self._read_at = time.monotonic()
+        return self._holders
+
+    def _read_holders(self) -> dict[str, Holder]:
         gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index", "instance_id", "team_id")
         slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list(
             "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "instance_id", "team_id"
@@ -279,6 +305,37 @@ class Attribution:
         ).values_list("pk", "since")
         self._since.update(dict(since))
 
+    def keep(self, latest: dict[str, dict], frames: int, samples: int, duplicates: int) -> None:
+        for device, entry in latest.items():
+            kept = self.latest.get(device)
+            if kept is None or entry["_t"] >= kept["_t"]:
+                self.latest[device] = entry
+        self.counts["frames"] += frames
+        self.counts["samples"] += samples
+        self.counts["duplicates"] += duplicates
+
+    def due(self) -> bool:
+        return time.monotonic() - self._kept_at >= refresh_s()
+
+    def write_kept(self) -> None:
+        """Write the newest readings and the counters (inside the caller's transaction)."""
+        _upsert_latest(self.host_id, self.latest)
+        counts = self.counts
+        AgentState.objects.filter(host_id=self.host_id).update(
+            last_seen_at=timezone.now(), frames=F("frames") + counts["frames"],
+            samples=F("samples") + counts["samples"], duplicates=F("duplicates") + counts["duplicates"],
+        )
+        self.latest = {}
+        self.counts = dict.fromkeys(counts, 0)
+        self._kept_at = time.monotonic()
+
+    def forget(self) -> None:
+        """After a failed write: what this link remembers may be ahead of the database."""
+        self.high.clear()
+        self.latest = {}
+        self.counts = dict.fromkeys(self.counts, 0)
+        self._read_at = -math.inf
+
 
 @dataclass
 class Stored:
@@ -289,76 +346,93 @@ class Stored:
     latest: dict[str, dict]  # device uuid -> live entry
 
 
-def store(*, host_id: int, host_name: str, batches: list[Samples], attribution: Attribution) -> Stored:
+def store(*, link: Link, batches: list[Samples]) -> Stored:
     """Write ``batches`` (checked frames of one host, in order) in one transaction.
 
-    Per (host, boot_id) the highest stored seq (``high``) rises with the rows that
-    raise it, so a record is stored exactly once however often it is sent. Records of
-    GPUs this host does not have, and events of unknown kinds, are acknowledged and
-    discarded (protocol section 3.2).
+    Per (host, boot_id) the highest stored seq (``high``) rises in the transaction that
+    stores the records under it, so a record is stored exactly once however often it
+    is sent. Records of GPUs this host does not have, and events of unknown kinds, are
+    acknowledged and discarded (protocol section 3.2).
     """
-    with transaction.atomic():
-        holders = attribution.current()
-        rows, events, newest, acks = [], [], {}, []
-        duplicates = discarded = 0
-        high = _claim_seqs(host_id, batches, attribution)
-        for batch in batches:
-            mark = high[batch.boot_id]
-            fresh = [r for r in batch.records if r.seq > mark[0]] if batch.first_seq <= mark[0] else batch.records
-            duplicates += len(batch.records) - len(fresh)
-            mark[0] = max(mark[0], batch.last_seq)
-            acks.append((batch.boot_id, mark[0]))
-            for record in fresh:
-                device = record.slice or record.gpu
-                holder = holders.get(device)
-                if holder is None or holder.gpu_uuid != record.gpu:
+    try:
+        with transaction.atomic():
+            stored = _store(link, batches)
+    except Exception:
+        link.forget()
+        raise
+    return stored
+
+
+def _store(link: Link, batches: list[Samples]) -> Stored:
+    holders = link.holders()
+    rows, events, newest, acks = [], [], {}, []
+    duplicates = discarded = 0
+    oldest_t = None
+    for batch in batches:
+        high = _advance(link, batch.boot_id, batch.last_seq)
+        fresh = [r for r in batch.records if r.seq > high] if batch.first_seq <= high else batch.records
+        duplicates += len(batch.records) - len(fresh)
+        acks.append((batch.boot_id, link.high[batch.boot_id][1]))
+        for record in fresh:
+            device = record.slice or record.gpu
+            holder = holders.get(device)
+            if holder is None or holder.gpu_uuid != record.gpu:
+                discarded += 1
+                continue
+            when = datetime.fromtimestamp(record.t, tz=UTC)
+            held = holder.held_since is None or when >= holder.held_since
+            instance_id, team_id = (holder.instance_id, holder.team_id) if held else (None, None)
+            if record.event is not None:
+                if record.event["kind"] in p.EVENT_KINDS:
+                    events.append((record, holder, when, instance_id, team_id))
+                else:
                     discarded += 1
-                    continue
-                when = datetime.fromtimestamp(record.t, tz=UTC)
-                held = holder.held_since is None or when >= holder.held_since
-                instance_id, team_id = (holder.instance_id, holder.team_id) if held else (None, None)
-                if record.event is not None:
-                    if record.event["kind"] in p.EVENT_KINDS:
-                        events.append((record, holder, when, instance_id, team_id))
-                    else:
-                        discarded += 1
-                    continue
-                rows.append(_row(record.m, record.procs, holder, when, instance_id, team_id))
-                kept = newest.get(device)
-                if kept is None or record.t >= kept[0].t:
-                    newest[device] = (record, holder, instance_id, team_id)
-        latest = {device: _live_entry(*kept, host_id, host_name) for device, kept in newest.items()}
-        _save_seqs(high)
-        insert_samples(rows)
-        _upsert_latest(host_id, latest)
-        _store_events(host_id, host_name, events)
-        _note_late(rows)
-        AgentState.objects.filter(host_id=host_id).update(
-            last_seen_at=timezone.now(), frames=F("frames") + len(batches),
-            samples=F("samples") + len(rows), duplicates=F("duplicates") + duplicates,
-        )
+                continue
+            rows.append(_row(record.m, record.procs, holder, when, instance_id, team_id))
+            if oldest_t is None or record.t < oldest_t:
+                oldest_t = record.t
+            kept = newest.get(device)
+            if kept is None or record.t >= kept[0].t:
+                newest[device] = (record, holder, instance_id, team_id)
+    latest = {device: _live_entry(*kept, link.host_id, link.host_name) for device, kept in newest.items()}
+    insert_samples(rows)
+    _store_events(link.host_id, link.host_name, events)
+    _note_late(oldest_t)
+    link.keep(latest, len(batches), len(rows), duplicates)
+    if link.due():
+        link.write_kept()
     return Stored(acks=acks, stored=len(rows), duplicates=duplicates, discarded=discarded, latest=latest)
 
 
-def _claim_seqs(host_id: int, batches: list[Samples], attribution: Attribution) -> dict[str, list[int]]:
-    """{boot_id: [high, session id]}, with the sessions' rows locked until commit."""
-    boots = sorted({b.boot_id for b in batches})
-    for boot_id in boots:
-        if boot_id not in attribution.sessions:
-            AgentSession.objects.get_or_create(host_id=host_id, boot_id=boot_id)
-            attribution.sessions.add(boot_id)
-    sessions = AgentSession.objects.select_for_update().filter(host_id=host_id, boot_id__in=boots).order_by("boot_id")
-    found = {boot: [last, pk] for boot, last, pk in sessions.values_list("boot_id", "last_seq", "pk")}
-    if len(found) < len(boots):  # a session remembered from a rolled-back write
-        attribution.sessions.difference_update(boots)
-        return _claim_seqs(host_id, batches, attribution)
-    return found
+def _advance(link: Link, boot_id: str, last_seq: int) -> int:
+    """Raise the session's high mark to ``last_seq``; returns the mark before.
+
+    The update names the mark this link last saw, so it is a compare-and-set: when
+    another connection of the host moved the mark meanwhile, nothing matches, and the
+    mark is read again under a row lock. Either way the session row stays locked until
+    this transaction ends, so two connections never store the same record.
+    """
+    known = link.high.get(boot_id)
+    if known is None:
+        session, _ = AgentSession.objects.get_or_create(host_id=link.host_id, boot_id=boot_id)
+        known = (session.pk, session.last_seq)
+    session_id, high = known
+    if last_seq > high:
+        now = timezone.now()
+        moved = not AgentSession.objects.filter(pk=session_id, last_seq=high).update(last_seq=last_seq, last_seen_at=now)
+        if moved:
+            high = AgentSession.objects.select_for_update().values_list("last_seq", flat=True).get(pk=session_id)
+            if last_seq > high:
+                AgentSession.objects.filter(pk=session_id).update(last_seq=last_seq, last_seen_at=now)
+    link.high[boot_id] = (session_id, max(high, last_seq))
+    return high
 
 
-def _save_seqs(high: dict[str, list[int]]) -> None:
-    now = timezone.now()
-    for seq, session_id in high.values():
-        AgentSession.objects.filter(pk=session_id, last_seq__lt=seq).update(last_seq=seq, last_seen_at=now)
+def flush(link: Link) -> None:
+    """Write what the link still keeps (at disconnect)."""
+    if link.latest or any(link.counts.values()):
+        with transaction.atomic():
+            link.write_kept()
 
 
 _UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
@@ -469,15 +543,12 @@ def _store_events(host_id: int, host_name: str, events: list) -> None:
     GpuEvent.objects.bulk_create(rows)
 
 
-def _note_late(rows: list) -> None:
+def _note_late(oldest_t: float | None) -> None:
     """Samples older than what the rollups already cover make those buckets dirty.
     Rollups trail real time by ROLLUP_DELAY_S, so fresh samples need no check."""
-    if not rows:
+    if oldest_t is None or time.time() - oldest_t < float(getattr(settings, "ROLLUP_DELAY_S", 30)):
         return
-    oldest = min(r[0] for r in rows)
-    delay = float(getattr(settings, "ROLLUP_DELAY_S", 30))
-    if (timezone.now() - oldest).total_seconds() < delay:
-        return
+    oldest = datetime.fromtimestamp(oldest_t, tz=UTC)
     RollupCursor.objects.filter(done_until__gt=oldest).filter(
         Q(dirty_from__isnull=True) | Q(dirty_from__gt=oldest)
     ).update(dirty_from=oldest)

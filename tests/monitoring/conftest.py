@@ -61,8 +61,7 @@ def agent_ingest(ops):
 
     def send(gpu, when, **m):
         batch = Samples(boot_id=secrets.token_hex(16), records=[Record(seq=1, t=when.timestamp(), gpu=gpu.uuid, slice=None, m=m)])
-        return ingest.store(host_id=gpu.host_id, host_name=gpu.host.name, batches=[batch],
-                            attribution=ingest.Attribution(gpu.host_id))
+        return ingest.store(link=ingest.Link(gpu.host_id, gpu.host.name), batches=[batch])
 
     return send
 
@@ -80,7 +79,7 @@ def agent_ingest_event():
 
     def send(gpu, kind, **event):
         record = Record(seq=next(seqs), t=time.time(), gpu=gpu.uuid, slice=None, event={"kind": kind, **event})
-        return ingest.store(host_id=gpu.host_id, host_name=gpu.host.name, attribution=ingest.Attribution(gpu.host_id),
+        return ingest.store(link=ingest.Link(gpu.host_id, gpu.host.name),
                             batches=[Samples(boot_id="cd" * 16, records=[record])])
 
     return send

@@ -77,3 +77,15 @@ async def test_xid_event_is_stored_as_an_event(agent, tokens, fleet):
     event = await GpuEvent.objects.aget(kind="xid")
     assert (event.uuid, event.code) == ("GPU-h100-a-3", 79)
     assert await Sample.objects.acount() == 0
+
+
+async def test_a_burst_of_frames_leaves_the_newest_reading(agent, tokens, fleet):
+    now = time.time()
+    async with agent(tokens["h100-a"]) as a:
+        await a.hello()
+        for seq in range(1, 6):
+            await a.send(samples([record(seq, t=now - 10 + seq, gpu_util=seq * 10)]))
+            await a.recv()
+    latest = await GpuLatest.objects.aget(uuid="GPU-h100-a-0")
+    assert latest.metrics == {"gpu_util": 50}
+    assert (await AgentState.objects.aget(host__name="h100-a")).frames == 5

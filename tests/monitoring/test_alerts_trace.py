@@ -26,10 +26,9 @@ def replayed(trace_lines, launch, bob, acme):
         Record(seq=i + 1, t=line["t"], gpu=gpu.uuid, slice=None, m={k: v for k, v in line.items() if k in METRICS})
         for i, line in enumerate(lines)
     ]
-    attribution = ingest.Attribution(gpu.host_id)
+    link = ingest.Link(gpu.host_id, gpu.host.name)
     for at in range(0, len(records), 500):
-        ingest.store(host_id=gpu.host_id, host_name=gpu.host.name, attribution=attribution,
-                     batches=[Samples(boot_id="ab" * 16, records=records[at:at + 500])])
+        ingest.store(link=link, batches=[Samples(boot_id="ab" * 16, records=records[at:at + 500])])
     return instance, lines
 
 
