@@ -1,0 +1,385 @@
+"""Sample-to-browser latency: 1,000 GPUs at 1 Hz, 20 browsers subscribed.
+
+    .venv/bin/python bench/live_latency.py [--gpus 1000] [--clients 20] [--seconds 30]
+
+One run measures both channel layers side by side against the same scratch
+database: the in-memory layer (one daphne process) and channels-redis
+(REDIS_URL, default redis://127.0.0.1:6379, database 11). For each layer it starts
+daphne, the sim agent streaming ``--gpus`` GPUs (8 per host) at 1 Hz through the
+real agent path (outbox, spool, websocket, acks), and ``--clients`` browser-like
+websocket clients with an operator's session cookie and the page's Origin, each
+subscribed to the whole fleet (the heaviest subscription: every GPU reaches every
+client). Latency of each GPU reading = the moment a client receives the ``gpus``
+message that carries it − the agent's timestamp of the reading (one clock: every
+process runs on this machine).
+
+Goal (docs/benchmarks.md, "Browser console"): p99 ≤ 250 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+SEED = """
+import json
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+from instances.models import GpuModel, Host, Region
+from monitoring import services
+ops = User.objects.create_user("ops", is_staff=True)
+region = Region.objects.create(name="bench-1")
+GpuModel.objects.create(name="H100-80GB", memory_gb=80, power_limit_w=700)
+fleet = []
+for h in range({hosts}):
+    host = Host.objects.create(name=f"bench-host-{{h:04d}}", region=region)
+    token = services.create_host_token(actor=ops, host=host)[1]
+    gpus = [{{"uuid": f"GPU-bench-{{h:04d}}-{{i}}", "index": i, "name": "H100-80GB", "memory_total": 80 * 2**30,
+             "power_limit_mw": 700000}} for i in range(min(8, {gpus} - 8 * h))]
+    fleet.append({{"host": host.name, "token": token, "gpus": gpus}})
+sessions = []
+for _ in range({clients}):
+    s = SessionStore()
+    s[SESSION_KEY] = str(ops.pk)
+    s[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    s[HASH_SESSION_KEY] = ops.get_session_auth_hash()
+    s.create()
+    sessions.append(s.session_key)
+json.dump({{"fleet": fleet, "sessions": sessions}}, open({out!r}, "w"))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daphne exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"daphne did not answer {url}")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+async def client(
+    url: str,
+    session: str,
+    origin: str,
+    sink: list,
+    counts: list,
+    closed: list,
+    until: float,
+    start: float,
+) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    headers = {"Cookie": f"sessionid={session}", "Origin": origin}
+    async with connect(url, additional_headers=headers, max_size=2**24) as ws:
+        await ws.send(json.dumps({"subscribe": {"kind": "fleet"}}))
+        while time.time() < until:
+            try:
+                text = await asyncio.wait_for(ws.recv(), timeout=max(0.1, until - time.time()))
+            except TimeoutError:
+                break
+            except ConnectionClosed as exc:
+                closed.append(
+                    f"{exc.rcvd.code if exc.rcvd else 'no close frame'} at {time.time() - start:+.0f} s"
+                )
+                return
+            received = time.time()
+            message = json.loads(text)
+            if message.get("event") != "gpus" or received < start:
+                continue
+            gpus = message["data"]["gpus"]
+            counts.append(len(gpus))
+            sink.extend(received - datetime.fromisoformat(g["t"]).timestamp() for g in gpus)
+
+
+async def measure(
+    port: int, sessions: list[str], warmup: float, seconds: float
+) -> tuple[list, list]:
+    start = time.time() + warmup
+    until = start + seconds
+    latencies: list[float] = []
+    counts: list[int] = []
+    closed: list[str] = []
+    origin = f"http://127.0.0.1:{port}"
+    await asyncio.gather(
+        *(
+            client(
+                f"ws://127.0.0.1:{port}/ws/live/",
+                s,
+                origin,
+                latencies,
+                counts,
+                closed,
+                until,
+                start,
+            )
+            for s in sessions
+        )
+    )
+    return latencies, counts, closed
+
+
+def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    server = subprocess.Popen(
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=open(var / f"daphne-{name}-{port}.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    wait_http(f"http://127.0.0.1:{port}/healthz", server)
+    return server, port
+
+
+def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, args) -> dict:
+    """One layer: agents and browsers on one daphne, or (``redis2``) agents on one
+    worker and browsers on another, joined by the Redis channel layer."""
+    servers, agent = [], None
+    try:
+        servers.append(start_server(name, env, var))
+        if name == "redis2":
+            servers.append(start_server(name, env, var))
+        agent_port, browser_port = servers[0][1], servers[-1][1]
+        agent = subprocess.Popen(
+            [
+                str(BIN / "gpuconsole-agent"),
+                "--server",
+                f"ws://127.0.0.1:{agent_port}/ws/agent/",
+                "--backend",
+                "sim",
+                "--fleet",
+                str(fleet_file),
+                "--interval",
+                "1",
+                "--spool-dir",
+                str(var / f"spool-{name}"),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=open(var / f"agent-{name}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+        latencies, counts, closed = asyncio.run(
+            measure(browser_port, data["sessions"], args.warmup, args.seconds)
+        )
+    finally:
+        stop(agent)
+        for server, _ in servers:
+            stop(server)
+    if not latencies:
+        tail = "".join(p.read_text()[-1500:] for p in sorted(var.glob(f"*-{name}*.log")))
+        raise SystemExit(f"{name}: no GPU readings reached the clients.\n{tail}")
+    ms = sorted(v * 1000 for v in latencies)
+
+    def pct(p: float) -> float:
+        return ms[min(len(ms) - 1, int(p / 100 * len(ms)))]
+
+    return {
+        "readings": len(ms),
+        "per_client_per_s": len(ms) / args.clients / args.seconds,
+        "messages_per_client_s": len(counts) / args.clients / args.seconds,
+        "gpus_per_message": statistics.mean(counts),
+        "p50": pct(50),
+        "p90": pct(90),
+        "p99": pct(99),
+        "max": ms[-1],
+        "closed": closed,
+        "errors": server_errors(var, name),
+    }
+
+
+def server_errors(var: Path, name: str) -> list[str]:
+    lines = []
+    for path in sorted(var.glob(f"daphne-{name}-*.log")):
+        lines += [
+            line for line in path.read_text().splitlines() if "Error" in line or "Exception" in line
+        ]
+    return lines[:5]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="measured seconds per layer (default 30)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="seconds before measuring (default 10)"
+    )
+    parser.add_argument(
+        "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+    )
+    parser.add_argument(
+        "--layers",
+        default="memory,redis,redis2",
+        help="comma-separated: memory, redis, redis2 (agents and browsers on two workers)",
+    )
+    parser.add_argument(
+        "--coalesce",
+        type=float,
+        default=None,
+        help="LIVE_COALESCE_S for the server (default: the setting's own, 0.25 s)",
+    )
+    args = parser.parse_args()
+    if not (1 <= args.gpus <= 20_000 and 1 <= args.clients <= 200 and 5 <= args.seconds <= 120):
+        parser.error("--gpus 1-20000, --clients 1-200, --seconds 5-120")
+
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+        var = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+        env |= {
+            "GPUCONSOLE_VAR_DIR": str(var),
+            "INPROCESS_SCHEDULER": "false",
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+        }
+        if args.coalesce is not None:
+            (var / "bench_settings.py").write_text(
+                f"from console.settings import *\nLIVE_COALESCE_S = {args.coalesce!r}\n"
+            )
+            env |= {
+                "DJANGO_SETTINGS_MODULE": "bench_settings",
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(var), str(ROOT), env.get("PYTHONPATH")])
+                ),
+            }
+        database = own_database(env)
+        try:
+            return bench(args, env, var)
+        finally:
+            drop_database(database)
+
+
+def own_database(env: dict) -> tuple[str, str] | None:
+    url = env.get("DATABASE_URL")
+    if not url:
+        return None
+    import psycopg
+
+    parts = urlsplit(url)
+    name = f"bench_live_{os.getpid()}"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
+    return admin, name
+
+
+def drop_database(database: tuple[str, str] | None) -> None:
+    if database is None:
+        return
+    import psycopg
+
+    admin, name = database
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def bench(args, env: dict, var: Path) -> int:
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    hosts = (args.gpus + 7) // 8
+    out = var / "seed.json"
+    started = time.perf_counter()
+    for step in (
+        ["migrate", "--noinput", "-v0"],
+        [
+            "shell",
+            "-v0",
+            "-c",
+            SEED.format(hosts=hosts, gpus=args.gpus, clients=args.clients, out=str(out)),
+        ],
+    ):
+        done = subprocess.run(manage + step, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"manage.py {step[0]} failed:\n{done.stderr[-3000:]}")
+    data = json.loads(out.read_text())
+    fleet_file = var / "fleet.json"
+    fleet_file.write_text(json.dumps(data["fleet"]))
+    print(
+        f"{args.gpus} GPUs on {hosts} hosts at 1 Hz, {args.clients} clients subscribed to the fleet, "
+        f"{args.seconds:.0f} s measured after {args.warmup:.0f} s; setup {time.perf_counter() - started:.0f} s; "
+        f"database {'PostgreSQL' if env.get('DATABASE_URL') else 'SQLite'}, "
+        f"coalescing {'the default' if args.coalesce is None else f'{args.coalesce} s'}"
+    )
+    results = {}
+    for layer in args.layers.split(","):
+        layer_env = dict(env)
+        if layer in ("redis", "redis2"):
+            layer_env["REDIS_URL"] = args.redis
+        elif layer != "memory":
+            raise SystemExit(f"unknown layer {layer!r}")
+        results[layer] = run_layer(layer, layer_env, data, fleet_file, var, args)
+    print(
+        f"{'layer':8} {'readings':>9} {'per client/s':>13} {'msgs/client/s':>14} {'GPUs/msg':>9} "
+        f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    )
+    for layer, r in results.items():
+        print(
+            f"{layer:8} {r['readings']:>9} {r['per_client_per_s']:>13.0f} {r['messages_per_client_s']:>14.1f} "
+            f"{r['gpus_per_message']:>9.0f} {r['p50']:>8.0f} {r['p90']:>8.0f} {r['p99']:>8.0f} {r['max']:>8.0f}"
+        )
+    for layer, r in results.items():
+        if r["closed"]:
+            print(
+                f"{layer}: {len(r['closed'])} client(s) closed by the server: {', '.join(r['closed'][:5])}"
+            )
+        for line in r["errors"]:
+            print(f"{layer} server: {line[:200]}")
+    for other in ("redis", "redis2"):
+        if {"memory", other} <= set(results):
+            m, r = results["memory"], results[other]
+            print(
+                f"{other} / memory: p50 ×{r['p50'] / m['p50']:.2f}, p99 ×{r['p99'] / m['p99']:.2f}"
+            )
+    print(
+        "goal p99 ≤ 250 ms:",
+        ", ".join(f"{k} {'met' if v['p99'] <= 250 else 'MISSED'}" for k, v in results.items()),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
