@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 from datetime import UTC, datetime
+from json.encoder import c_make_encoder
 from json.encoder import encode_basestring as _quote  # C-accelerated, ensure_ascii=False
 
 GENESIS_HASH = "0" * 64
@@ -38,8 +39,17 @@ FIELDS = (
     "details",
 )
 
-_details_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 _sha256 = hashlib.sha256
+# json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False), built once:
+# the stdlib builds this C encoder anew on every call. No cycle check (details come from
+# JSON), NaN allowed as the stdlib's default (record_event turns it into a string first).
+_encode = c_make_encoder(None, json.JSONEncoder().default, _quote, None, ":", ",", True, False, True) if c_make_encoder else None
+_fallback = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_details(details) -> str:
+    """The canonical JSON text of ``details`` (what the database stores, byte for byte)."""
+    return "".join(_encode(details, 0)) if _encode else _fallback.encode(details)
 
 
 def iso_time(value: datetime) -> str:
@@ -50,32 +60,34 @@ def _opt(value) -> str:
     return "null" if value is None else _quote(value)
 
 
-def canonical_row(
-    seq: int,
-    time: str,
-    actor_type: str,
-    actor_id: str,
-    actor_name: str,
-    team_id: int | None,
-    action: str,
-    target_type: str,
-    target_id: str,
-    outcome: str,
-    source_ip: str | None,
-    user_agent: str,
-    request_id: str,
-    details,
+def canonical_text(
+    seq, time: str, actor_type: str, actor_id: str, actor_name: str, team_id, action: str,
+    target_type: str, target_id: str, outcome: str, source_ip: str | None, user_agent: str,
+    request_id: str, details_text: str,
 ) -> bytes:
-    """The canonical bytes of one event; ``time`` is already ``iso_time``-formatted."""
+    """The canonical bytes of one event, with ``details`` already as canonical JSON text
+    and ``time`` already ``iso_time``-formatted; ``seq``/``team_id`` as ints or digits."""
     return (
         f'{{"action":{_quote(action)},"actor_id":{_quote(actor_id)},'
         f'"actor_name":{_quote(actor_name)},"actor_type":{_quote(actor_type)},'
-        f'"details":{_details_encoder.encode(details)},"outcome":{_quote(outcome)},'
-        f'"request_id":{_quote(request_id)},"seq":{int(seq)},"source_ip":{_opt(source_ip)},'
+        f'"details":{details_text},"outcome":{_quote(outcome)},'
+        f'"request_id":{_quote(request_id)},"seq":{seq},"source_ip":{_opt(source_ip)},'
         f'"target_id":{_quote(target_id)},"target_type":{_quote(target_type)},'
-        f'"team_id":{"null" if team_id is None else int(team_id)},"time":{_quote(time)},'
+        f'"team_id":{"null" if team_id is None else team_id},"time":{_quote(time)},'
         f'"user_agent":{_quote(user_agent)}}}'
-    ).encode()
+    ).encode()  # fmt: skip
+
+
+def canonical_row(
+    seq: int, time: str, actor_type: str, actor_id: str, actor_name: str, team_id: int | None,
+    action: str, target_type: str, target_id: str, outcome: str, source_ip: str | None,
+    user_agent: str, request_id: str, details,
+) -> bytes:
+    """The canonical bytes of one event whose ``details`` is a JSON value."""
+    return canonical_text(
+        int(seq), time, actor_type, actor_id, actor_name, None if team_id is None else int(team_id), action,
+        target_type, target_id, outcome, source_ip, user_agent, request_id, canonical_details(details),
+    )  # fmt: skip
 
 
 def link(canonical: bytes, prev_hash: str) -> str:

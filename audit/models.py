@@ -3,6 +3,7 @@ from django.utils import timezone
 
 from console.tenancy import AUDIT_ROLES, TeamScopedQuerySet
 
+from . import chain
 from .chain import GENESIS_HASH  # noqa: F401  (re-exported: callers import it from here)
 
 
@@ -30,6 +31,26 @@ class AuditEventQuerySet(TeamScopedQuerySet):
         return scoped | own
 
 
+class CanonicalJSONField(models.JSONField):
+    """Details stored as their canonical JSON text (sorted keys, no spaces, UTF-8), the
+    very bytes the chain hashes. On PostgreSQL the column is ``json``, which keeps text
+    byte for byte (``jsonb`` would reorder keys), so verification and exports use the
+    stored text as it is instead of re-encoding a million objects."""
+
+    def db_type(self, connection):
+        return "json" if connection.vendor == "postgresql" else super().db_type(connection)
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        if value is None:
+            return None
+        return chain.canonical_details(value)
+
+    def from_db_value(self, value, expression, connection):
+        if value is None or not isinstance(value, str):
+            return value  # psycopg has already parsed a ``json`` column
+        return super().from_db_value(value, expression, connection)
+
+
 class AuditEvent(models.Model):
     """One append-only, hash-chained record. Never updated or deleted by the app (on
     PostgreSQL, triggers refuse it); only retention removes rows past their age."""
@@ -49,7 +70,7 @@ class AuditEvent(models.Model):
     source_ip = models.GenericIPAddressField(null=True, blank=True)
     user_agent = models.CharField(max_length=400, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
-    details = models.JSONField(default=dict, blank=True)
+    details = CanonicalJSONField(default=dict, blank=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
 

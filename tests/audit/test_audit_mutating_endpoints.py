@@ -15,8 +15,8 @@ import pytest
 from audit_support import events_after, head_seq
 from django.test import Client
 from django.utils import timezone
-from endpoint_walk import endpoints
 from endpoint_recipes import RECIPES, Recipe, World
+from endpoint_walk import endpoints
 
 from audit import services
 

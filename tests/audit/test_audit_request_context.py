@@ -1,7 +1,7 @@
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 from audit_support import last_event
+from django.db import connections
 
 from audit import context, services
 

@@ -1,0 +1,253 @@
+"""Audit log benchmark on PostgreSQL, in one run:
+
+1. bulk-load N hash-chained events (COPY FROM STDIN) with a signed checkpoint every 100k;
+2. export them all as CSV through the API, served by daphne on loopback and streamed,
+   against PostgreSQL's own ``COPY (SELECT …) TO STDOUT WITH CSV`` of the same rows;
+   daphne's peak memory is read for a 10% export and for the full one (flat = equal);
+3. ``manage.py verify_audit`` over all of them.
+
+    python bench/audit.py                  # 1,000,000 events, scratch DB gpc_bench_audit
+    python bench/audit.py --events 200000  # quicker
+
+Needs PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth). Drops and recreates its
+scratch database. Prints a JSON summary on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+COLUMNS = "seq, time, actor_type, actor_id, actor_name, team_id, action, target_type, target_id, outcome, source_ip, user_agent, request_id, details, prev_hash, hash"
+ACTIONS = ["instance.launch", "instance.running", "instance.stop", "instance.stopped", "auth.login", "member.add", "invoice.issue"]
+
+
+def setup_django(db: str, var_dir: str) -> dict:
+    env = {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
+        "GPUCONSOLE_VAR_DIR": var_dir,
+        "INPROCESS_SCHEDULER": "false",
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "SECRET_KEY": "bench-" + secrets.token_hex(24),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
+    os.environ.update(env)
+    os.environ.pop("REDIS_URL", None)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    return env
+
+
+def recreate_database(db: str) -> None:
+    common = ["-h", PG["host"], "-p", PG["port"], "-U", PG["user"]]
+    subprocess.run(["dropdb", *common, "--if-exists", "--force", db], check=True)
+    subprocess.run(["createdb", *common, db], check=True)
+
+
+def load(n: int, every: int) -> None:
+    """N chained events, written with COPY; hashes computed exactly as record_event does."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    from audit import chain
+    from audit.models import ChainHead, Checkpoint
+    from audit.services import signing_key
+    from console.models import Team
+
+    call_command("migrate", verbosity=0)
+    teams = [Team.objects.create(name=f"Bench {i}", slug=f"bench-{i}").pk for i in range(3)]
+    rng = random.Random(6)
+    start = datetime.now(UTC) - timedelta(days=30)
+    step = timedelta(days=29) / n
+    prev, key, checkpoints = chain.GENESIS_HASH, signing_key(), []
+    began = time.perf_counter()
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor, cursor.copy(f"COPY audit_auditevent ({COLUMNS}) FROM STDIN") as copy:
+        for seq in range(1, n + 1):
+            when = chain.iso_time(start + step * seq)
+            team = rng.choice(teams + [None])
+            details = {"name": f"job-{seq % 5000}", "gpu_count": rng.randint(1, 8), "from": "pending", "to": "running"}
+            row = (
+                seq, when, "user", str(rng.randint(1, 50)), f"user{rng.randint(1, 50)}", team, rng.choice(ACTIONS),
+                "instances.instance", str(seq % 9000), "success", f"10.0.{seq % 250}.{seq % 200 + 1}",
+                "Mozilla/5.0 (X11; Linux x86_64) bench", secrets.token_hex(16), details,
+            )  # fmt: skip
+            digest = chain.link(chain.canonical_row(*row), prev)
+            copy.write_row((*row[:13], json.dumps(details), prev, digest))
+            prev = digest
+            if seq % every == 0 or seq == n:
+                checkpoints.append((seq, digest, when))
+    ChainHead.objects.update_or_create(id=1, defaults={"seq": n, "hash": prev})
+    for seq, digest, when in checkpoints:
+        Checkpoint.objects.create(
+            seq=seq, hash=digest, time=datetime.fromisoformat(when), key_id=chain.key_id(key),
+            signature=chain.sign_checkpoint(key, seq, digest, when),
+        )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE audit_auditevent")
+    print(f"loaded {n:,} events in {time.perf_counter() - began:.1f} s", flush=True)
+
+
+def api_token() -> str:
+    from django.contrib.auth.models import User
+
+    from console import services
+
+    ops = User.objects.create_user("bench-ops", password=secrets.token_hex(8), is_staff=True)
+    return services.create_api_token(actor=ops, user=ops, name="bench")[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daphne(env: dict, port: int) -> subprocess.Popen:
+    daphne = ROOT / ".venv" / "bin" / "daphne"
+    proc = subprocess.Popen(
+        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("daphne did not start: " + proc.stderr.read().decode()[-2000:])
+
+
+def rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak(pid: int) -> None:
+    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def export_via_api(port: int, token: str, query: str, pid: int) -> dict:
+    reset_peak(pid)
+    before = rss_kib(pid, "VmRSS")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    began = time.perf_counter()
+    conn.request("GET", f"/api/v1/audit/export/?format=csv{query}", headers={"Authorization": f"Token {token}"})
+    response = conn.getresponse()
+    if response.status != 200:
+        raise SystemExit(f"export answered {response.status}: {response.read()[:500]!r}")
+    size = lines = 0
+    first_byte = None
+    while chunk := response.read(1 << 20):
+        first_byte = first_byte or time.perf_counter() - began
+        size += len(chunk)
+        lines += chunk.count(b"\n")
+    seconds = time.perf_counter() - began
+    rows = int(response.getheader("X-Audit-Event-Count"))
+    assert lines == rows + 3, (lines, rows)  # header, rows, checkpoint, end
+    return {
+        "rows": rows, "bytes": size, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds),
+        "first_byte_s": round(first_byte or 0, 3), "rss_before_mib": round(before / 1024, 1),
+        "rss_peak_mib": round(rss_kib(pid, "VmHWM") / 1024, 1),
+        "through_seq": int(response.getheader("X-Audit-Through-Seq")),
+    }  # fmt: skip
+
+
+def copy_csv(through_seq: int) -> dict:
+    from django.db import connection
+
+    sql = (
+        f"COPY (SELECT {COLUMNS} FROM audit_auditevent WHERE seq <= {int(through_seq)} ORDER BY seq) "
+        "TO STDOUT WITH CSV HEADER"
+    )
+    size = 0
+    began = time.perf_counter()
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+        for block in copy:
+            size += len(block)
+    seconds = time.perf_counter() - began
+    return {"rows": through_seq, "bytes": size, "seconds": round(seconds, 3), "rows_per_s": round(through_seq / seconds)}
+
+
+def verify_command(env: dict) -> dict:
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "manage.py", "verify_audit"], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - began
+    summary = done.stdout.strip().splitlines()[-1]
+    walk = float(summary.rsplit("; ", 1)[1].split(" s,")[0])
+    checked = int(summary.split("summary: ")[1].split(": ")[1].split(" events")[0])
+    return {
+        "exit_code": done.returncode, "summary": summary, "events": checked, "walk_seconds": walk,
+        "walk_events_per_s": round(checked / walk), "command_wall_seconds": round(wall, 2),
+        "command_events_per_s": round(checked / wall),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--db", default="gpc_bench_audit")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+    if args.events < 10_000:
+        parser.error("--events must be at least 10000")
+    recreate_database(args.db)
+    var_dir = f"/tmp/{args.db}-var"
+    os.makedirs(var_dir, exist_ok=True)
+    env = setup_django(args.db, var_dir)
+    load(args.events, every=100_000)
+    token = api_token()
+    port = free_port()
+    daphne = start_daphne(env, port)
+    try:
+        tenth = (datetime.now(UTC) - timedelta(days=30) + timedelta(days=29) / 10).strftime("%Y-%m-%dT%H:%M:%SZ")
+        small = export_via_api(port, token, f"&until={tenth}", daphne.pid)
+        full = export_via_api(port, token, "", daphne.pid)
+        copy = copy_csv(full["through_seq"])
+    finally:
+        daphne.terminate()
+        daphne.wait(10)
+    verified = verify_command(env)
+    result = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"), "events": args.events, "export_api_small": small,
+        "export_api": full, "copy": copy, "export_vs_copy": round(full["rows_per_s"] / copy["rows_per_s"], 3),
+        "verify": verified,
+    }  # fmt: skip
+    if not args.keep:
+        from django.db import connections
+
+        connections.close_all()
+        subprocess.run(["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db], check=False)
+    print(
+        f"export via API: {full['rows']:,} rows in {full['seconds']} s ({full['rows_per_s']:,}/s), "
+        f"COPY: {copy['seconds']} s ({copy['rows_per_s']:,}/s) -> {result['export_vs_copy']}x COPY; "
+        f"daphne peak RSS {small['rss_peak_mib']} MiB (10%) vs {full['rss_peak_mib']} MiB (100%); "
+        f"verify_audit walk {verified['walk_events_per_s']:,} events/s"
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
