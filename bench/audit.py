@@ -88,7 +88,7 @@ def load(n: int, every: int) -> None:
                 "Mozilla/5.0 (X11; Linux x86_64) bench", secrets.token_hex(16), details,
             )  # fmt: skip
             digest = chain.link(chain.canonical_row(*row), prev)
-            copy.write_row((*row[:13], json.dumps(details), prev, digest))
+            copy.write_row((*row[:13], chain.canonical_details(details), prev, digest))
             prev = digest
             if seq % every == 0 or seq == n:
                 checkpoints.append((seq, digest, when))
