@@ -65,13 +65,22 @@ Rollup1m.objects.bulk_create(rows)
 """
 
 
+MISSING = (
+    f"Chromium not found at {CHROMIUM}: the browser tests need Debian's Chromium "
+    "(sudo apt-get install -y chromium); Playwright never downloads a browser here."
+)
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "tests/browser/" in r.nodeid]
+    if skipped and not CHROMIUM.exists():
+        terminalreporter.write_line(f"{len(skipped)} browser tests skipped. {MISSING}", yellow=True)
+
+
 def _require_chromium() -> None:
     if CHROMIUM.exists():
         return
-    message = (
-        f"Chromium not found at {CHROMIUM}: the browser tests need Debian's Chromium "
-        "(sudo apt-get install -y chromium); Playwright never downloads a browser here."
-    )
+    message = MISSING
     if os.environ.get("CI_REQUIRE_BROWSER") == "1":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
