@@ -135,7 +135,6 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     regions = dict(Host.objects.values_list("id", "region__name"))
     ledger = Ledger()
     usage: list[dict] = []
-    reserved_uses: dict[tuple[int, int, datetime], list] = defaultdict(list)
     for meta, instance_id, events in _events(_candidates(day0, cutoff)):
         for run, host_id in _runs(events):
             region = regions.get(host_id, "")
@@ -143,17 +142,16 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
                 if e <= s:
                     continue
                 usage.append(_usage_record(instance_id, meta, region, day, s, e, run))
-                if meta.pricing_model == PricingModel.RESERVED and meta.whole:
-                    use = pricing.Use(instance_id, s, e, run.gpus, (run.start, instance_id))
-                    reserved_uses[(meta.team_id, meta.gpu_model_id, day)].append((use, meta, region))
-                else:
+                if not (meta.pricing_model == PricingModel.RESERVED and meta.whole):
                     _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
         if len(usage) >= BATCH:
             _write_usage(usage, result)
         if len(ledger.rows) >= BATCH:
             ledger.flush(result)
     _write_usage(usage, result)
-    _rate_reserved(ledger, catalog, reserved_uses, day0, cutoff, result)
+    # Reserved instances are rated from the usage records just written, a day at a
+    # time, so memory holds one day's reserved usage of one team and model at most.
+    _rate_reserved(ledger, catalog, day0, day1, cutoff, result)
     ledger.flush(result)
     return result
 
@@ -250,43 +248,76 @@ def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day
         )
 
 
-def _rate_reserved(ledger: Ledger, catalog: Catalog, uses: dict, day0: datetime, cutoff: datetime, result: Result) -> None:
+def _reserved_days(day0: datetime, day1: datetime) -> Iterator[tuple[tuple[int, int, datetime], list]]:
+    """((team, GPU model, day), [(use, meta, region), …]) for reserved whole-GPU usage,
+    streamed in day order from the usage records."""
+    rows = (
+        UsageRecord.objects.filter(period_start__gte=day0, period_start__lt=day1, pricing_model=PricingModel.RESERVED)
+        .exclude(sku__contains=":")
+        .order_by("period_start", "team_id", "gpu_model_id", "instance_id", "start")
+        .values_list("team_id", "gpu_model_id", "period_start", "instance_id", "sku", "region", "start", "end", "gpus",
+                     "run_start")
+    )
+    group, entries = None, []
+    for team_id, model_id, day, instance_id, sku, region, s, e, gpus, run_start in rows.iterator(chunk_size=BATCH):
+        key = (team_id, model_id, day)
+        if key != group:
+            if entries:
+                yield group, entries
+            group, entries = key, []
+        meta = Meta(team_id, model_id, sku, PricingModel.RESERVED, True)
+        entries.append((pricing.Use(instance_id, s, e, gpus, (run_start, instance_id)), meta, region))
+    if entries:
+        yield group, entries
+
+
+def _rate_reserved(ledger: Ledger, catalog: Catalog, day0: datetime, day1: datetime, cutoff: datetime,
+                   result: Result) -> None:
     """Per team, GPU model and day: commitments cover reserved instances' GPUs second by
     second; the rest is on-demand, and what no instance used is unused commitment."""
     reservations = defaultdict(list)
     for r in Reservation.objects.filter(start__lt=cutoff, end__gt=day0).select_related("gpu_model"):
         for day, s, e in pricing.day_segments(max(r.start, day0), min(r.end, cutoff)):
             reservations[(r.team_id, r.gpu_model_id, day)].append((r, s, e))
-    for group in sorted(set(uses) | set(reservations), key=lambda k: (k[2], k[0], k[1])):
+    seen = set()
+    for group, entries in _reserved_days(day0, day1):
+        seen.add(group)
+        _cover(ledger, catalog, group, entries, reservations.get(group, []), cutoff)
         if len(ledger.rows) >= BATCH:
             ledger.flush(result)
-        team_id, model_id, day = group
-        entries = uses.get(group, [])
-        held = reservations.get(group, [])
-        commitments = [pricing.Commitment(r.pk, s, e, r.gpu_count) for r, s, e in held]
-        by_key = {r.pk: r for r, _, _ in held}
-        coverage = pricing.allocate([u for u, _, _ in entries], commitments, day, min(day + pricing.DAY, cutoff))
-        info = {u.key: (meta, region) for u, meta, region in entries}
-        for (instance_id, rkey), pieces in coverage.covered.items():
-            meta, region = info[instance_id]
-            r = by_key[rkey]
-            for s, e, gpus in pieces:
-                used = pricing.seconds(s, e) * gpus
-                list_ps = pricing.price_seconds(catalog.list_schedule(meta.sku).pieces(s, e), gpus)
-                key = (day, instance_id, ChargeType.USAGE, PricingCategory.COMMITTED, rkey, r.hourly)
-                ledger.add(key, meta, region, used, used, r.hourly * used, list_ps, r.hourly, catalog.list_schedule(meta.sku).at(s))
-        for instance_id, pieces in coverage.overflow.items():
-            meta, region = info[instance_id]
-            for s, e, gpus in pieces:
-                for ps, pe, price in catalog.list_schedule(meta.sku).pieces(s, e):
-                    used = pricing.seconds(ps, pe) * gpus
-                    key = (day, instance_id, ChargeType.USAGE, PricingCategory.STANDARD, None, price)
-                    ledger.add(key, meta, region, used, used, price * used, price * used, price, price, OVERFLOW_NOTE)
-        for rkey, unused in coverage.unused.items():
-            if not unused:
-                continue
-            r = by_key[rkey]
-            meta = Meta(team_id, model_id, r.gpu_model.name, PricingModel.RESERVED, True)
-            key = (day, None, ChargeType.UNUSED_COMMITMENT, PricingCategory.COMMITTED, rkey, r.hourly)
-            # The commitment's own price is its list price: nothing was consumed.
-            ledger.add(key, meta, "", 0, unused, r.hourly * unused, r.hourly * unused, r.hourly, r.hourly)
+    for group in sorted(set(reservations) - seen, key=lambda k: (k[2], k[0], k[1])):
+        _cover(ledger, catalog, group, [], reservations[group], cutoff)
+        if len(ledger.rows) >= BATCH:
+            ledger.flush(result)
+
+
+def _cover(ledger: Ledger, catalog: Catalog, group, entries: list, held: list, cutoff: datetime) -> None:
+    team_id, model_id, day = group
+    commitments = [pricing.Commitment(r.pk, s, e, r.gpu_count) for r, s, e in held]
+    by_key = {r.pk: r for r, _, _ in held}
+    coverage = pricing.allocate([u for u, _, _ in entries], commitments, day, min(day + pricing.DAY, cutoff))
+    info = {u.key: (meta, region) for u, meta, region in entries}
+    for (instance_id, rkey), pieces in coverage.covered.items():
+        meta, region = info[instance_id]
+        r = by_key[rkey]
+        schedule = catalog.list_schedule(meta.sku)
+        for s, e, gpus in pieces:
+            used = pricing.seconds(s, e) * gpus
+            list_ps = pricing.price_seconds(schedule.pieces(s, e), gpus)
+            key = (day, instance_id, ChargeType.USAGE, PricingCategory.COMMITTED, rkey, r.hourly)
+            ledger.add(key, meta, region, used, used, r.hourly * used, list_ps, r.hourly, schedule.at(s))
+    for instance_id, pieces in coverage.overflow.items():
+        meta, region = info[instance_id]
+        for s, e, gpus in pieces:
+            for ps, pe, price in catalog.list_schedule(meta.sku).pieces(s, e):
+                used = pricing.seconds(ps, pe) * gpus
+                key = (day, instance_id, ChargeType.USAGE, PricingCategory.STANDARD, None, price)
+                ledger.add(key, meta, region, used, used, price * used, price * used, price, price, OVERFLOW_NOTE)
+    for rkey, unused in coverage.unused.items():
+        if not unused:
+            continue
+        r = by_key[rkey]
+        meta = Meta(team_id, model_id, r.gpu_model.name, PricingModel.RESERVED, True)
+        key = (day, None, ChargeType.UNUSED_COMMITMENT, PricingCategory.COMMITTED, rkey, r.hourly)
+        # The commitment's own price is its list price: nothing was consumed.
+        ledger.add(key, meta, "", 0, unused, r.hourly * unused, r.hourly * unused, r.hourly, r.hourly)

@@ -30,9 +30,12 @@
   var delay = 1000;
   function connect() {
     var ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/live/");
-    ws.onopen = function () { delay = 1000; ws.send(JSON.stringify({ subscribe: "team", id: teamId })); };
+    ws.onopen = function () { delay = 1000; ws.send(JSON.stringify({ subscribe: { kind: "team", id: teamId } })); };
     ws.onmessage = function (e) { try { handle(JSON.parse(e.data)); } catch (err) { /* not ours */ } };
-    ws.onclose = function () { setTimeout(connect, delay); delay = Math.min(delay * 2, 60000); };
+    ws.onclose = function (e) {
+      if (e.code >= 4400 && e.code < 4500) { return; }  // refused: retrying will not help
+      setTimeout(connect, delay); delay = Math.min(delay * 2, 60000);
+    };
   }
   connect();
 })();
