@@ -7,10 +7,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
 
+from django.utils import timezone
+
+from billing import services as billing_services
+from billing.models import Invoice
 from console import services as console_services
 from instances import services as instance_services
 from instances.models import Host, Region
+from monitoring import services as monitoring_services
+from monitoring.alerts import Condition, raise_alert
 
 
 @dataclass
@@ -83,6 +91,49 @@ def _host(world: World):
 
 def _region(world: World):
     return Region.objects.get()
+
+
+def _spot(world: World):
+    return _running(world, name="spot-job", pricing="spot")
+
+
+def _host_token(world: World):
+    return monitoring_services.create_host_token(actor=world.users["ops"], host=_host(world), name="agent")[0]
+
+
+def _alert(world: World):
+    return raise_alert("temperature", Condition(key="temperature:walk", message="GPU at 91 C", value=91, team_id=world.acme.pk))
+
+
+def _this_month() -> date:
+    return timezone.now().date().replace(day=1)
+
+
+def _budget(world: World):
+    return billing_services.create_budget(actor=world.users["alice"], team=world.acme, month=_this_month(), amount=Decimal("1000"))
+
+
+def _invoice(world: World, months_ago: int = 0) -> Invoice:
+    start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    for _ in range(months_ago):
+        start = (start - timedelta(days=1)).replace(day=1)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return Invoice.objects.create(team=world.acme, month=start.date(), period_start=start, period_end=end)
+
+
+def _issued_invoice(world: World) -> Invoice:
+    return billing_services.issue_invoice(actor=world.users["ops"], invoice=_invoice(world, months_ago=1))
+
+
+def _priced(world: World):
+    now = timezone.now()
+    billing_services.set_price(
+        actor=world.users["ops"], sku="H100-80GB", kind="on_demand", hourly=Decimal("2"), effective_from=now, now=now
+    )
+
+
+def _later(hours: int = 2) -> str:
+    return (timezone.now() + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M")
 
 
 RECIPES: dict[str, dict[str, Recipe]] = {
@@ -158,6 +209,115 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             _form("/instances/{p.pk}/terminate/"), ("instance.terminate",), "bob", prepare=_running, team="acme",
         ),
     },
+    # --- monitoring: agent tokens and alerts -------------------------------------------
+    "POST /api/v1/host-tokens/": {"": Recipe(
+        _json("post", "/api/v1/host-tokens/", {"host": "h100-a", "name": "agent"}), ("host_token.create",), "ops",
+    )},
+    "POST /api/v1/host-tokens/<pk>/revoke/": {"": Recipe(
+        _json("post", "/api/v1/host-tokens/{p.pk}/revoke/"), ("host_token.revoke",), "ops", prepare=_host_token,
+    )},
+    "POST /hosts/<pk>/tokens/": {
+        "create": Recipe(
+            _form("/hosts/{p.pk}/tokens/", {"name": "rack 4"}), ("host_token.create",), "ops", prepare=_host,
+        ),
+        "revoke": Recipe(
+            _form("/hosts/{p.host_id}/tokens/", lambda w, t: {"revoke": t.pk}), ("host_token.revoke",), "ops",
+            prepare=_host_token,
+        ),
+    },
+    "POST /api/v1/alerts/<pk>/acknowledge/": {"": Recipe(
+        _json("post", "/api/v1/alerts/{p.pk}/acknowledge/"), ("alert.acknowledge",), "bob", prepare=_alert,
+        team="acme",
+    )},
+    "POST /alerts/<pk>/acknowledge/": {"": Recipe(
+        _form("/alerts/{p.pk}/acknowledge/"), ("alert.acknowledge",), "bob", prepare=_alert, team="acme",
+    )},
+    # --- billing: catalog, reservations, budgets, invoices, preemption -----------------
+    "POST /api/v1/prices/": {"": Recipe(
+        _json("post", "/api/v1/prices/", lambda w, _: {
+            "sku": "H100-80GB", "kind": "on_demand", "hourly": "2.500000",
+            "effective_from": (timezone.now() + timedelta(days=1)).isoformat(),
+        }),
+        ("billing.price.set",), "ops",
+    )},
+    "POST /api/v1/spot-prices/": {"": Recipe(
+        _json("post", "/api/v1/spot-prices/", {"sku": "H100-80GB", "hourly": "0.700000"}), ("billing.spot_price.set",),
+        "ops",
+    )},
+    "POST /api/v1/reservations/": {"": Recipe(
+        _json("post", "/api/v1/reservations/", lambda w, _: {
+            "team": w.acme.pk, "gpu_model": "H100-80GB", "gpu_count": 1, "term": "1y",
+            "start": (timezone.now() + timedelta(hours=2)).isoformat(),
+        }),
+        ("billing.reservation.create",), "alice", prepare=_priced, team="acme",
+    )},
+    "POST /api/v1/budgets/": {"": Recipe(
+        _json("post", "/api/v1/budgets/", lambda w, _: {
+            "team": w.acme.pk, "month": f"{_this_month():%Y-%m}", "amount": "1000.00",
+        }),
+        ("billing.budget.create",), "alice", team="acme",
+    )},
+    "PATCH /api/v1/budgets/<pk>/": {"": Recipe(
+        _json("patch", "/api/v1/budgets/{p.pk}/", {"amount": "2000.00"}), ("billing.budget.update",), "alice",
+        prepare=_budget, team="acme",
+    )},
+    "DELETE /api/v1/budgets/<pk>/": {"": Recipe(
+        _json("delete", "/api/v1/budgets/{p.pk}/"), ("billing.budget.delete",), "alice", prepare=_budget, team="acme",
+    )},
+    "PATCH /api/v1/invoices/<pk>/": {"": Recipe(
+        _json("patch", "/api/v1/invoices/{p.pk}/", {"memo": "PO-7"}), ("billing.invoice.update",), "alice",
+        prepare=_invoice, team="acme",
+    )},
+    "DELETE /api/v1/invoices/<pk>/": {"": Recipe(  # invoices are never deleted: refused, and the attempt audited
+        _json("delete", "/api/v1/invoices/{p.pk}/"), ("billing.invoice.edit",), "alice", prepare=_issued_invoice,
+        team="acme", status=(409,), outcome="denied",
+    )},
+    "POST /api/v1/invoices/<pk>/adjustments/": {"": Recipe(
+        _json("post", "/api/v1/invoices/{p.pk}/adjustments/", {"amount": "-10.00", "reason": "goodwill"}),
+        ("billing.adjustment.create",), "ops", prepare=_invoice, team="acme",
+    )},
+    "POST /api/v1/invoices/<pk>/issue/": {"": Recipe(
+        _json("post", "/api/v1/invoices/{p.pk}/issue/"), ("billing.invoice.issue",), "ops",
+        prepare=lambda w: _invoice(w, months_ago=1), team="acme",
+    )},
+    "POST /api/v1/preemption-notices/": {"": Recipe(
+        _json("post", "/api/v1/preemption-notices/", lambda w, i: {"instance": i.pk, "notice_seconds": 120}),
+        ("billing.preemption.notice",), "ops", prepare=_spot, team="acme",
+    )},
+    "POST /budgets/": {"": Recipe(
+        _form("/budgets/", lambda w, _: {
+            "team": w.acme.pk, "month": f"{_this_month():%Y-%m}", "amount": "1000.00",
+            "actual_thresholds": "50, 80, 100", "forecast_thresholds": "100",
+        }),
+        ("billing.budget.create",), "alice", team="acme",
+    )},
+    "POST /budgets/<pk>/delete/": {"": Recipe(
+        _form("/budgets/{p.pk}/delete/"), ("billing.budget.delete",), "alice", prepare=_budget, team="acme",
+    )},
+    "POST /invoices/<pk>/memo/": {"": Recipe(
+        _form("/invoices/{p.pk}/memo/", {"memo": "PO-7"}), ("billing.invoice.update",), "alice", prepare=_invoice,
+        team="acme",
+    )},
+    "POST /reservations/": {"": Recipe(
+        _form("/reservations/", lambda w, _: {
+            "team": w.acme.pk, "gpu_model": "H100-80GB", "gpu_count": 1, "term": "1y", "start": _later(),
+        }),
+        ("billing.reservation.create",), "alice", prepare=_priced, team="acme",
+    )},
+    "POST /prices/": {
+        "price": Recipe(
+            _form("/prices/", lambda w, _: {
+                "set_price": "1", "sku": "H100-80GB", "kind": "on_demand", "hourly": "2.5", "effective_from": _later(24),
+            }),
+            ("billing.price.set",), "ops",
+        ),
+        "spot": Recipe(
+            _form("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.7"}), ("billing.spot_price.set",), "ops",
+        ),
+    },
+    "POST /prices/preempt/<pk>/": {"": Recipe(
+        _form("/prices/preempt/{p.pk}/"), ("billing.preemption.notice",), "ops", prepare=_spot, team="acme",
+    )},
     # --- audit ----------------------------------------------------------------------
     "POST /audit/verify/": {"": Recipe(_form("/audit/verify/"), ("audit.verify",), "audrey")},
 }
