@@ -5,7 +5,7 @@ with one hand-written SQL aggregate over the same usage rows, in the same run.
         .venv/bin/python bench/billing.py [--instances 10000] [--teams 40] [--seed 1]
 
 The database named in DATABASE_URL is dropped and created afresh (its name must start
-with ``gpc_bench``). Lifecycles are generated straight into the tables (the lifecycle
+with ``gpc_bench``), and dropped again at the end unless ``--keep``. Lifecycles are generated straight into the tables (the lifecycle
 services are not what is measured): launches spread over the month, runs from seconds
 to days, stops and restarts, terminations, spot preemptions (some in the first hour),
 reservations for a third of the teams, an hourly spot market and a mid-month price
@@ -61,7 +61,7 @@ GROUP BY u.team_id, u.pricing_model
 """
 
 
-def fresh_database(url: str) -> None:
+def fresh_database(url: str, *, create: bool = True) -> None:
     import psycopg
 
     parts = urlparse(url)
@@ -71,7 +71,8 @@ def fresh_database(url: str) -> None:
     admin = parts._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        if create:
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def lognormal_seconds(rng: random.Random, median: float, sigma: float, low: int, high: int) -> int:
@@ -111,11 +112,18 @@ def lifecycle(rng: random.Random, pricing_model: str, launched: datetime):
 
 
 def generate(n: int, teams_n: int, seed: int) -> dict:
-    from console.models import Team
-    from instances.models import GpuModel, Host, Instance, LifecycleEvent, Region, SliceKind, SliceProfile
-
     from billing import services
-    from billing.models import Price, Reservation, SpotPrice
+    from billing.models import Price, SpotPrice
+    from console.models import Team
+    from instances.models import (
+        GpuModel,
+        Host,
+        Instance,
+        LifecycleEvent,
+        Region,
+        SliceKind,
+        SliceProfile,
+    )
 
     rng = random.Random(seed)
     region = Region.objects.create(name="bench-1")
@@ -205,6 +213,7 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--teams", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
     args = parser.parse_args()
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
@@ -246,6 +255,11 @@ def main() -> None:
     print(f"ratio (meter + invoice) / sql: {(meter_s + invoice_s) / sql_s:.1f}x; invoice / sql: {invoice_s / sql_s:.2f}x")
     print(f"invoices total {invoiced}; charges sum {Decimal(billed) / 100}; usage at list price {list_cost:.2f}")
     print(f"peak Python memory while metering: {peak / 2**20:.1f} MiB; process max RSS {rss_mb:.0f} MiB")
+    if not args.keep:
+        from django.db import connections
+
+        connections.close_all()
+        fresh_database(url, create=False)
 
 
 if __name__ == "__main__":

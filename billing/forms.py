@@ -64,7 +64,7 @@ class ReservationForm(AdminTeamForm):
 
 
 class PriceForm(forms.Form):
-    sku = forms.CharField(max_length=100, help_text="GPU model, or <model>:<mig|vgpu>:<profile>")
+    sku = forms.CharField(max_length=100, label="SKU", help_text="GPU model, or <model>:<mig|vgpu>:<profile>")
     kind = forms.ChoiceField(choices=PriceKind.choices)
     hourly = forms.DecimalField(max_digits=14, decimal_places=6, min_value=0, label="Price per hour")
     effective_from = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), help_text="UTC")
@@ -80,7 +80,7 @@ class PriceForm(forms.Form):
 
 
 class SpotPriceForm(forms.Form):
-    sku = forms.CharField(max_length=100)
+    sku = forms.CharField(max_length=100, label="SKU")
     hourly = forms.DecimalField(max_digits=14, decimal_places=6, min_value=0, label="Spot price per hour")
 
     apply_errors = AdminTeamForm.apply_errors
