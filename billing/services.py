@@ -368,7 +368,9 @@ def issue_months(*, actor, before: date, now: datetime) -> list[Invoice]:
     # Corrections found while issuing land in the current drafts.
     if out:
         with transaction.atomic():
-            refresh_invoices(month=before, team_ids={i.team_id for i in out}, now=now)
+            drafts = refresh_invoices(month=before, team_ids={i.team_id for i in out}, now=now)
+            record_event(actor=actor, action="billing.invoice.refresh", target_type="billing.invoice",
+                         details={"month": f"{before:%Y-%m}", "totals": {str(d.pk): str(d.total) for d in drafts}})
     return out
 
 
