@@ -5,7 +5,9 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -90,4 +92,6 @@ def verify(request):
             request,
             f"The audit log does NOT verify: first broken record #{run.first_broken_seq} ({run.reason}).",
         )
-    return redirect("audit-events")
+    # Back to the same filters; re-encoded, so the value can only ever be a query string.
+    query = QueryDict(request.POST.get("query", "")[:2000]).urlencode()
+    return redirect(reverse("audit-events") + (f"?{query}" if query else ""))

@@ -71,3 +71,9 @@ def test_older_pages_continue_below_the_last_row(logged_in, ops, events):
     second = client.get("/audit/", {"before": first.context["older"]})
     seen = [e.seq for e in first.context["rows"]] + [e.seq for e in second.context["rows"]]
     assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen) >= 60
+
+
+def test_verify_now_keeps_the_filters(logged_in, audrey, events):
+    events(1)
+    response = logged_in(audrey).post("/audit/verify/", {"query": "action=auth.%2A&outcome=failure"})
+    assert response.url == "/audit/?action=auth.%2A&outcome=failure"
