@@ -97,6 +97,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.queue: asyncio.Queue | None = None
         self.writer: asyncio.Task | None = None
+        self.storing: asyncio.Future | None = None
         self.known: set[str] = set()  # UUID strings already checked on this connection
         await self.accept()
         if b"token" in self.scope.get("query_string", b"").lower():
@@ -126,9 +127,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.writer is not None:
             self.writer.cancel()
             await asyncio.gather(self.writer, return_exceptions=True)
+            if self.storing is not None:  # let a write in progress finish before the flush
+                await asyncio.gather(self.storing, return_exceptions=True)
         if self.host is not None and self.hello is not None:
-            await _write(ingest.flush)(self.link)
-            await database_sync_to_async(ingest.disconnected)(host_id=self.host.pk)
+            try:
+                await _write(ingest.flush)(self.link)
+                await database_sync_to_async(ingest.disconnected)(host_id=self.host.pk)
+            except Exception:  # the database may be what ended the connection
+                log.warning("could not record the disconnect of %s", self.host.name, exc_info=True)
 
     async def receive(self, text_data=None, bytes_data=None):
         if self.closing or self.host is None:
@@ -172,8 +178,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
             batches = [await self.queue.get()]
             while len(batches) < MERGE_FRAMES and not self.queue.empty():
                 batches.append(self.queue.get_nowait())
+            self.storing = asyncio.ensure_future(store(link=self.link, batches=batches))
             try:
-                stored = await store(link=self.link, batches=batches)
+                # Shielded: a disconnect stops this loop, not a write already under way.
+                stored = await asyncio.shield(self.storing)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -196,7 +204,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.closing = True
         await self.send_frame(extra or {"type": "error", "code": code, "message": message})
-        await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
+        try:
+            await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
+        except Exception:
+            log.warning("could not record a refused agent frame (%s)", code, exc_info=True)
         await self.close(code=close_code, reason=code)
 
 
