@@ -43,7 +43,11 @@ _sha256 = hashlib.sha256
 # json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False), built once:
 # the stdlib builds this C encoder anew on every call. No cycle check (details come from
 # JSON), NaN allowed as the stdlib's default (record_event turns it into a string first).
-_encode = c_make_encoder(None, json.JSONEncoder().default, _quote, None, ":", ",", True, False, True) if c_make_encoder else None
+_encode = (
+    c_make_encoder(None, json.JSONEncoder().default, _quote, None, ":", ",", True, False, True)
+    if c_make_encoder
+    else None
+)
 _fallback = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -61,9 +65,20 @@ def _opt(value) -> str:
 
 
 def canonical_text(
-    seq, time: str, actor_type: str, actor_id: str, actor_name: str, team_id, action: str,
-    target_type: str, target_id: str, outcome: str, source_ip: str | None, user_agent: str,
-    request_id: str, details_text: str,
+    seq,
+    time: str,
+    actor_type: str,
+    actor_id: str,
+    actor_name: str,
+    team_id,
+    action: str,
+    target_type: str,
+    target_id: str,
+    outcome: str,
+    source_ip: str | None,
+    user_agent: str,
+    request_id: str,
+    details_text: str,
 ) -> bytes:
     """The canonical bytes of one event, with ``details`` already as canonical JSON text
     and ``time`` already ``iso_time``-formatted; ``seq``/``team_id`` as ints or digits."""
@@ -79,9 +94,20 @@ def canonical_text(
 
 
 def canonical_row(
-    seq: int, time: str, actor_type: str, actor_id: str, actor_name: str, team_id: int | None,
-    action: str, target_type: str, target_id: str, outcome: str, source_ip: str | None,
-    user_agent: str, request_id: str, details,
+    seq: int,
+    time: str,
+    actor_type: str,
+    actor_id: str,
+    actor_name: str,
+    team_id: int | None,
+    action: str,
+    target_type: str,
+    target_id: str,
+    outcome: str,
+    source_ip: str | None,
+    user_agent: str,
+    request_id: str,
+    details,
 ) -> bytes:
     """The canonical bytes of one event whose ``details`` is a JSON value."""
     return canonical_text(

@@ -34,7 +34,15 @@ FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; cha
 ROWS_PER_CHUNK = 2_000
 CHUNK_BYTES = 256 * 1024
 # Columns a person or a client can influence (the rest are numbers, hashes, enums).
-TEXT_COLUMNS = ("actor_id", "actor_name", "action", "target_type", "target_id", "user_agent", "request_id")
+TEXT_COLUMNS = (
+    "actor_id",
+    "actor_name",
+    "action",
+    "target_type",
+    "target_id",
+    "user_agent",
+    "request_id",
+)
 _FORMULA_SQL = "('=', '+', '-', '@', E'\\t', E'\\r', '''')"
 
 
@@ -87,7 +95,9 @@ def csv_chunks(export: Export) -> Iterator[bytes]:
     tail = ""
     cp = export.checkpoint_fields()
     if cp is not None:
-        tail += _csv_line(["#checkpoint", cp["seq"], cp["hash"], cp["time"], cp["key_id"], cp["signature"]])
+        tail += _csv_line(
+            ["#checkpoint", cp["seq"], cp["hash"], cp["time"], cp["key_id"], cp["signature"]]
+        )
     yield (tail + _csv_line(["#end", export.count, export.through_seq])).encode()
 
 
@@ -95,7 +105,9 @@ def _pg_csv_body(queryset) -> Iterator[bytes]:
     columns = {name: sql for name, sql in stream.pg_columns().items() if name != "id"}
     for name in TEXT_COLUMNS:
         col = columns[name]
-        columns[name] = f"CASE WHEN left({col}, 1) IN {_FORMULA_SQL} THEN '''' || {col} ELSE {col} END"
+        columns[name] = (
+            f"CASE WHEN left({col}, 1) IN {_FORMULA_SQL} THEN '''' || {col} ELSE {col} END"
+        )
     sql, params = stream.pg_select(queryset, columns)
     connection.ensure_connection()
     pending, size = [], 0
@@ -137,7 +149,9 @@ def _opt(value) -> str:
 
 
 def jsonl_line(row: list) -> str:
-    _id, seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, details, prev, digest = row
+    _id, seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, details, prev, digest = (
+        row
+    )
     return (
         f'{{"type":"event","seq":{seq},"time":{_quote(t)},"actor_type":{_quote(at)},"actor_id":{_quote(aid)},'
         f'"actor_name":{_quote(an)},"team_id":{"null" if team is None else team},"action":{_quote(action)},'

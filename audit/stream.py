@@ -72,7 +72,10 @@ def _parse(line: bytes) -> list:
 def _copy_rows(queryset) -> Iterator[list]:
     sql, params = pg_select(queryset, pg_columns())
     connection.ensure_connection()
-    with connection.connection.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy:
+    with (
+        connection.connection.cursor() as cursor,
+        cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy,
+    ):
         rest = b""
         for block in copy:
             lines = (rest + bytes(block)).split(b"\n")
@@ -82,7 +85,11 @@ def _copy_rows(queryset) -> Iterator[list]:
 
 def _orm_rows(queryset) -> Iterator[list]:
     names = [n if n != "details" else "details_text" for n in COLUMNS]
-    query = queryset.annotate(details_text=Cast("details", TextField())).order_by("seq").values_list(*names)
+    query = (
+        queryset.annotate(details_text=Cast("details", TextField()))
+        .order_by("seq")
+        .values_list(*names)
+    )
     iso_time = chain.iso_time
     for row in query.iterator(chunk_size=5_000):
         row = list(row)

@@ -164,7 +164,10 @@ def _hash_ok(row: list) -> bool:
     if chain.link(chain.canonical_text(seq, *fields), prev_hash) == stored:
         return True
     recoded = chain.canonical_details(json.loads(fields[-1]))
-    return recoded != fields[-1] and chain.link(chain.canonical_text(seq, *fields[:-1], recoded), prev_hash) == stored
+    return (
+        recoded != fields[-1]
+        and chain.link(chain.canonical_text(seq, *fields[:-1], recoded), prev_hash) == stored
+    )
 
 
 def _explain_edit(row: list) -> str:
@@ -267,7 +270,25 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
     head_seq, head_hash = head
     # The hot loop: a million rows a few seconds; keep it flat.
     for row in stream.rows(AuditEvent.objects.filter(seq__gte=lo, seq__lte=hi)):
-        rid, seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, details, prev, stored = row
+        (
+            rid,
+            seq,
+            t,
+            at,
+            aid,
+            an,
+            team,
+            action,
+            tt,
+            tid,
+            outcome,
+            ip,
+            ua,
+            req,
+            details,
+            prev,
+            stored,
+        ) = row
         count += 1
         if seg.broken_seq is None:
             if seq != expected_seq:

@@ -31,7 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 COLUMNS = "seq, time, actor_type, actor_id, actor_name, team_id, action, target_type, target_id, outcome, source_ip, user_agent, request_id, details, prev_hash, hash"
-ACTIONS = ["instance.launch", "instance.running", "instance.stop", "instance.stopped", "auth.login", "member.add", "invoice.issue"]
+ACTIONS = [
+    "instance.launch",
+    "instance.running",
+    "instance.stop",
+    "instance.stopped",
+    "auth.login",
+    "member.add",
+    "invoice.issue",
+]
 
 
 def setup_django(db: str, var_dir: str) -> dict:
@@ -77,11 +85,19 @@ def load(n: int, every: int) -> None:
     prev, key, checkpoints = chain.GENESIS_HASH, signing_key(), []
     began = time.perf_counter()
     connection.ensure_connection()
-    with connection.connection.cursor() as cursor, cursor.copy(f"COPY audit_auditevent ({COLUMNS}) FROM STDIN") as copy:
+    with (
+        connection.connection.cursor() as cursor,
+        cursor.copy(f"COPY audit_auditevent ({COLUMNS}) FROM STDIN") as copy,
+    ):
         for seq in range(1, n + 1):
             when = chain.iso_time(start + step * seq)
             team = rng.choice(teams + [None])
-            details = {"name": f"job-{seq % 5000}", "gpu_count": rng.randint(1, 8), "from": "pending", "to": "running"}
+            details = {
+                "name": f"job-{seq % 5000}",
+                "gpu_count": rng.randint(1, 8),
+                "from": "pending",
+                "to": "running",
+            }
             row = (
                 seq, when, "user", str(rng.randint(1, 50)), f"user{rng.randint(1, 50)}", team, rng.choice(ACTIONS),
                 "instances.instance", str(seq % 9000), "success", f"10.0.{seq % 250}.{seq % 200 + 1}",
@@ -151,7 +167,11 @@ def export_via_api(port: int, token: str, query: str, pid: int) -> dict:
     before = rss_kib(pid, "VmRSS")
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     began = time.perf_counter()
-    conn.request("GET", f"/api/v1/audit/export/?format=csv{query}", headers={"Authorization": f"Token {token}"})
+    conn.request(
+        "GET",
+        f"/api/v1/audit/export/?format=csv{query}",
+        headers={"Authorization": f"Token {token}"},
+    )
     response = conn.getresponse()
     if response.status != 200:
         raise SystemExit(f"export answered {response.status}: {response.read()[:500]!r}")
@@ -186,13 +206,22 @@ def copy_csv(through_seq: int) -> dict:
         for block in copy:
             size += len(block)
     seconds = time.perf_counter() - began
-    return {"rows": through_seq, "bytes": size, "seconds": round(seconds, 3), "rows_per_s": round(through_seq / seconds)}
+    return {
+        "rows": through_seq,
+        "bytes": size,
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(through_seq / seconds),
+    }
 
 
 def verify_command(env: dict) -> dict:
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "manage.py", "verify_audit"], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True
+        [sys.executable, "manage.py", "verify_audit"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - began
     summary = done.stdout.strip().splitlines()[-1]
@@ -222,7 +251,9 @@ def main() -> None:
     port = free_port()
     daphne = start_daphne(env, port)
     try:
-        tenth = (datetime.now(UTC) - timedelta(days=30) + timedelta(days=29) / 10).strftime("%Y-%m-%dT%H:%M:%SZ")
+        tenth = (datetime.now(UTC) - timedelta(days=30) + timedelta(days=29) / 10).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
         small = export_via_api(port, token, f"&until={tenth}", daphne.pid)
         full = export_via_api(port, token, "", daphne.pid)
         copy = copy_csv(full["through_seq"])
@@ -239,7 +270,10 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        subprocess.run(["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db], check=False)
+        subprocess.run(
+            ["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db],
+            check=False,
+        )
     print(
         f"export via API: {full['rows']:,} rows in {full['seconds']} s ({full['rows_per_s']:,}/s), "
         f"COPY: {copy['seconds']} s ({copy['rows_per_s']:,}/s) -> {result['export_vs_copy']}x COPY; "

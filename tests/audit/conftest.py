@@ -29,7 +29,12 @@ def events(db):
     """Append ``n`` events for ``team`` (default none); returns them in order."""
 
     def _events(n, team=None, action="test.event", **kwargs):
-        return [services.record_event(actor="system", action=action, team=team, details={"i": i}, **kwargs) for i in range(n)]
+        return [
+            services.record_event(
+                actor="system", action=action, team=team, details={"i": i}, **kwargs
+            )
+            for i in range(n)
+        ]
 
     return _events
 

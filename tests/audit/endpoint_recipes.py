@@ -52,7 +52,9 @@ def _json(method: str, url: str, body: dict | None = None):
     def call(client, world, prepared):
         target = url.format(p=prepared) if prepared is not None else url
         payload = body(world, prepared) if callable(body) else body
-        return getattr(client, method)(target, json.dumps(payload or {}), content_type="application/json")
+        return getattr(client, method)(
+            target, json.dumps(payload or {}), content_type="application/json"
+        )
 
     return call
 
@@ -78,7 +80,9 @@ def _stopped(world: World):
 
 
 def _token(world: World):
-    return console_services.create_api_token(actor=world.users["bob"], user=world.users["bob"], name="walk")[0]
+    return console_services.create_api_token(
+        actor=world.users["bob"], user=world.users["bob"], name="walk"
+    )[0]
 
 
 def _membership(world: World):
@@ -98,11 +102,16 @@ def _spot(world: World):
 
 
 def _host_token(world: World):
-    return monitoring_services.create_host_token(actor=world.users["ops"], host=_host(world), name="agent")[0]
+    return monitoring_services.create_host_token(
+        actor=world.users["ops"], host=_host(world), name="agent"
+    )[0]
 
 
 def _alert(world: World):
-    return raise_alert("temperature", Condition(key="temperature:walk", message="GPU at 91 C", value=91, team_id=world.acme.pk))
+    return raise_alert(
+        "temperature",
+        Condition(key="temperature:walk", message="GPU at 91 C", value=91, team_id=world.acme.pk),
+    )
 
 
 def _this_month() -> date:
@@ -110,7 +119,9 @@ def _this_month() -> date:
 
 
 def _budget(world: World):
-    return billing_services.create_budget(actor=world.users["alice"], team=world.acme, month=_this_month(), amount=Decimal("1000"))
+    return billing_services.create_budget(
+        actor=world.users["alice"], team=world.acme, month=_this_month(), amount=Decimal("1000")
+    )
 
 
 def _invoice(world: World, months_ago: int = 0) -> Invoice:
@@ -118,17 +129,26 @@ def _invoice(world: World, months_ago: int = 0) -> Invoice:
     for _ in range(months_ago):
         start = (start - timedelta(days=1)).replace(day=1)
     end = (start + timedelta(days=32)).replace(day=1)
-    return Invoice.objects.create(team=world.acme, month=start.date(), period_start=start, period_end=end)
+    return Invoice.objects.create(
+        team=world.acme, month=start.date(), period_start=start, period_end=end
+    )
 
 
 def _issued_invoice(world: World) -> Invoice:
-    return billing_services.issue_invoice(actor=world.users["ops"], invoice=_invoice(world, months_ago=1))
+    return billing_services.issue_invoice(
+        actor=world.users["ops"], invoice=_invoice(world, months_ago=1)
+    )
 
 
 def _priced(world: World):
     now = timezone.now()
     billing_services.set_price(
-        actor=world.users["ops"], sku="H100-80GB", kind="on_demand", hourly=Decimal("2"), effective_from=now, now=now
+        actor=world.users["ops"],
+        sku="H100-80GB",
+        kind="on_demand",
+        hourly=Decimal("2"),
+        effective_from=now,
+        now=now,
     )
 
 
@@ -138,186 +158,457 @@ def _later(hours: int = 2) -> str:
 
 RECIPES: dict[str, dict[str, Recipe]] = {
     # --- console: sign-in, tokens, teams, members ---------------------------------
-    "POST /login/": {"": Recipe(
-        _form("/login/", {"username": "bob", "password": "demo-password"}), ("auth.login",), "bob", login=False,
-    )},
-    "PUT /login/": {"": Recipe(  # Django's LoginView treats PUT as POST; with no form data it fails
-        _form("/login/", method="put"), ("auth.login_failed",), None, login=False, status=(200,),
-        outcome="failure", identity=("anonymous", "anonymous"), targeted=False,
-    )},
+    "POST /login/": {
+        "": Recipe(
+            _form("/login/", {"username": "bob", "password": "demo-password"}),
+            ("auth.login",),
+            "bob",
+            login=False,
+        )
+    },
+    "PUT /login/": {
+        "": Recipe(  # Django's LoginView treats PUT as POST; with no form data it fails
+            _form("/login/", method="put"),
+            ("auth.login_failed",),
+            None,
+            login=False,
+            status=(200,),
+            outcome="failure",
+            identity=("anonymous", "anonymous"),
+            targeted=False,
+        )
+    },
     "POST /logout/": {"": Recipe(_form("/logout/"), ("auth.logout",), "bob")},
     "POST /account/tokens/": {
         "create": Recipe(_form("/account/tokens/", {"name": "ci"}), ("api_token.create",), "bob"),
         "revoke": Recipe(
-            _form("/account/tokens/", lambda w, t: {"revoke": t.pk}), ("api_token.revoke",), "bob", prepare=_token,
+            _form("/account/tokens/", lambda w, t: {"revoke": t.pk}),
+            ("api_token.revoke",),
+            "bob",
+            prepare=_token,
         ),
     },
-    "POST /api/v1/auth/token/": {"": Recipe(  # signs in and creates a token: two changes
-        _json("post", "/api/v1/auth/token/", {"username": "bob", "password": "demo-password", "name": "cli"}),
-        ("auth.login", "api_token.create"), "bob", login=False,
-    )},
-    "POST /api/v1/auth/tokens/<pk>/revoke/": {"": Recipe(
-        _json("post", "/api/v1/auth/tokens/{p.pk}/revoke/"), ("api_token.revoke",), "bob", prepare=_token,
-    )},
-    "POST /api/v1/teams/": {"": Recipe(_json("post", "/api/v1/teams/", {"name": "Initech"}), ("team.create",), "ops")},
-    "POST /api/v1/members/": {"": Recipe(
-        _json("post", "/api/v1/members/", lambda w, _: {"team": w.acme.pk, "username": "charlie", "role": "member"}),
-        ("member.add",), "alice", team="acme",
-    )},
-    "PATCH /api/v1/members/<pk>/": {"": Recipe(
-        _json("patch", "/api/v1/members/{p.pk}/", {"role": "admin"}), ("member.change_role",), "alice",
-        prepare=_membership, team="acme",
-    )},
-    "DELETE /api/v1/members/<pk>/": {"": Recipe(
-        _json("delete", "/api/v1/members/{p.pk}/"), ("member.remove",), "alice", prepare=_membership, team="acme",
-    )},
+    "POST /api/v1/auth/token/": {
+        "": Recipe(  # signs in and creates a token: two changes
+            _json(
+                "post",
+                "/api/v1/auth/token/",
+                {"username": "bob", "password": "demo-password", "name": "cli"},
+            ),
+            ("auth.login", "api_token.create"),
+            "bob",
+            login=False,
+        )
+    },
+    "POST /api/v1/auth/tokens/<pk>/revoke/": {
+        "": Recipe(
+            _json("post", "/api/v1/auth/tokens/{p.pk}/revoke/"),
+            ("api_token.revoke",),
+            "bob",
+            prepare=_token,
+        )
+    },
+    "POST /api/v1/teams/": {
+        "": Recipe(_json("post", "/api/v1/teams/", {"name": "Initech"}), ("team.create",), "ops")
+    },
+    "POST /api/v1/members/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/members/",
+                lambda w, _: {"team": w.acme.pk, "username": "charlie", "role": "member"},
+            ),
+            ("member.add",),
+            "alice",
+            team="acme",
+        )
+    },
+    "PATCH /api/v1/members/<pk>/": {
+        "": Recipe(
+            _json("patch", "/api/v1/members/{p.pk}/", {"role": "admin"}),
+            ("member.change_role",),
+            "alice",
+            prepare=_membership,
+            team="acme",
+        )
+    },
+    "DELETE /api/v1/members/<pk>/": {
+        "": Recipe(
+            _json("delete", "/api/v1/members/{p.pk}/"),
+            ("member.remove",),
+            "alice",
+            prepare=_membership,
+            team="acme",
+        )
+    },
     # --- instances: fleet and lifecycle -----------------------------------------------
-    "POST /api/v1/hosts/": {"": Recipe(
-        _json("post", "/api/v1/hosts/", {"name": "h100-c", "region": "us-east-1", "kind": "passthrough"}),
-        ("host.register",), "ops",
-    )},
-    "PATCH /api/v1/hosts/<pk>/": {"": Recipe(
-        _json("patch", "/api/v1/hosts/{p.pk}/", {"state": "draining"}), ("host.update",), "ops", prepare=_host,
-    )},
-    "POST /api/v1/instances/": {"": Recipe(
-        _json("post", "/api/v1/instances/", lambda w, _: {
-            "team": w.acme.pk, "name": "api-job", "gpu_model": "H100-80GB", "gpu_count": 1, "pricing_model": "on_demand",
-        }),
-        ("instance.launch",), "bob", team="acme",
-    )},
-    "POST /api/v1/instances/<pk>/start/": {"": Recipe(
-        _json("post", "/api/v1/instances/{p.pk}/start/"), ("instance.start",), "bob", prepare=_stopped, team="acme",
-    )},
-    "POST /api/v1/instances/<pk>/stop/": {"": Recipe(
-        _json("post", "/api/v1/instances/{p.pk}/stop/"), ("instance.stop",), "bob", prepare=_running, team="acme",
-    )},
-    "POST /api/v1/instances/<pk>/terminate/": {"": Recipe(
-        _json("post", "/api/v1/instances/{p.pk}/terminate/"), ("instance.terminate",), "bob", prepare=_running,
-        team="acme",
-    )},
-    "POST /instances/new/": {"": Recipe(
-        _form("/instances/new/", lambda w, _: {
-            "team": w.acme.pk, "name": "page-job", "gpu_model": "H100-80GB", "gpu_count": 1,
-            "pricing_model": "on_demand",
-        }),
-        ("instance.launch",), "bob", team="acme",
-    )},
+    "POST /api/v1/hosts/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/hosts/",
+                {"name": "h100-c", "region": "us-east-1", "kind": "passthrough"},
+            ),
+            ("host.register",),
+            "ops",
+        )
+    },
+    "PATCH /api/v1/hosts/<pk>/": {
+        "": Recipe(
+            _json("patch", "/api/v1/hosts/{p.pk}/", {"state": "draining"}),
+            ("host.update",),
+            "ops",
+            prepare=_host,
+        )
+    },
+    "POST /api/v1/instances/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/instances/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "name": "api-job",
+                    "gpu_model": "H100-80GB",
+                    "gpu_count": 1,
+                    "pricing_model": "on_demand",
+                },
+            ),
+            ("instance.launch",),
+            "bob",
+            team="acme",
+        )
+    },
+    "POST /api/v1/instances/<pk>/start/": {
+        "": Recipe(
+            _json("post", "/api/v1/instances/{p.pk}/start/"),
+            ("instance.start",),
+            "bob",
+            prepare=_stopped,
+            team="acme",
+        )
+    },
+    "POST /api/v1/instances/<pk>/stop/": {
+        "": Recipe(
+            _json("post", "/api/v1/instances/{p.pk}/stop/"),
+            ("instance.stop",),
+            "bob",
+            prepare=_running,
+            team="acme",
+        )
+    },
+    "POST /api/v1/instances/<pk>/terminate/": {
+        "": Recipe(
+            _json("post", "/api/v1/instances/{p.pk}/terminate/"),
+            ("instance.terminate",),
+            "bob",
+            prepare=_running,
+            team="acme",
+        )
+    },
+    "POST /instances/new/": {
+        "": Recipe(
+            _form(
+                "/instances/new/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "name": "page-job",
+                    "gpu_model": "H100-80GB",
+                    "gpu_count": 1,
+                    "pricing_model": "on_demand",
+                },
+            ),
+            ("instance.launch",),
+            "bob",
+            team="acme",
+        )
+    },
     "POST /instances/<pk>/<verb>/": {
-        "stop": Recipe(_form("/instances/{p.pk}/stop/"), ("instance.stop",), "bob", prepare=_running, team="acme"),
-        "start": Recipe(_form("/instances/{p.pk}/start/"), ("instance.start",), "bob", prepare=_stopped, team="acme"),
+        "stop": Recipe(
+            _form("/instances/{p.pk}/stop/"),
+            ("instance.stop",),
+            "bob",
+            prepare=_running,
+            team="acme",
+        ),
+        "start": Recipe(
+            _form("/instances/{p.pk}/start/"),
+            ("instance.start",),
+            "bob",
+            prepare=_stopped,
+            team="acme",
+        ),
         "terminate": Recipe(
-            _form("/instances/{p.pk}/terminate/"), ("instance.terminate",), "bob", prepare=_running, team="acme",
+            _form("/instances/{p.pk}/terminate/"),
+            ("instance.terminate",),
+            "bob",
+            prepare=_running,
+            team="acme",
         ),
     },
     # --- monitoring: agent tokens and alerts -------------------------------------------
-    "POST /api/v1/host-tokens/": {"": Recipe(
-        _json("post", "/api/v1/host-tokens/", {"host": "h100-a", "name": "agent"}), ("host_token.create",), "ops",
-    )},
-    "POST /api/v1/host-tokens/<pk>/revoke/": {"": Recipe(
-        _json("post", "/api/v1/host-tokens/{p.pk}/revoke/"), ("host_token.revoke",), "ops", prepare=_host_token,
-    )},
+    "POST /api/v1/host-tokens/": {
+        "": Recipe(
+            _json("post", "/api/v1/host-tokens/", {"host": "h100-a", "name": "agent"}),
+            ("host_token.create",),
+            "ops",
+        )
+    },
+    "POST /api/v1/host-tokens/<pk>/revoke/": {
+        "": Recipe(
+            _json("post", "/api/v1/host-tokens/{p.pk}/revoke/"),
+            ("host_token.revoke",),
+            "ops",
+            prepare=_host_token,
+        )
+    },
     "POST /hosts/<pk>/tokens/": {
         "create": Recipe(
-            _form("/hosts/{p.pk}/tokens/", {"name": "rack 4"}), ("host_token.create",), "ops", prepare=_host,
+            _form("/hosts/{p.pk}/tokens/", {"name": "rack 4"}),
+            ("host_token.create",),
+            "ops",
+            prepare=_host,
         ),
         "revoke": Recipe(
-            _form("/hosts/{p.host_id}/tokens/", lambda w, t: {"revoke": t.pk}), ("host_token.revoke",), "ops",
+            _form("/hosts/{p.host_id}/tokens/", lambda w, t: {"revoke": t.pk}),
+            ("host_token.revoke",),
+            "ops",
             prepare=_host_token,
         ),
     },
-    "POST /api/v1/alerts/<pk>/acknowledge/": {"": Recipe(
-        _json("post", "/api/v1/alerts/{p.pk}/acknowledge/"), ("alert.acknowledge",), "bob", prepare=_alert,
-        team="acme",
-    )},
-    "POST /alerts/<pk>/acknowledge/": {"": Recipe(
-        _form("/alerts/{p.pk}/acknowledge/"), ("alert.acknowledge",), "bob", prepare=_alert, team="acme",
-    )},
+    "POST /api/v1/alerts/<pk>/acknowledge/": {
+        "": Recipe(
+            _json("post", "/api/v1/alerts/{p.pk}/acknowledge/"),
+            ("alert.acknowledge",),
+            "bob",
+            prepare=_alert,
+            team="acme",
+        )
+    },
+    "POST /alerts/<pk>/acknowledge/": {
+        "": Recipe(
+            _form("/alerts/{p.pk}/acknowledge/"),
+            ("alert.acknowledge",),
+            "bob",
+            prepare=_alert,
+            team="acme",
+        )
+    },
     # --- billing: catalog, reservations, budgets, invoices, preemption -----------------
-    "POST /api/v1/prices/": {"": Recipe(
-        _json("post", "/api/v1/prices/", lambda w, _: {
-            "sku": "H100-80GB", "kind": "on_demand", "hourly": "2.500000",
-            "effective_from": (timezone.now() + timedelta(days=1)).isoformat(),
-        }),
-        ("billing.price.set",), "ops",
-    )},
-    "POST /api/v1/spot-prices/": {"": Recipe(
-        _json("post", "/api/v1/spot-prices/", {"sku": "H100-80GB", "hourly": "0.700000"}), ("billing.spot_price.set",),
-        "ops",
-    )},
-    "POST /api/v1/reservations/": {"": Recipe(
-        _json("post", "/api/v1/reservations/", lambda w, _: {
-            "team": w.acme.pk, "gpu_model": "H100-80GB", "gpu_count": 1, "term": "1y",
-            "start": (timezone.now() + timedelta(hours=2)).isoformat(),
-        }),
-        ("billing.reservation.create",), "alice", prepare=_priced, team="acme",
-    )},
-    "POST /api/v1/budgets/": {"": Recipe(
-        _json("post", "/api/v1/budgets/", lambda w, _: {
-            "team": w.acme.pk, "month": f"{_this_month():%Y-%m}", "amount": "1000.00",
-        }),
-        ("billing.budget.create",), "alice", team="acme",
-    )},
-    "PATCH /api/v1/budgets/<pk>/": {"": Recipe(
-        _json("patch", "/api/v1/budgets/{p.pk}/", {"amount": "2000.00"}), ("billing.budget.update",), "alice",
-        prepare=_budget, team="acme",
-    )},
-    "DELETE /api/v1/budgets/<pk>/": {"": Recipe(
-        _json("delete", "/api/v1/budgets/{p.pk}/"), ("billing.budget.delete",), "alice", prepare=_budget, team="acme",
-    )},
-    "PATCH /api/v1/invoices/<pk>/": {"": Recipe(
-        _json("patch", "/api/v1/invoices/{p.pk}/", {"memo": "PO-7"}), ("billing.invoice.update",), "alice",
-        prepare=_invoice, team="acme",
-    )},
-    "DELETE /api/v1/invoices/<pk>/": {"": Recipe(  # invoices are never deleted: refused, and the attempt audited
-        _json("delete", "/api/v1/invoices/{p.pk}/"), ("billing.invoice.edit",), "alice", prepare=_issued_invoice,
-        team="acme", status=(409,), outcome="denied",
-    )},
-    "POST /api/v1/invoices/<pk>/adjustments/": {"": Recipe(
-        _json("post", "/api/v1/invoices/{p.pk}/adjustments/", {"amount": "-10.00", "reason": "goodwill"}),
-        ("billing.adjustment.create",), "ops", prepare=_invoice, team="acme",
-    )},
-    "POST /api/v1/invoices/<pk>/issue/": {"": Recipe(
-        _json("post", "/api/v1/invoices/{p.pk}/issue/"), ("billing.invoice.issue",), "ops",
-        prepare=lambda w: _invoice(w, months_ago=1), team="acme",
-    )},
-    "POST /api/v1/preemption-notices/": {"": Recipe(
-        _json("post", "/api/v1/preemption-notices/", lambda w, i: {"instance": i.pk, "notice_seconds": 120}),
-        ("billing.preemption.notice",), "ops", prepare=_spot, team="acme",
-    )},
-    "POST /budgets/": {"": Recipe(
-        _form("/budgets/", lambda w, _: {
-            "team": w.acme.pk, "month": f"{_this_month():%Y-%m}", "amount": "1000.00",
-            "actual_thresholds": "50, 80, 100", "forecast_thresholds": "100",
-        }),
-        ("billing.budget.create",), "alice", team="acme",
-    )},
-    "POST /budgets/<pk>/delete/": {"": Recipe(
-        _form("/budgets/{p.pk}/delete/"), ("billing.budget.delete",), "alice", prepare=_budget, team="acme",
-    )},
-    "POST /invoices/<pk>/memo/": {"": Recipe(
-        _form("/invoices/{p.pk}/memo/", {"memo": "PO-7"}), ("billing.invoice.update",), "alice", prepare=_invoice,
-        team="acme",
-    )},
-    "POST /reservations/": {"": Recipe(
-        _form("/reservations/", lambda w, _: {
-            "team": w.acme.pk, "gpu_model": "H100-80GB", "gpu_count": 1, "term": "1y", "start": _later(),
-        }),
-        ("billing.reservation.create",), "alice", prepare=_priced, team="acme",
-    )},
+    "POST /api/v1/prices/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/prices/",
+                lambda w, _: {
+                    "sku": "H100-80GB",
+                    "kind": "on_demand",
+                    "hourly": "2.500000",
+                    "effective_from": (timezone.now() + timedelta(days=1)).isoformat(),
+                },
+            ),
+            ("billing.price.set",),
+            "ops",
+        )
+    },
+    "POST /api/v1/spot-prices/": {
+        "": Recipe(
+            _json("post", "/api/v1/spot-prices/", {"sku": "H100-80GB", "hourly": "0.700000"}),
+            ("billing.spot_price.set",),
+            "ops",
+        )
+    },
+    "POST /api/v1/reservations/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/reservations/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "gpu_model": "H100-80GB",
+                    "gpu_count": 1,
+                    "term": "1y",
+                    "start": (timezone.now() + timedelta(hours=2)).isoformat(),
+                },
+            ),
+            ("billing.reservation.create",),
+            "alice",
+            prepare=_priced,
+            team="acme",
+        )
+    },
+    "POST /api/v1/budgets/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/budgets/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "month": f"{_this_month():%Y-%m}",
+                    "amount": "1000.00",
+                },
+            ),
+            ("billing.budget.create",),
+            "alice",
+            team="acme",
+        )
+    },
+    "PATCH /api/v1/budgets/<pk>/": {
+        "": Recipe(
+            _json("patch", "/api/v1/budgets/{p.pk}/", {"amount": "2000.00"}),
+            ("billing.budget.update",),
+            "alice",
+            prepare=_budget,
+            team="acme",
+        )
+    },
+    "DELETE /api/v1/budgets/<pk>/": {
+        "": Recipe(
+            _json("delete", "/api/v1/budgets/{p.pk}/"),
+            ("billing.budget.delete",),
+            "alice",
+            prepare=_budget,
+            team="acme",
+        )
+    },
+    "PATCH /api/v1/invoices/<pk>/": {
+        "": Recipe(
+            _json("patch", "/api/v1/invoices/{p.pk}/", {"memo": "PO-7"}),
+            ("billing.invoice.update",),
+            "alice",
+            prepare=_invoice,
+            team="acme",
+        )
+    },
+    "DELETE /api/v1/invoices/<pk>/": {
+        "": Recipe(  # invoices are never deleted: refused, and the attempt audited
+            _json("delete", "/api/v1/invoices/{p.pk}/"),
+            ("billing.invoice.edit",),
+            "alice",
+            prepare=_issued_invoice,
+            team="acme",
+            status=(409,),
+            outcome="denied",
+        )
+    },
+    "POST /api/v1/invoices/<pk>/adjustments/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/invoices/{p.pk}/adjustments/",
+                {"amount": "-10.00", "reason": "goodwill"},
+            ),
+            ("billing.adjustment.create",),
+            "ops",
+            prepare=_invoice,
+            team="acme",
+        )
+    },
+    "POST /api/v1/invoices/<pk>/issue/": {
+        "": Recipe(
+            _json("post", "/api/v1/invoices/{p.pk}/issue/"),
+            ("billing.invoice.issue",),
+            "ops",
+            prepare=lambda w: _invoice(w, months_ago=1),
+            team="acme",
+        )
+    },
+    "POST /api/v1/preemption-notices/": {
+        "": Recipe(
+            _json(
+                "post",
+                "/api/v1/preemption-notices/",
+                lambda w, i: {"instance": i.pk, "notice_seconds": 120},
+            ),
+            ("billing.preemption.notice",),
+            "ops",
+            prepare=_spot,
+            team="acme",
+        )
+    },
+    "POST /budgets/": {
+        "": Recipe(
+            _form(
+                "/budgets/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "month": f"{_this_month():%Y-%m}",
+                    "amount": "1000.00",
+                    "actual_thresholds": "50, 80, 100",
+                    "forecast_thresholds": "100",
+                },
+            ),
+            ("billing.budget.create",),
+            "alice",
+            team="acme",
+        )
+    },
+    "POST /budgets/<pk>/delete/": {
+        "": Recipe(
+            _form("/budgets/{p.pk}/delete/"),
+            ("billing.budget.delete",),
+            "alice",
+            prepare=_budget,
+            team="acme",
+        )
+    },
+    "POST /invoices/<pk>/memo/": {
+        "": Recipe(
+            _form("/invoices/{p.pk}/memo/", {"memo": "PO-7"}),
+            ("billing.invoice.update",),
+            "alice",
+            prepare=_invoice,
+            team="acme",
+        )
+    },
+    "POST /reservations/": {
+        "": Recipe(
+            _form(
+                "/reservations/",
+                lambda w, _: {
+                    "team": w.acme.pk,
+                    "gpu_model": "H100-80GB",
+                    "gpu_count": 1,
+                    "term": "1y",
+                    "start": _later(),
+                },
+            ),
+            ("billing.reservation.create",),
+            "alice",
+            prepare=_priced,
+            team="acme",
+        )
+    },
     "POST /prices/": {
         "price": Recipe(
-            _form("/prices/", lambda w, _: {
-                "set_price": "1", "sku": "H100-80GB", "kind": "on_demand", "hourly": "2.5", "effective_from": _later(24),
-            }),
-            ("billing.price.set",), "ops",
+            _form(
+                "/prices/",
+                lambda w, _: {
+                    "set_price": "1",
+                    "sku": "H100-80GB",
+                    "kind": "on_demand",
+                    "hourly": "2.5",
+                    "effective_from": _later(24),
+                },
+            ),
+            ("billing.price.set",),
+            "ops",
         ),
         "spot": Recipe(
-            _form("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.7"}), ("billing.spot_price.set",), "ops",
+            _form("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.7"}),
+            ("billing.spot_price.set",),
+            "ops",
         ),
     },
-    "POST /prices/preempt/<pk>/": {"": Recipe(
-        _form("/prices/preempt/{p.pk}/"), ("billing.preemption.notice",), "ops", prepare=_spot, team="acme",
-    )},
+    "POST /prices/preempt/<pk>/": {
+        "": Recipe(
+            _form("/prices/preempt/{p.pk}/"),
+            ("billing.preemption.notice",),
+            "ops",
+            prepare=_spot,
+            team="acme",
+        )
+    },
     # --- audit ----------------------------------------------------------------------
     "POST /audit/verify/": {"": Recipe(_form("/audit/verify/"), ("audit.verify",), "audrey")},
 }

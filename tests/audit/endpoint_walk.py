@@ -49,7 +49,9 @@ def _function_methods(view) -> set[str]:
             source = inspect.getsource(fn)
         except (OSError, TypeError):
             source = ""
-        reads_post = reads_post or bool(re.search(r"request\.(POST|method\s*==\s*['\"]POST)", source))
+        reads_post = reads_post or bool(
+            re.search(r"request\.(POST|method\s*==\s*['\"]POST)", source)
+        )
         fn = getattr(fn, "__wrapped__", None)
     if found:
         return found & set(MUTATING)
@@ -63,7 +65,9 @@ def methods_of(callback) -> set[str]:
         allowed = {m.upper() for m in getattr(cls, "http_method_names", [])}
         return {m.upper() for m in actions} & allowed & set(MUTATING)
     if cls is not None:
-        return {m for m in MUTATING if m.lower() in cls.http_method_names and hasattr(cls, m.lower())}
+        return {
+            m for m in MUTATING if m.lower() in cls.http_method_names and hasattr(cls, m.lower())
+        }
     return _function_methods(callback)
 
 

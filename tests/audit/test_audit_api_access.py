@@ -22,7 +22,9 @@ def _team_events(acme, globex):
 
 def test_an_auditor_of_both_teams_sees_both(api, audrey, acme, globex):
     a, g, fleet = _team_events(acme, globex)
-    assert _seqs(api(audrey).get(URL)) >= {a.seq, g.seq} and fleet.seq not in _seqs(api(audrey).get(URL))
+    assert _seqs(api(audrey).get(URL)) >= {a.seq, g.seq} and fleet.seq not in _seqs(
+        api(audrey).get(URL)
+    )
 
 
 def test_a_team_admin_sees_only_their_team(api, alice, charlie, acme, globex):
@@ -63,7 +65,12 @@ def test_a_user_sees_their_own_sign_in_but_not_others(api, client, audrey, alice
 def test_the_detail_carries_the_chain_fields(api, ops, acme):
     event = services.record_event(actor="system", action="x.acme", team=acme)
     body = api(ops).get(f"{URL}{event.seq}/").json()
-    assert (body["seq"], body["prev_hash"], body["hash"], body["team_name"]) == (event.seq, event.prev_hash, event.hash, "Acme")
+    assert (body["seq"], body["prev_hash"], body["hash"], body["team_name"]) == (
+        event.seq,
+        event.prev_hash,
+        event.hash,
+        "Acme",
+    )
 
 
 def test_anonymous_callers_are_turned_away(api, db):

@@ -17,15 +17,28 @@ def test_filters_by_action_prefix_outcome_and_actor(api, ops, acme, alice):
     services.record_event(actor=alice, action="instance.stop", team=acme, outcome="failure")
     services.record_event(actor="system", action="team.create", team=acme)
     client = api(ops)
-    assert sorted(_actions(client.get(URL, {"action": "instance.*"}))) == ["instance.launch", "instance.stop"]
+    assert sorted(_actions(client.get(URL, {"action": "instance.*"}))) == [
+        "instance.launch",
+        "instance.stop",
+    ]
     assert _actions(client.get(URL, {"outcome": "failure"})) == ["instance.stop"]
-    assert set(_actions(client.get(URL, {"actor": "ALICE"}))) == {"instance.launch", "instance.stop"}
+    assert set(_actions(client.get(URL, {"actor": "ALICE"}))) == {
+        "instance.launch",
+        "instance.stop",
+    }
 
 
 def test_filters_by_team_and_target(api, ops, acme, globex, acme_instance):
     services.record_event(actor="system", action="x.globex", team=globex)
-    found = _actions(api(ops).get(URL, {"team": acme.pk, "target_type": "instances.instance", "target_id": acme_instance.pk}))
-    assert found and "x.globex" not in found and set(found) <= {"instance.launch", "instance.running"}
+    found = _actions(
+        api(ops).get(
+            URL,
+            {"team": acme.pk, "target_type": "instances.instance", "target_id": acme_instance.pk},
+        )
+    )
+    assert (
+        found and "x.globex" not in found and set(found) <= {"instance.launch", "instance.running"}
+    )
 
 
 def test_free_text_searches_the_details(api, ops):

@@ -16,7 +16,9 @@ def test_each_event_follows_the_one_before(events):
 
 
 def test_the_hash_covers_what_the_database_hands_back(events, acme):
-    written = services.record_event(actor="system", action="x.y", team=acme, details={"b": [1, 2.5], "a": "é"})
+    written = services.record_event(
+        actor="system", action="x.y", team=acme, details={"b": [1, 2.5], "a": "é"}
+    )
     stored = AuditEvent.objects.get(seq=written.seq)
     assert services.chain_hash(stored, stored.prev_hash) == stored.hash == written.hash
 
@@ -39,12 +41,18 @@ _json = st.recursive(
 
 
 @settings(max_examples=200, deadline=None)
-@given(details=st.dictionaries(st.text(), _json, max_size=4), name=st.text(), team=st.none() | st.integers(1, 10**6))
+@given(
+    details=st.dictionaries(st.text(), _json, max_size=4),
+    name=st.text(),
+    team=st.none() | st.integers(1, 10**6),
+)
 def test_the_canonical_form_is_sorted_compact_json(details, name, team):
     fields = {
         "seq": 7, "time": "2026-12-02T10:00:00.000001+00:00", "actor_type": "user", "actor_id": "3",
         "actor_name": name, "team_id": team, "action": "a.b", "target_type": "t", "target_id": "1",
         "outcome": "success", "source_ip": None, "user_agent": name, "request_id": "r", "details": details,
     }  # fmt: skip
-    expected = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    expected = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    )
     assert chain.canonical_row(*(fields[f] for f in chain.FIELDS)) == expected

@@ -7,7 +7,9 @@ def test_a_checkpoint_signs_the_head_with_the_key_from_settings(events, settings
     *_, last = events(3)
     cp = services.write_checkpoint()
     assert (cp.seq, cp.hash) == (last.seq, last.hash)
-    assert chain.signature_ok(settings.AUDIT_SIGNING_KEY, cp.seq, cp.hash, chain.iso_time(cp.time), cp.signature)
+    assert chain.signature_ok(
+        settings.AUDIT_SIGNING_KEY, cp.seq, cp.hash, chain.iso_time(cp.time), cp.signature
+    )
 
 
 def test_the_key_itself_is_not_stored(events, settings):

@@ -74,7 +74,13 @@ def test_eight_writers_keep_one_valid_chain_on_a_sqlite_file(tmp_path):
     # The in-memory test database locks whole tables at once; a real file with WAL and
     # IMMEDIATE transactions is what the console runs on, so the writers use one.
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env |= {"GPUCONSOLE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "console.settings", "INPROCESS_SCHEDULER": "false"}
+    env |= {
+        "GPUCONSOLE_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "INPROCESS_SCHEDULER": "false",
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(Path.cwd())])
-    done = subprocess.run([sys.executable, "-c", SQLITE_RUN], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SQLITE_RUN], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -32,7 +32,9 @@ def test_csv_has_the_columns_the_events_and_a_signed_ending(api, ops, events):
 
 def test_jsonl_opens_with_a_header_and_ends_with_the_checkpoint(api, ops, events):
     events(2)
-    lines = [json.loads(line) for line in _body(api(ops).get(URL, {"format": "jsonl"})).splitlines()]
+    lines = [
+        json.loads(line) for line in _body(api(ops).get(URL, {"format": "jsonl"})).splitlines()
+    ]
     assert [line["type"] for line in lines] == ["export", "event", "event", "checkpoint", "end"]
     assert lines[0]["count"] == 2 and lines[3]["seq"] == lines[2]["seq"] == 2
 
@@ -50,7 +52,9 @@ def test_the_export_is_itself_audited(api, audrey, events):
 def test_only_events_the_user_may_see_are_exported(api, alice, acme, globex):
     services.record_event(actor="system", action="x.acme", team=acme)
     services.record_event(actor="system", action="x.globex", team=globex)
-    actions = [r[6] for r in _csv(api(alice).get(URL, {"format": "csv"}))[1:] if not r[0].startswith("#")]
+    actions = [
+        r[6] for r in _csv(api(alice).get(URL, {"format": "csv"}))[1:] if not r[0].startswith("#")
+    ]
     assert "x.acme" in actions and "x.globex" not in actions
 
 
@@ -70,9 +74,11 @@ def test_an_unknown_format_names_the_field(api, ops):
 
 
 def test_cells_that_a_spreadsheet_would_run_are_escaped(api, ops):
-    services.record_event(actor="=HYPERLINK(\"http://x\")", action="@SUM(A1)", target_type="+cmd", target_id="-1")
+    services.record_event(
+        actor='=HYPERLINK("http://x")', action="@SUM(A1)", target_type="+cmd", target_id="-1"
+    )
     row = next(r for r in _csv(api(ops).get(URL, {"format": "csv"}))[1:] if r[6] == "'@SUM(A1)")
-    assert row[4] == "'=HYPERLINK(\"http://x\")" and row[7] == "'+cmd" and row[8] == "'-1"
+    assert row[4] == '\'=HYPERLINK("http://x")' and row[7] == "'+cmd" and row[8] == "'-1"
 
 
 def test_crlf_and_control_characters_stay_inside_their_cell(api, ops, client):

@@ -28,8 +28,14 @@ def _cases():
     for endpoint in endpoints():
         variants = RECIPES.get(endpoint.key) or {"": None}
         for variant, recipe in variants.items():
-            gap = [pytest.mark.xfail(reason=recipe.known_gap, strict=True)] if recipe and recipe.known_gap else []
-            yield pytest.param(endpoint, variant, id=f"{endpoint.key}{' ' + variant if variant else ''}", marks=gap)
+            gap = (
+                [pytest.mark.xfail(reason=recipe.known_gap, strict=True)]
+                if recipe and recipe.known_gap
+                else []
+            )
+            yield pytest.param(
+                endpoint, variant, id=f"{endpoint.key}{' ' + variant if variant else ''}", marks=gap
+            )
 
 
 @dataclass
@@ -40,12 +46,20 @@ class Run:
 
 @pytest.fixture
 def world(db, alice, bob, charlie, audrey, ops, acme, globex, fleet, launch):
-    return World(users={u.username: u for u in (alice, bob, charlie, audrey, ops)}, acme=acme, globex=globex, fleet=fleet, launch=launch)
+    return World(
+        users={u.username: u for u in (alice, bob, charlie, audrey, ops)},
+        acme=acme,
+        globex=globex,
+        fleet=fleet,
+        launch=launch,
+    )
 
 
 def _client(world: World, recipe: Recipe) -> tuple[Client, str]:
     request_id = f"walk-{next(_ids)}"
-    client = Client(HTTP_USER_AGENT=USER_AGENT, HTTP_X_REQUEST_ID=request_id, REMOTE_ADDR="198.51.100.20")
+    client = Client(
+        HTTP_USER_AGENT=USER_AGENT, HTTP_X_REQUEST_ID=request_id, REMOTE_ADDR="198.51.100.20"
+    )
     if recipe.actor and recipe.login:
         client.force_login(world.users[recipe.actor])
     return client, request_id
@@ -64,7 +78,10 @@ def test_the_endpoint_writes_its_audit_events(world, endpoint, variant):
     client, request_id = _client(world, recipe)
     before = head_seq()
     response = recipe.call(client, world, context)
-    assert response.status_code in recipe.status, (response.status_code, getattr(response, "content", b"")[:500])
+    assert response.status_code in recipe.status, (
+        response.status_code,
+        getattr(response, "content", b"")[:500],
+    )
     written = events_after(before)
     assert [e.action for e in written] == list(recipe.actions), "one state change, one audit event"
     now = timezone.now()
@@ -72,7 +89,11 @@ def test_the_endpoint_writes_its_audit_events(world, endpoint, variant):
         assert now - timedelta(minutes=1) < event.time <= now
         assert (event.actor_type, event.actor_name) == recipe.actor_identity()
         assert event.outcome == recipe.outcome
-        assert (event.source_ip, event.user_agent, event.request_id) == ("198.51.100.20", USER_AGENT, request_id)
+        assert (event.source_ip, event.user_agent, event.request_id) == (
+            "198.51.100.20",
+            USER_AGENT,
+            request_id,
+        )
         if recipe.targeted:
             assert event.target_type and event.target_id, "the event names what it changed"
         if recipe.team:

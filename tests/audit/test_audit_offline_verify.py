@@ -16,7 +16,9 @@ def _run(path, monkeypatch, capsys, key):
     return code, capsys.readouterr().out
 
 
-def test_a_full_jsonl_export_verifies_offline(api, ops, events, tmp_path, monkeypatch, capsys, settings):
+def test_a_full_jsonl_export_verifies_offline(
+    api, ops, events, tmp_path, monkeypatch, capsys, settings
+):
     events(5)
     code, out = _run(_export(api, ops, tmp_path), monkeypatch, capsys, settings.AUDIT_SIGNING_KEY)
     assert code == 0 and "summary: valid: 5 events (#1..#5), 4 links checked, checkpoint #5" in out
@@ -24,7 +26,9 @@ def test_a_full_jsonl_export_verifies_offline(api, ops, events, tmp_path, monkey
 
 def test_a_csv_export_verifies_offline(api, ops, events, tmp_path, monkeypatch, capsys, settings):
     events(3, target_type="=formula")
-    code, out = _run(_export(api, ops, tmp_path, "csv"), monkeypatch, capsys, settings.AUDIT_SIGNING_KEY)
+    code, out = _run(
+        _export(api, ops, tmp_path, "csv"), monkeypatch, capsys, settings.AUDIT_SIGNING_KEY
+    )
     assert code == 0, out
 
 
@@ -50,8 +54,12 @@ def test_the_wrong_key_fails_the_signature(api, ops, events, tmp_path, monkeypat
     assert code == 1 and "bad signature" in out
 
 
-def test_a_filtered_export_says_what_it_cannot_prove(api, ops, events, acme, tmp_path, monkeypatch, capsys, settings):
+def test_a_filtered_export_says_what_it_cannot_prove(
+    api, ops, events, acme, tmp_path, monkeypatch, capsys, settings
+):
     for team in (acme, None, acme, None):
         events(1, team=team)
-    code, out = _run(_export(api, ops, tmp_path, team=acme.pk), monkeypatch, capsys, settings.AUDIT_SIGNING_KEY)
+    code, out = _run(
+        _export(api, ops, tmp_path, team=acme.pk), monkeypatch, capsys, settings.AUDIT_SIGNING_KEY
+    )
     assert code == 0 and "filtered export" in out

@@ -6,7 +6,10 @@ from audit.models import Verification
 
 def test_audrey_finds_her_own_sign_in_in_the_last_hour(client, audrey):
     client.post("/login/", {"username": "audrey", "password": "demo-password"})
-    page = client.get("/audit/", {"since": services.timezone.now().strftime("%Y-%m-%dT%H:00"), "action": "auth.login"})
+    page = client.get(
+        "/audit/",
+        {"since": services.timezone.now().strftime("%Y-%m-%dT%H:00"), "action": "auth.login"},
+    )
     assert page.status_code == 200
     assert [(e.action, e.actor_name) for e in page.context["rows"]] == [("auth.login", "audrey")]
 
@@ -75,5 +78,7 @@ def test_older_pages_continue_below_the_last_row(logged_in, ops, events):
 
 def test_verify_now_keeps_the_filters(logged_in, audrey, events):
     events(1)
-    response = logged_in(audrey).post("/audit/verify/", {"query": "action=auth.%2A&outcome=failure"})
+    response = logged_in(audrey).post(
+        "/audit/verify/", {"query": "action=auth.%2A&outcome=failure"}
+    )
     assert response.url == "/audit/?action=auth.%2A&outcome=failure"

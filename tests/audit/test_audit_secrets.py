@@ -20,17 +20,25 @@ def test_secret_keys_are_redacted_at_any_depth(db):
 
 
 def test_token_shaped_values_are_redacted_whatever_their_key(db):
-    event = services.record_event(actor="system", action="x.y", details={"note": "used gpc_abcdefghijklmnop123 today"})
+    event = services.record_event(
+        actor="system", action="x.y", details={"note": "used gpc_abcdefghijklmnop123 today"}
+    )
     assert "abcdefghijklmnop" not in str(event.details)
 
 
 def test_the_signing_key_never_lands_in_details(db):
-    event = services.record_event(actor="system", action="x.y", details={"note": f"k={settings.AUDIT_SIGNING_KEY}"})
+    event = services.record_event(
+        actor="system", action="x.y", details={"note": f"k={settings.AUDIT_SIGNING_KEY}"}
+    )
     assert settings.AUDIT_SIGNING_KEY not in str(event.details)
 
 
 def test_a_new_api_tokens_raw_key_is_never_audited(api, bob):
-    raw = api().post("/api/v1/auth/token/", {"username": "bob", "password": "demo-password"}).json()["token"]
+    raw = (
+        api()
+        .post("/api/v1/auth/token/", {"username": "bob", "password": "demo-password"})
+        .json()["token"]
+    )
     assert raw[:12] not in _all_details_text()
 
 

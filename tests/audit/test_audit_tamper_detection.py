@@ -30,7 +30,9 @@ def test_deleting_the_last_rows_is_caught_by_the_checkpoint(events, tamper):
     events(10)
     services.write_checkpoint()
     tamper("DELETE FROM audit_auditevent WHERE seq > 7")
-    tamper("UPDATE audit_chainhead SET seq = 7, hash = (SELECT hash FROM audit_auditevent WHERE seq = 7)")
+    tamper(
+        "UPDATE audit_chainhead SET seq = 7, hash = (SELECT hash FROM audit_auditevent WHERE seq = 7)"
+    )
     report = verify()
     assert not report.valid
     assert report.first_broken_seq == 8 and "missing tail" in report.reason
@@ -59,7 +61,10 @@ def test_rewriting_the_whole_chain_fails_the_signed_checkpoint(events, tamper):
     prev = chain.GENESIS_HASH
     for event in AuditEvent.objects.order_by("seq"):  # recompute every hash after the edit
         digest = services.chain_hash(event, prev)
-        tamper("UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s", [prev, digest, event.seq])
+        tamper(
+            "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s",
+            [prev, digest, event.seq],
+        )
         prev = digest
     tamper("UPDATE audit_chainhead SET hash = %s", [prev])
     report = verify()

@@ -14,7 +14,11 @@ pytestmark = on_postgres
 
 
 def _refused(sql, params=()):
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
         cursor.execute(sql, params)
 
 
@@ -33,7 +37,9 @@ def test_raw_update_and_delete_are_refused(events):
 def test_truncate_is_refused(events):
     events(1)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # or TRUNCATE fails on pending FK checks first
+        cursor.execute(
+            "SET CONSTRAINTS ALL IMMEDIATE"
+        )  # or TRUNCATE fails on pending FK checks first
         cursor.execute("SET LOCAL audit.enforce_in_tests = 'on'")
         _refused("TRUNCATE audit_auditevent CASCADE")
 

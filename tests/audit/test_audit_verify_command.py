@@ -52,4 +52,7 @@ def test_a_bad_bound_names_the_option(db):
 def test_the_run_is_itself_audited(events):
     events(1)
     _run()
-    assert services.AuditEvent.objects.filter(action="audit.verify", actor_name="verify_audit").count() == 1
+    assert (
+        services.AuditEvent.objects.filter(action="audit.verify", actor_name="verify_audit").count()
+        == 1
+    )
