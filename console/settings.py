@@ -200,6 +200,14 @@ AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365, minimum=180)
 
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)
+TELEMETRY_STALE_AFTER_S = envint("TELEMETRY_STALE_AFTER_S", 15, minimum=1)
+# Alerts: thresholds and how long a condition must hold.
+ALERT_TEMP_C = envint("ALERT_TEMP_C", 85, minimum=1)
+ALERT_POWER_PCT = envint("ALERT_POWER_PCT", 98, minimum=1)
+ALERT_WINDOW_S = envint("ALERT_WINDOW_S", 60, minimum=1)
+ALERT_AGENT_SILENT_S = envint("ALERT_AGENT_SILENT_S", 60, minimum=5)
+IDLE_THRESHOLD_PCT = envint("IDLE_THRESHOLD_PCT", 10, minimum=0)
+IDLE_WINDOW_S = envint("IDLE_WINDOW_S", 1800, minimum=10)
 
 LOGGING = {
     "version": 1,
