@@ -610,7 +610,7 @@ def tile(
     mem_pct = 100.0 * m["mem_used"] / total if m.get("mem_used") is not None and total else None
     power_pct = 100.0 * m["power_mw"] / limit if m.get("power_mw") is not None and limit else None
     tensor = m.get("tensor_active_pct")
-    return {
+    values = {
         "util": None if util is None else round(util),
         "util_level": _busy_level(util),
         "tensor": None if tensor is None else round(tensor),
@@ -624,6 +624,25 @@ def tile(
         "temp_c": None if m.get("temp_c") is None else round(m["temp_c"]),
         "temp_level": _level(m.get("temp_c"), *TILE_LEVELS["temp_c"]),
         "throttle": throttle_names(int(m.get("clocks_event_reasons") or 0) & SLOWDOWN_MASK),
+    }
+    return values | _tile_texts(values)
+
+
+def _tile_texts(v: dict) -> dict:
+    """The tile's lines as shown ("—" when unknown), the same as static/monitoring/live.js."""
+
+    def of(value, *parts):
+        return "—" if value is None else "".join(str(p) for p in (value, *parts))
+
+    total = f" / {v['mem_total_gib']}" if v["mem_total_gib"] else ""
+    limit = f" / {v['power_limit_w']}" if v["power_limit_w"] else ""
+    return {
+        "util_text": of(v["util"]),
+        "tensor_text": of(v["tensor"], " %"),
+        "mem_text": of(v["mem_gib"], total, " GiB"),
+        "power_text": of(v["power_w"], limit, " W"),
+        "temp_text": of(v["temp_c"], " °C"),
+        "throttle_text": "throttled: " + ", ".join(v["throttle"]) if v["throttle"] else "",
     }
 
 

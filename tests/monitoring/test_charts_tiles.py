@@ -36,3 +36,16 @@ def test_only_slowdowns_are_named_on_a_tile():
     assert charts.tile({"clocks_event_reasons": 0x1 | 0x2 | 0x4})["throttle"] == [
         "software power cap"
     ]
+
+
+def test_tile_lines_read_as_shown_with_a_dash_when_unknown():
+    tile = charts.tile(
+        {"gpu_util": 40, "mem_used": 2 * charts.GIB, "power_mw": 150_000},
+        memory_total=80 * charts.GIB,
+    )
+    assert (tile["util_text"], tile["mem_text"], tile["power_text"], tile["temp_text"]) == (
+        "40",
+        "2.0 / 80 GiB",
+        "150 W",
+        "—",
+    )
