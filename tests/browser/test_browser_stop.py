@@ -25,3 +25,16 @@ def test_dismissing_the_confirmation_stops_nothing(login):
     page.click("#actions button:has-text('Stop')")
     page.wait_for_timeout(300)
     assert page.inner_text("#instance-state") == "running"
+
+
+def test_a_state_change_made_elsewhere_shows_up_live(login, console):
+    page = login("bob")
+    page.click("text=acme-notebook")
+    page.wait_for_selector(".live-status[data-state=live]")
+    other = login("bob")
+    other.click("text=acme-notebook")
+    other.once("dialog", lambda dialog: dialog.accept())
+    other.click("#actions button:has-text('Stop')")
+    page.wait_for_function(
+        "() => document.querySelector('#instance-state').textContent !== 'running'"
+    )
