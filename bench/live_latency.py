@@ -352,6 +352,13 @@ def bench(args, env: dict, var: Path) -> int:
         elif layer != "memory":
             raise SystemExit(f"unknown layer {layer!r}")
         results[layer] = run_layer(layer, layer_env, data, fleet_file, var, args)
+    for layer, r in results.items():
+        if r["closed"]:
+            print(
+                f"{layer}: {len(r['closed'])} client(s) closed by the server: {', '.join(r['closed'][:5])}"
+            )
+        for line in r["errors"]:
+            print(f"{layer} server: {line[:200]}")
     print(
         f"{'layer':8} {'readings':>9} {'per client/s':>13} {'msgs/client/s':>14} {'GPUs/msg':>9} "
         f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
@@ -361,13 +368,6 @@ def bench(args, env: dict, var: Path) -> int:
             f"{layer:8} {r['readings']:>9} {r['per_client_per_s']:>13.0f} {r['messages_per_client_s']:>14.1f} "
             f"{r['gpus_per_message']:>9.0f} {r['p50']:>8.0f} {r['p90']:>8.0f} {r['p99']:>8.0f} {r['max']:>8.0f}"
         )
-    for layer, r in results.items():
-        if r["closed"]:
-            print(
-                f"{layer}: {len(r['closed'])} client(s) closed by the server: {', '.join(r['closed'][:5])}"
-            )
-        for line in r["errors"]:
-            print(f"{layer} server: {line[:200]}")
     for other in ("redis", "redis2"):
         if {"memory", other} <= set(results):
             m, r = results["memory"], results[other]
