@@ -230,6 +230,7 @@ def fleet_context(user) -> dict:
         "live": {
             "subscribe": [{"kind": "fleet", "id": None}],
             "heat_index": heat_index,
+            "host_urls": {h.name: reverse("host-detail", args=[h.pk]) for h in hosts},
             "stale_after_s": after,
             "client": charts.client_settings(),
         },

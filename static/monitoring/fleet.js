@@ -17,6 +17,11 @@
     if (!node || !settings.heat_index) return;
     const index = settings.heat_index;
     const seen = new Map();
+    // A cell leads to its host's page.
+    node.on("plotly_click", (ev) => {
+      const url = (settings.host_urls || {})[ev.points[0].y];
+      if (url) location.href = url;
+    });
     let dirty = false;
     Object.keys(index).forEach((uuid) => seen.set(uuid, performance.now()));
     GC.live.on("gpus", (data) => {

@@ -95,3 +95,9 @@ def test_the_fleet_heatmap_shows_each_gpus_utilization(client, ops, fleet, acme_
     assert sorted(response.context["heatmap"]["data"][0]["z"][row], key=lambda v: v is None)[
         :2
     ] == [97.0, 97.0]
+
+
+def test_each_heatmap_row_leads_to_its_host(client, ops, fleet):
+    client.force_login(ops)
+    urls = client.get("/").context["live"]["host_urls"]
+    assert urls["h100-a"] == f"/hosts/{fleet['hosts']['h100-a'].pk}/"
