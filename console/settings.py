@@ -27,7 +27,6 @@ TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0, minimum=0)
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -197,6 +196,15 @@ if not DEBUG:
 # Audit: checkpoints are signed with a key that lives outside the database.
 AUDIT_SIGNING_KEY = envstr("AUDIT_SIGNING_KEY", SECRET_KEY)
 AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365, minimum=180)
+AUDIT_CHECKPOINT_SECONDS = envint("AUDIT_CHECKPOINT_SECONDS", 600, minimum=10)
+AUDIT_VERIFY_RATE = envrate("AUDIT_VERIFY_RATE", "10/min")
+
+# Billing: one currency per deployment.
+BILLING_CURRENCY = envstr("BILLING_CURRENCY", "USD")
+if not (len(BILLING_CURRENCY) == 3 and BILLING_CURRENCY.isalpha() and BILLING_CURRENCY.isupper()):
+    raise ImproperlyConfigured(f"BILLING_CURRENCY={BILLING_CURRENCY!r} must be an ISO 4217 code such as USD")
+BILLING_ACCOUNT_ID = envstr("BILLING_ACCOUNT_ID", "gpu-console")
+BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
 
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)
