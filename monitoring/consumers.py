@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from audit.models import Outcome
+from audit.context import bind_scope
 from audit.services import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, team_group
 from console.tenancy import READ_ROLES, has_role, is_operator
@@ -89,7 +90,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
+        with bind_scope(self.scope):  # audit events carry the agent's address
+            await handler(message)
 
     async def connect(self):
         self.host = None
@@ -257,6 +259,10 @@ def _target(target) -> tuple[str, int | None] | str:
 
 class LiveConsumer(AsyncWebsocketConsumer):
     """Browsers: ``{"subscribe": {"kind": …, "id": …}}``; see docs/live-protocol.md."""
+
+    async def dispatch(self, message):
+        with bind_scope(self.scope):  # audit events carry the browser's address
+            await super().dispatch(message)
 
     async def connect(self):
         self.joined: set[str] = set()

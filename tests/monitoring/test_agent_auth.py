@@ -27,6 +27,15 @@ async def test_a_wrong_token_is_refused_and_audited(fleet):
     assert event.outcome == "denied"
 
 
+async def test_a_rejected_agent_is_audited_with_its_address_and_user_agent(fleet):
+    agent = Agent("gph_not-a-token", headers=[(b"user-agent", b"gpuconsole-agent/0.1.0")])
+    agent.ws.scope["client"] = ["203.0.113.9", 51000]
+    async with agent as a:
+        assert await a.closed() == 4401
+    event = await AuditEvent.objects.filter(action="agent.reject").alast()
+    assert (event.source_ip, event.user_agent) == ("203.0.113.9", "gpuconsole-agent/0.1.0")
+
+
 async def test_a_revoked_token_is_refused(tokens, ops):
     token = await HostToken.objects.select_related("host").aget(host__name="h100-a")
     await sync_to_async(services.revoke_host_token)(actor=ops, token=token)

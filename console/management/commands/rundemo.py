@@ -24,7 +24,12 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port (1-65535)")
         base = f"http://{bind}:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), "console.asgi:application"]
+            [
+                sys.executable, "-m", "daphne", "-b", bind, "-p", str(port),
+                # the agent protocol's frame limit (docs/agent-protocol.md)
+                "--websocket_max_message_size", str(512 * 1024),
+                "console.asgi:application",
+            ]
         )
         children = [server]
         try:
