@@ -170,8 +170,61 @@ def _after_commit_provision(instance: Instance) -> None:
     transaction.on_commit(lambda: tasks.provision_instance.delay(instance.pk))
 
 
+def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: int, pricing_model: str, **options) -> Instance:
+    """Place and launch an instance. When on-demand or reserved capacity is short and
+    running spot instances hold the room, those get a preemption notice (billing's rule:
+    default 2 minutes) and the launch fails with a reason saying when to retry."""
+    try:
+        return _launch(
+            actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=gpu_count,
+            pricing_model=pricing_model, **options,
+        )
+    except PlacementError as exc:
+        if pricing_model == PricingModel.SPOT or options.get("slice_profile") is not None:
+            raise
+        noticed = reclaim_spot_capacity(gpu_model=gpu_model, count=gpu_count, region=options.get("region"))
+        if not noticed:
+            raise
+        names = ", ".join(i.name for i in noticed)
+        raise PlacementError(
+            f"{exc} Spot instances {names} on {noticed[0].host.name} were given notice to make room; "
+            "launch again once they are preempted."
+        ) from None
+
+
+def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | None = None) -> list[Instance]:
+    """Give notice to the fewest running spot instances on one host whose GPUs, with the
+    host's free ones, make room for ``count`` GPUs. Returns the instances given notice."""
+    from billing import services as billing
+
+    hosts = Host.objects.filter(state=HostState.ACTIVE, kind=HostKind.PASSTHROUGH, gpus__model=gpu_model).distinct()
+    if region is not None:
+        hosts = hosts.filter(region=region)
+    best: list[Instance] | None = None
+    for host in hosts:
+        free = _free_whole_gpus(gpu_model).filter(host=host).count()
+        spot = (
+            Instance.objects.filter(host=host, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None)
+            .exclude(preemption_notices__status="pending")
+            .order_by("-gpu_count", "created_at")
+        )
+        chosen, room = [], free
+        for candidate in spot:
+            if room >= count:
+                break
+            chosen.append(candidate)
+            room += candidate.gpu_count
+        if room >= count and chosen and (best is None or len(chosen) < len(best)):
+            best = chosen
+    for instance in best or []:
+        billing.issue_preemption_notice(
+            actor="system", instance=instance, reason=f"capacity needed for {count} × {gpu_model.name}"
+        )
+    return best or []
+
+
 @transaction.atomic
-def launch_instance(
+def _launch(
     *,
     actor,
     team,

@@ -60,7 +60,13 @@ def instance_list(request):
 def instance_detail(request, pk):
     instance = get_object_or_404(_instances(request).prefetch_related("gpus", "slices", "events__host"), pk=pk)
     can_act = is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)
-    context = {"instance": instance, "can_act": can_act, "live_template": _optional_template(LIVE_TEMPLATE)}
+    context = {
+        "instance": instance,
+        "can_act": can_act,
+        "live_template": _optional_template(LIVE_TEMPLATE),
+        # billing keeps spot preemption notices; a pending one is shown here too
+        "preemption": instance.preemption_notices.filter(status="pending").first(),
+    }
     return render(request, "instances/detail.html", context)
 
 

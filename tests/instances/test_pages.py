@@ -84,3 +84,13 @@ def test_logout_needs_post(logged_in, bob):
     assert client.get("/logout/").status_code == 405
     client.post("/logout/")
     assert client.get("/instances/").status_code == 302
+
+
+def test_a_pending_preemption_notice_shows_on_the_instance_page(logged_in, bob, launch, acme, ops):
+    from billing.services import issue_preemption_notice
+    from instances.services import mark_running
+
+    spot = mark_running(instance=launch(bob, acme, name="cheap", pricing="spot"))
+    issue_preemption_notice(actor=ops, instance=spot, reason="capacity needed")
+    page = logged_in(bob).get(f"/instances/{spot.pk}/").content.decode()
+    assert "will be preempted at" in page and "capacity needed" in page

@@ -56,3 +56,24 @@ def test_restart_fails_with_a_reason_when_capacity_is_gone(launch, bob, acme):
     launch(bob, acme, name="c", count=8)
     with pytest.raises(services.PlacementError, match="No capacity"):
         services.start_instance(actor=bob, instance=job)
+
+
+def test_short_on_demand_capacity_gives_spot_instances_notice(launch, bob, alice, acme):
+    from billing.models import PreemptionNotice
+
+    for n in range(2):
+        services.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
+    with pytest.raises(services.PlacementError, match="were given notice to make room"):
+        launch(bob, acme, name="urgent", count=4)
+    noticed = PreemptionNotice.objects.get()
+    assert noticed.instance.name.startswith("spot-") and noticed.status == "pending"
+
+
+def test_spot_launches_never_preempt_other_spot(launch, bob, acme):
+    from billing.models import PreemptionNotice
+
+    for n in range(2):
+        services.mark_running(instance=launch(bob, acme, name=f"spot-{n}", count=8, pricing="spot"))
+    with pytest.raises(services.PlacementError):
+        launch(bob, acme, name="more-spot", count=1, pricing="spot")
+    assert not PreemptionNotice.objects.exists()
