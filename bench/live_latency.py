@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -89,7 +88,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
 def stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
-    proc.send_signal(signal.SIGINT)
+    proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

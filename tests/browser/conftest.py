@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -170,7 +169,7 @@ class Console:
 
     def stop(self) -> None:
         if self.server is not None and self.server.poll() is None:
-            self.server.send_signal(signal.SIGINT)
+            self.server.terminate()
             try:
                 self.server.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -261,7 +260,7 @@ def console(tmp_path_factory):
         yield console
     finally:
         if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGINT)
+            agent.terminate()
             try:
                 agent.wait(timeout=10)
             except subprocess.TimeoutExpired:
