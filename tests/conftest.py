@@ -2,20 +2,16 @@
 alice (Acme admin), bob (Acme member), charlie (Globex admin), audrey (auditor of
 both teams) and ops (operator)."""
 
-import os
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from rest_framework.test import APIClient
 
-os.environ.setdefault("INPROCESS_SCHEDULER", "false")
-# Tasks run inline in tests, also when REDIS_URL points the rest at real services.
-os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
-
-import pytest  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.cache import cache  # noqa: E402
-from rest_framework.test import APIClient  # noqa: E402
-
-from console.models import Membership, Team  # noqa: E402
-from instances import services as instance_services  # noqa: E402
-from instances.models import (  # noqa: E402
+from console.celery import app as celery_app
+from console.models import Membership, Team
+from instances import services as instance_services
+from instances.models import (
     Gpu,
     GpuModel,
     GpuSlice,
@@ -25,6 +21,12 @@ from instances.models import (  # noqa: E402
     SliceKind,
     SliceProfile,
 )
+
+# pytest-django loads the settings before this file, so these are set on the objects:
+# tasks run inline (also when REDIS_URL points the rest at real services), and no
+# scheduler thread starts when a test imports the ASGI application.
+celery_app.conf.task_always_eager = True
+django_settings.INPROCESS_SCHEDULER = False
 
 
 @pytest.fixture(autouse=True)
