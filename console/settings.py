@@ -209,6 +209,8 @@ BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)
 TELEMETRY_STALE_AFTER_S = envint("TELEMETRY_STALE_AFTER_S", 15, minimum=1)
+# Live GPU updates go out at most once per this many milliseconds per group.
+LIVE_COALESCE_S = envint("LIVE_COALESCE_MS", 250, minimum=10) / 1000
 # Alerts: thresholds and how long a condition must hold.
 ALERT_TEMP_C = envint("ALERT_TEMP_C", 85, minimum=1)
 ALERT_POWER_PCT = envint("ALERT_POWER_PCT", 98, minimum=1)

@@ -1,7 +1,7 @@
 """Coalesced live GPU updates.
 
 Writers hand every stored reading to ``offer``; at most once per ``LIVE_COALESCE_S``
-(default 0.25 s) the newest reading of each GPU goes out as one ``gpus`` event per
+(default 0.25 s; the first reading after a quiet interval goes at once) the newest reading of each GPU goes out as one ``gpus`` event per
 group: ``fleet`` (every GPU), ``host.<id>``, ``team.<id>`` and ``instance.<id>`` (only
 their own GPUs). A browser gets a few messages a second, however many GPUs report.
 """
@@ -53,6 +53,7 @@ class Coalescer:
         self.pending: dict[str, dict] = {}
         self.task: asyncio.Task | None = None
         self.sent = 0
+        self.last_flush = float("-inf")
 
     def offer(self, latest: dict[str, dict]) -> None:
         for uuid, entry in latest.items():
@@ -60,10 +61,16 @@ class Coalescer:
             if kept is None or entry["_t"] >= kept["_t"]:
                 self.pending[uuid] = entry
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._flush_later())
+            # Leading edge: a reading after a quiet spell goes out at once; later ones
+            # wait for the rest of the interval, so a group gets one event per interval.
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, self.last_flush + self.interval - loop.time())
+            self.task = loop.create_task(self._flush_after(delay))
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.interval)
+    async def _flush_after(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        self.last_flush = asyncio.get_running_loop().time()
         batch, self.pending = self.pending, {}
         for group, gpus in split(list(batch.values())).items():
             await apublish([group], "gpus", {"gpus": gpus})
