@@ -27,6 +27,7 @@ from .spool import Spool, SpoolError
 PROG = "gpuconsole-agent"
 TOKEN_ENV = "GPUCONSOLE_AGENT_TOKEN"
 TOKEN_RE = re.compile(r"^[\x21-\x7e]{1,4096}$")
+DEFAULT_COUNTER_INTERVAL = 30.0
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -66,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=1.0, metavar="S",
                    help="seconds between fast samples, 0.2-60 (default 1)")  # fmt: skip
     p.add_argument("--slow-interval", type=float, default=5.0, metavar="S",
-                   help="seconds between slow samples (energy, counters, GPM), 1-600 (default 5)")  # fmt: skip
+                   help="seconds between slow samples (GPM, per-process SM use), 1-600 (default 5)")  # fmt: skip
+    p.add_argument("--counter-interval", type=float, default=None, metavar="S",
+                   help="nvml: seconds between reads of the cumulative counters (energy, PCIe and "
+                   "NVLink bytes), 1-3600, not shorter than --interval (default 30)")  # fmt: skip
     p.add_argument("--spool-dir", metavar="DIR",
                    help="where unacknowledged records wait (default ~/.cache/gpuconsole-agent/HOST)")  # fmt: skip
     p.add_argument("--spool-max-records", type=int, default=200_000, metavar="N",
@@ -150,6 +154,14 @@ def check_numbers(args) -> None:
         )
     if args.slow_interval < args.interval:
         raise UsageError("--slow-interval must not be shorter than --interval")
+    if args.counter_interval is None:
+        args.counter_interval = max(DEFAULT_COUNTER_INTERVAL, args.interval)
+    if not 1 <= args.counter_interval <= 3600:
+        raise UsageError(
+            f"--counter-interval must be between 1 and 3600 seconds, not {args.counter_interval:g}"
+        )
+    if args.counter_interval < args.interval:
+        raise UsageError("--counter-interval must not be shorter than --interval")
     if not 0 < args.speed <= 1000:
         raise UsageError(f"--speed must be above 0 and at most 1000, not {args.speed:g}")
     if args.spool_max_records < 100:
@@ -193,7 +205,11 @@ def make_source(args) -> Source:
     from .backends.nvml import NvmlSource
 
     source = NvmlSource(
-        host=host, interval=args.interval, slow_interval=args.slow_interval, once=args.once
+        host=host,
+        interval=args.interval,
+        slow_interval=args.slow_interval,
+        counter_interval=args.counter_interval,
+        once=args.once,
     )
     source.open()
     return source

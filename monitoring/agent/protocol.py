@@ -100,9 +100,41 @@ def describe_close(code: int, reason: str = "") -> str:
     return f"{text}: {reason}" if reason else text
 
 
+def _compact_encoder():
+    """obj -> compact ASCII JSON without NaN/infinity, made once.
+
+    json.dumps(obj, separators=...) builds an encoder on every call, which costs as
+    much as encoding a whole record; CPython's C encoder, made once, is reused instead.
+    Where it is missing or behaves differently, a JSONEncoder made once does the work.
+    """
+    fallback = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+
+        encode = c_make_encoder(None, None, encode_basestring_ascii, None, ":", ",",
+                                False, False, False)  # fmt: skip
+
+        def compact(obj) -> str:
+            return "".join(encode(obj, 0))
+
+        probe = {"a": [1, 2.5, "\u00e9\n", None, True], "b": {"c": 2**64 - 1}}
+        if compact(probe) != fallback(probe):
+            return fallback
+        try:
+            compact({"n": math.nan})
+        except ValueError:
+            return compact
+    except Exception:  # noqa: BLE001 (any surprise: use the plain encoder)
+        pass
+    return fallback
+
+
+_encode = _compact_encoder()
+
+
 def dumps(obj) -> str:
     """Compact ASCII JSON, so that len(text) is the frame's size in bytes."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return _encode(obj)
 
 
 def hello_frame(
@@ -131,28 +163,58 @@ def samples_frame(boot_id: str, bodies: list[str]) -> str:
     return _SAMPLES_HEAD % boot_id + ",".join(bodies) + "]}"
 
 
+def _clean_value(name: str, value):
+    """The general rule for one metric value: the value to send, or None to drop it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    bounds = METRICS.get(name)
+    if bounds is not None:
+        low, high, integral = bounds
+        if not low <= value <= high:
+            return None
+        if integral and isinstance(value, float):
+            if not value.is_integer():
+                return None
+            value = int(value)
+    return value
+
+
 def clean_metrics(m: dict) -> dict:
     """Drop values that are not finite numbers inside the documented range.
 
     Unknown names pass through (a v1 server ignores them) as long as they are finite.
+    Plain ints and floats (what the backends produce) take a short way; anything else
+    (bools, int subclasses, other types) the general one.
     """
     out = {}
+    bounds_of = METRICS.get
     for name, value in m.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            continue
-        bounds = METRICS.get(name)
-        if bounds is not None:
-            low, high, integral = bounds
-            if not low <= value <= high:
-                continue
-            if integral and isinstance(value, float):
-                if not value.is_integer():
-                    continue
-                value = int(value)
-        out[name] = value
+        kind = type(value)
+        if kind is int:
+            bounds = bounds_of(name)
+            if bounds is None or bounds[0] <= value <= bounds[1]:
+                out[name] = value
+        elif kind is float:
+            bounds = bounds_of(name)
+            if bounds is None:
+                if math.isfinite(value):
+                    out[name] = value
+            elif bounds[0] <= value <= bounds[1]:  # False for NaN; bounds are finite
+                if not bounds[2]:
+                    out[name] = value
+                elif value.is_integer():
+                    out[name] = int(value)
+        else:
+            value = _clean_value(name, value)
+            if value is not None:
+                out[name] = value
     return out
+
+
+def _is_int(value) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def clean_procs(procs: list[dict]) -> list[dict]:
@@ -160,15 +222,16 @@ def clean_procs(procs: list[dict]) -> list[dict]:
     out = []
     for p in procs:
         pid = p.get("pid")
-        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid <= 2**32 - 1:
+        if not _is_int(pid) or not 0 <= pid <= 4_294_967_295:
             continue
         entry = {"pid": pid}
         used = p.get("used_memory")
-        if isinstance(used, int) and not isinstance(used, bool) and 0 <= used <= SAFE_INT:
+        if used is not None and _is_int(used) and 0 <= used <= SAFE_INT:
             entry["used_memory"] = used
         sm = p.get("sm_util")
-        if isinstance(sm, int | float) and not isinstance(sm, bool) and 0 <= sm <= 100:
-            entry["sm_util"] = sm
+        if sm is not None and isinstance(sm, int | float) and not isinstance(sm, bool):
+            if 0 <= sm <= 100:
+                entry["sm_util"] = sm
         out.append(entry)
     if len(out) > MAX_PROCS:
         out.sort(key=lambda e: e.get("used_memory", -1), reverse=True)
@@ -186,13 +249,16 @@ def clean_record(record: dict) -> dict | None:
             event["message"] = str(event["message"])[:MAX_MESSAGE]
         record = dict(record, event=event)
         return record
-    out = {k: v for k, v in record.items() if k not in ("m", "procs")}
-    m = clean_metrics(record.get("m") or {})
+    out = {k: v for k, v in record.items() if k != "m" and k != "procs"}
+    m = record.get("m")
     if m:
-        out["m"] = m
-    if record.get("procs") is not None:
-        out["procs"] = clean_procs(record["procs"])
-    if "m" not in out and "procs" not in out:
+        m = clean_metrics(m)
+        if m:
+            out["m"] = m
+    procs = record.get("procs")
+    if procs is not None:
+        out["procs"] = clean_procs(procs)
+    elif "m" not in out:
         return None
     return out
 

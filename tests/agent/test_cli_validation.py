@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from monitoring.agent.cli import main
+from monitoring.agent.cli import main, plan
 
 SERVER = "ws://127.0.0.1:8000/ws/agent/"
 
@@ -47,6 +47,28 @@ def test_it_bounds_the_interval(fail):
 def test_the_slow_interval_is_not_shorter_than_the_interval(fail):
     err = fail("--server", SERVER, "--token", "t", "--interval", "10", "--slow-interval", "5")
     assert "--slow-interval must not be shorter than --interval" in err
+
+
+def test_it_bounds_the_counter_interval(fail):
+    err = fail("--server", SERVER, "--token", "t", "--counter-interval", "0.5")
+    assert "--counter-interval must be between 1 and 3600 seconds, not 0.5" in err
+    err = fail("--server", SERVER, "--token", "t", "--counter-interval", "nan")
+    assert "--counter-interval must be between 1 and 3600 seconds" in err
+
+
+def test_the_counter_interval_is_not_shorter_than_the_interval(fail):
+    err = fail("--server", SERVER, "--token", "t", "--interval", "10", "--slow-interval", "10",
+               "--counter-interval", "5")  # fmt: skip
+    assert "--counter-interval must not be shorter than --interval" in err
+
+
+def test_the_counter_interval_defaults_to_30_s_or_the_interval(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    base = ["--server", SERVER, "--token", "t", "--backend", "sim"]
+    assert plan(base).args.counter_interval == 30
+    slow = plan([*base, "--interval", "60", "--slow-interval", "60"])
+    assert slow.args.counter_interval == 60
+    assert plan([*base, "--counter-interval", "120"]).args.counter_interval == 120
 
 
 def test_it_needs_a_token(fail):

@@ -72,7 +72,8 @@ def test_a_lost_gpu_becomes_an_event_and_the_others_go_on(fake_nvml):
     records = source.sample_fast()
     assert by_gpu(records, fake.devices[0].uuid)[0]["event"]["kind"] == "gpu_lost"
     assert "m" in by_gpu(records, fake.devices[1].uuid)[0]
-    later = source.sample_fast() + source.sample_slow()
+    source.sample_slow()
+    later = source.sample_fast() + source.sample_slow() + source.sample_counters()
     assert by_gpu(later, fake.devices[0].uuid) == []
     assert by_gpu(later, fake.devices[1].uuid)
 
@@ -97,9 +98,9 @@ def test_a_lost_gpu_that_answers_again_comes_back(fake_nvml, monkeypatch):
     assert "m" in by_gpu(source.sample_fast(), fake.devices[0].uuid)[0]
 
 
-def test_the_slow_set_reads_energy_and_byte_counters(fake_nvml):
+def test_the_counter_set_reads_energy_and_byte_counters(fake_nvml):
     fake = fake_nvml()
-    [record] = by_gpu(opened().sample_slow(), fake.devices[0].uuid)
+    [record] = by_gpu(opened().sample_counters(), fake.devices[0].uuid)
     assert record["m"]["energy_mj"] == 123_456_789
     assert record["m"]["pcie_tx_bytes"] == 1_000
     assert record["m"]["pcie_rx_bytes"] == 2_000
@@ -111,8 +112,8 @@ def test_nvlink_falls_back_to_the_byte_count_fields(fake_nvml):
     fake = fake_nvml()
     fake.devices[0].fields = {197: 1, 198: 2, 202: 7_000, 204: 8_000}
     source = opened()
-    [first] = by_gpu(source.sample_slow(), fake.devices[0].uuid)
-    [second] = by_gpu(source.sample_slow(), fake.devices[0].uuid)
+    [first] = by_gpu(source.sample_counters(), fake.devices[0].uuid)
+    [second] = by_gpu(source.sample_counters(), fake.devices[0].uuid)
     assert "nvlink_tx_bytes" not in first["m"]
     assert second["m"]["nvlink_tx_bytes"] == 7_000
     assert second["m"]["nvlink_rx_bytes"] == 8_000
@@ -121,9 +122,9 @@ def test_nvlink_falls_back_to_the_byte_count_fields(fake_nvml):
 def test_gpm_metrics_come_from_two_samples(fake_nvml):
     fake = fake_nvml()
     source = opened()
-    [first] = by_gpu(source.sample_slow(), fake.devices[0].uuid)
+    assert by_gpu(source.sample_slow(), fake.devices[0].uuid) == []  # the first sample
     [second] = by_gpu(source.sample_slow(), fake.devices[0].uuid)
-    assert "tensor_active_pct" not in first["m"]
+    assert set(second["m"]) == {"sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"}
     assert second["m"]["sm_occupancy_pct"] == 41.5
     assert second["m"]["tensor_active_pct"] == 66.25
     assert second["m"]["dram_bw_util_pct"] == 38.0
@@ -134,8 +135,7 @@ def test_gpm_is_not_asked_of_a_gpu_without_it(fake_nvml):
     fake.devices[1].gpm_supported = False
     source = opened()
     source.sample_slow()
-    [record] = by_gpu(source.sample_slow(), fake.devices[1].uuid)
-    assert "tensor_active_pct" not in record["m"]
+    assert by_gpu(source.sample_slow(), fake.devices[1].uuid) == []  # absent, never 0
     assert fake.calls(fake.devices[1], "gpm_sample") == 0
 
 
@@ -250,3 +250,84 @@ def test_a_gpu_lost_before_the_start_is_left_out(fake_nvml):
     fake.nvmlDeviceGetUUID = lambda dev: dev.uuid  # the UUID still answers, nothing else
     source.open()
     assert [g["uuid"] for g in source.hosts()[0].gpus] == [fake.devices[1].uuid]
+
+
+def test_each_set_runs_on_its_own_cadence(fake_nvml, monkeypatch):
+    fake = fake_nvml()
+    steps = {}
+    monkeypatch.setattr(
+        nvml_backend, "run_every", lambda stop, every, step: steps.setdefault(every, step)
+    )
+    source = opened(interval=1.0, slow_interval=5.0, counter_interval=30.0)
+    emitted = []
+    source.start(lambda host, records: emitted.extend(records))
+    source.stop()
+    assert sorted(steps) == [1.0, 5.0, 30.0]
+    dev = fake.devices[0]
+    reads = ("util", "energy", "fields", "gpm_sample", "proc_util")
+
+    def calls_of(every):
+        before = {what: fake.calls(dev, what) for what in reads}
+        steps[every]()
+        return {what for what in reads if fake.calls(dev, what) > before[what]}
+
+    assert calls_of(1.0) == {"util"}
+    assert calls_of(5.0) == {"gpm_sample", "proc_util"}
+    assert calls_of(30.0) == {"energy", "fields"}
+
+
+def test_counters_are_read_only_every_counter_interval(fake_nvml):
+    fake = fake_nvml()
+    source = opened(interval=0.02, slow_interval=0.1, counter_interval=0.5)
+    emitted = []
+    started = time.monotonic()
+    source.start(lambda host, records: emitted.extend(records))
+    time.sleep(0.7)
+    source.stop()
+    elapsed = time.monotonic() - started
+    dev = fake.devices[0]
+    energy, gpm = fake.calls(dev, "energy"), fake.calls(dev, "gpm_sample")
+    assert fake.calls(dev, "fields") == energy
+    assert 1 <= energy <= elapsed / 0.5 + 1  # at start, then once per counter interval
+    assert energy < gpm <= elapsed / 0.1 + 1  # GPM on the slow interval
+    assert gpm < fake.calls(dev, "util")
+    with_energy = [r for r in emitted if "energy_mj" in r.get("m", {})]
+    with_gpm = [r for r in emitted if "tensor_active_pct" in r.get("m", {})]
+    assert len(with_energy) == 2 * energy  # two GPUs
+    assert with_gpm and not any("energy_mj" in r["m"] for r in with_gpm)
+
+
+def test_gpm_buffers_are_allocated_once_and_reused(fake_nvml, monkeypatch):
+    fake = fake_nvml()
+    made = {"alloc": 0, "request": 0, "support": 0}
+    alloc, request, support = (fake.nvmlGpmSampleAlloc, fake.c_nvmlGpmMetricsGet_t,
+                               fake.nvmlGpmQueryDeviceSupport)  # fmt: skip
+
+    def counting(key, fn):
+        def call(*args):
+            made[key] += 1
+            return fn(*args)
+
+        return call
+
+    fake.nvmlGpmSampleAlloc = counting("alloc", alloc)
+    fake.c_nvmlGpmMetricsGet_t = counting("request", request)
+    fake.nvmlGpmQueryDeviceSupport = counting("support", support)
+    source = opened()
+    for _ in range(6):
+        records = source.sample_slow()
+    assert made == {"alloc": 4, "request": 2, "support": 2}  # per GPU: 2 samples, 1 request
+    assert fake.calls(fake.devices[0], "gpm_sample") == 6
+    [record] = by_gpu(records, fake.devices[0].uuid)
+    assert record["m"]["tensor_active_pct"] == 66.25
+
+
+def test_a_counter_that_is_not_supported_stays_absent(fake_nvml):
+    fake = fake_nvml()
+    fake.devices[0].unsupported = {"energy"}
+    fake.devices[0].fields = {}  # every field answers NOT_SUPPORTED
+    source = opened()
+    for _ in range(3):
+        assert by_gpu(source.sample_counters(), fake.devices[0].uuid) == []
+    assert fake.calls(fake.devices[0], "energy") == 1
+    assert "energy_mj" in by_gpu(source.sample_counters(), fake.devices[1].uuid)[0]["m"]

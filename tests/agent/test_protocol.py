@@ -1,6 +1,8 @@
 import json
 import math
 
+import pytest
+
 from monitoring.agent import protocol
 from monitoring.agent.outbox import Outbox
 
@@ -49,3 +51,34 @@ def test_which_close_codes_the_agent_retries():
     assert protocol.close_action(4409) == protocol.DROP
     assert protocol.close_action(4413) == protocol.DROP
     assert protocol.close_action(4401) == protocol.FATAL
+
+
+def test_plain_and_unusual_numbers_are_cleaned_by_the_same_rules():
+    class Count(int):
+        pass
+
+    m = {"gpu_util": 99.5, "mem_used": 7.0, "mem_total": 7.5, "power_mw": Count(5),
+         "temp_c": -51, "energy_mj": 2**64, "clocks_event_reasons": 2**64 - 1,
+         "ecc_corrected_volatile": False, "future_metric": -3.25, "future_nan": -math.inf,
+         "future_text": "3", "sm_clock_mhz": None}  # fmt: skip
+    assert protocol.clean_metrics(m) == {"gpu_util": 99.5, "mem_used": 7, "power_mw": 5,
+                                         "clocks_event_reasons": 2**64 - 1,
+                                         "future_metric": -3.25}  # fmt: skip
+    assert type(protocol.clean_metrics(m)["mem_used"]) is int
+
+
+def test_process_entries_keep_only_well_formed_fields():
+    procs = [{"pid": True}, {"pid": 2**32}, {"pid": 7, "used_memory": -1, "sm_util": 101},
+             {"pid": 8, "used_memory": 5, "sm_util": 12.5}]  # fmt: skip
+    assert protocol.clean_procs(procs) == [
+        {"pid": 7},
+        {"pid": 8, "used_memory": 5, "sm_util": 12.5},
+    ]
+
+
+def test_records_are_encoded_as_compact_ascii_json_without_nan():
+    record = {"t": 1796226411.615, "gpu": "GPU-é\n", "m": {"energy_mj": 2**64 - 1, "x": 0.1}}
+    text = protocol.dumps(record)
+    assert text == json.dumps(record, separators=(",", ":")) and text.isascii()
+    with pytest.raises(ValueError):
+        protocol.dumps({"m": {"x": math.nan}})

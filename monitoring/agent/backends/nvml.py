@@ -1,11 +1,13 @@
 """Real GPUs through NVML (pynvml, imported only here and only when used).
 
-Three threads, so that nothing slow ever delays the fast path:
-- fast, every ``interval``: utilization, memory, power, temperature, clocks,
-  clock-event reasons, ECC, fan, per-process memory (microseconds per call);
-- slow, every ``slow_interval``: total energy, PCIe/NVLink byte counters through
-  field values, GPM metrics (Hopper and later; also per MIG slice), per-process SM
-  use (milliseconds per call);
+Four threads, so that nothing slow ever delays the fast path:
+- fast, every ``interval`` (default 1 s): utilization, memory, power, temperature,
+  clocks, clock-event reasons, ECC, fan, per-process memory (microseconds per call);
+- slow, every ``slow_interval`` (default 5 s): GPM metrics (Hopper and later; also per
+  MIG slice) and per-process SM use, which are rates over the interval and need it;
+- counters, every ``counter_interval`` (default 30 s): total energy and the PCIe/NVLink
+  byte counters (field values). They are cumulative, so reading them rarely loses
+  nothing but time resolution, and they are the dearest calls (milliseconds each);
 - XID errors, pushed by the driver through an NVML event set.
 
 A call that a GPU does not support is remembered and not made again, and its
@@ -45,6 +47,9 @@ FIELD_METRICS = {
         ("NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 204, ALL_LINKS, 1),
     ],
 }
+# nvmlFieldValue_t.valueType -> the member of the value union that holds it
+FIELD_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                      6: "usVal"}  # fmt: skip
 
 # GPM metric -> our name; (pynvml constant, numeric id)
 GPM_METRICS = {
@@ -85,18 +90,15 @@ class _GpuLost(Exception):
 
 
 @dataclass
-class _Tally:
-    calls: int = 0
-    unknown: int = 0
-
-
-@dataclass
 class _Device:
     handle: object
     uuid: str
     unsupported: set = field(default_factory=set)
     gpm_ok: bool = False
-    gpm_samples: list | None = None
+    gpm_take: object = None  # sample -> fills it (nvmlGpmSampleGet or nvmlGpmMigSampleGet)
+    gpm_samples: tuple | None = None  # two samples, allocated once, used in turn
+    gpm_request: object = None  # one nvmlGpmMetricsGet_t, metric ids set once
+    gpm_names: tuple = ()
     gpm_primed: bool = False
 
 
@@ -124,7 +126,9 @@ class _Gpu(_Device):
     power_limit_mw: int | None = None
     mig_mode: bool = False
     slices: list[_Slice] = field(default_factory=list)
+    reads: list = field(default_factory=list)  # the one-number fast reads it supports
     fields: dict = field(default_factory=dict)  # metric -> index of the candidate in use
+    field_request: list | None = None  # [(metric, field id, scope, scale)] for those choices
     lost: bool = False
     last_probe: float = 0.0
     proc_ts: int = 0
@@ -158,16 +162,26 @@ def _handle_key(handle) -> int:
 
 
 def _field_value(fv):
-    v = fv.value
-    return {
-        0: lambda: v.dVal,
-        1: lambda: v.uiVal,
-        2: lambda: v.ulVal,
-        3: lambda: v.ullVal,
-        4: lambda: v.sllVal,
-        5: lambda: v.siVal,
-        6: lambda: v.usVal,
-    }.get(fv.valueType, lambda: v.ullVal)()
+    return getattr(fv.value, FIELD_VALUE_MEMBER.get(fv.valueType, "ullVal"))
+
+
+def _proc_list(running, sm: dict) -> list[dict]:
+    """NVML's compute processes as protocol entries, one per PID."""
+    out = []
+    by_pid = {}
+    for p in running:
+        pid, used = p.pid, p.usedGpuMemory
+        entry = by_pid.get(pid)
+        if entry is None:
+            entry = by_pid[pid] = {"pid": pid}
+            out.append(entry)
+            if sm and pid in sm:
+                entry["sm_util"] = sm[pid]
+            if used is not None:
+                entry["used_memory"] = used
+        elif used is not None:
+            entry["used_memory"] = entry.get("used_memory", 0) + used
+    return out
 
 
 class NvmlSource(Source):
@@ -179,6 +193,7 @@ class NvmlSource(Source):
         host: str,
         interval: float = 1.0,
         slow_interval: float = 5.0,
+        counter_interval: float = 30.0,
         once: bool = False,
         nvml=None,
     ):
@@ -186,6 +201,7 @@ class NvmlSource(Source):
         self.host = host
         self.interval = interval
         self.slow_interval = slow_interval
+        self.counter_interval = counter_interval
         self.once = once
         self.nv = nvml
         self.gpus: list[_Gpu] = []
@@ -206,6 +222,9 @@ class NvmlSource(Source):
         nv = self.nv
         self._errors()
         self._reads = self._scalar_reads()
+        self._get_util = nv.nvmlDeviceGetUtilizationRates
+        self._get_mem = nv.nvmlDeviceGetMemoryInfo
+        self._get_procs = nv.nvmlDeviceGetComputeRunningProcesses
         try:
             nv.nvmlInit()
             count = nv.nvmlDeviceGetCount()
@@ -228,6 +247,7 @@ class NvmlSource(Source):
     def _errors(self) -> None:
         nv = self.nv
         names = ("NotSupported", "FunctionNotFound", "NoPermission", "InvalidArgument")
+        self._nvml_error = nv.NVMLError
         self._unsupported = tuple(
             getattr(nv, f"NVMLError_{n}") for n in names if hasattr(nv, f"NVMLError_{n}")
         )
@@ -245,6 +265,7 @@ class NvmlSource(Source):
                 index=index,
                 name=_text(nv.nvmlDeviceGetName(handle)),
                 memory_total=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+                reads=list(self._reads),
             )
         except nv.NVMLError as exc:
             log.error("GPU %d cannot be read (%s); it is left out", index, exc)
@@ -259,6 +280,9 @@ class NvmlSource(Source):
         query = getattr(nv, "nvmlGpmQueryDeviceSupport", None)  # pynvml before 12.525 lacks GPM
         support = self._call(gpu, "gpm", query, handle) if query else None
         gpu.gpm_ok = bool(support is not None and support.isSupportedDevice)
+        if gpu.gpm_ok:
+            get = nv.nvmlGpmSampleGet
+            gpu.gpm_take = lambda sample: get(handle, sample)
         if gpu.mig_mode:
             gpu.slices = self._probe_slices(gpu)
         return gpu
@@ -275,18 +299,21 @@ class NvmlSource(Source):
             try:
                 name = _text(nv.nvmlDeviceGetName(handle))
                 match = re.search(r"MIG\s+(\S+)\s*$", name)
-                slices.append(
-                    _Slice(
-                        handle=handle,
-                        uuid=_text(nv.nvmlDeviceGetUUID(handle)),
-                        gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(handle)),
-                        profile=match.group(1) if match else name,
-                        memory_total=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
-                        gpm_ok=gpu.gpm_ok,
-                    )
+                sl = _Slice(
+                    handle=handle,
+                    uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+                    gpu_instance_id=int(nv.nvmlDeviceGetGpuInstanceId(handle)),
+                    profile=match.group(1) if match else name,
+                    memory_total=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+                    gpm_ok=gpu.gpm_ok,
                 )
             except nv.NVMLError as exc:
                 log.warning("MIG device %d of GPU %d cannot be read: %s", i, gpu.index, exc)
+                continue
+            if sl.gpm_ok:
+                get, parent, gi = nv.nvmlGpmMigSampleGet, gpu.handle, sl.gpu_instance_id
+                sl.gpm_take = lambda sample, get=get, parent=parent, gi=gi: get(parent, gi, sample)
+            slices.append(sl)
         return slices
 
     def rescan_mig(self) -> bool:
@@ -319,24 +346,32 @@ class NvmlSource(Source):
 
     # -- calls ------------------------------------------------------------------
 
-    def _call(self, dev: _Device, key: str, fn, *args, tally: _Tally | None = None):
+    def _failed(self, dev: _Device, key: str, exc: BaseException) -> int:
+        """Deal with an NVML error of dev's call `key`: 1 when it was Unknown Error, else 0.
+
+        A lost GPU raises _GpuLost; a call the device does not support is never made again.
+        """
+        if isinstance(exc, self._lost_error):
+            raise _GpuLost from None
+        if isinstance(exc, self._unsupported):
+            dev.unsupported.add(key)
+            if isinstance(dev, _Gpu):
+                dev.reads = [r for r in dev.reads if r[0] != key]
+            log.debug("%s: %s not supported (%s)", dev.uuid, key, exc)
+            return 0
+        if isinstance(exc, self._unknown_error):
+            return 1
+        log.debug("%s: %s failed (%s)", dev.uuid, key, exc)
+        return 0
+
+    def _call(self, dev: _Device, key: str, fn, *args):
         """fn(*args), or None when it failed; remembers calls the device does not support."""
         if key in dev.unsupported:
             return None
-        if tally is not None:
-            tally.calls += 1
         try:
             return fn(*args)
-        except self._lost_error:
-            raise _GpuLost from None
-        except self._unsupported as exc:
-            dev.unsupported.add(key)
-            log.debug("%s: %s not supported (%s)", dev.uuid, key, exc)
-        except self._unknown_error:
-            if tally is not None:
-                tally.unknown += 1
-        except self.nv.NVMLError as exc:
-            log.debug("%s: %s failed (%s)", dev.uuid, key, exc)
+        except self._nvml_error as exc:
+            self._failed(dev, key, exc)
         return None
 
     # -- fast path --------------------------------------------------------------
@@ -345,24 +380,26 @@ class NvmlSource(Source):
         now = time.time() if now is None else now
         records = []
         for gpu in self.gpus:
-            records.extend(self._fast_gpu(gpu, now))
+            if gpu.lost:
+                records.extend(self._probe_back(gpu, now))
+                continue
+            slices = gpu.slices  # the slow thread may replace the list (MIG rescan)
+            try:
+                record = self._fast_gpu(gpu, now)
+                if slices:
+                    slices = [self._fast_slice(gpu, s, now) for s in slices]
+            except _GpuLost:
+                records.append(self._mark_lost(gpu, now, "GPU is lost"))
+                continue
+            if record is None:
+                records.append(
+                    self._mark_lost(gpu, now, "every NVML call failed with Unknown Error")
+                )
+                continue
+            records.append(record)
+            if slices:
+                records.extend(s for s in slices if s is not None)
         return records
-
-    def _fast_gpu(self, gpu: _Gpu, now: float) -> list[dict]:
-        if gpu.lost:
-            return self._probe_back(gpu, now)
-        tally = _Tally()
-        try:
-            m, procs = self._fast_metrics(gpu, tally)
-            slices = [self._fast_slice(gpu, s, now) for s in gpu.slices]
-        except _GpuLost:
-            return [self._mark_lost(gpu, now, "GPU is lost")]
-        if tally.calls and tally.unknown == tally.calls:
-            return [self._mark_lost(gpu, now, "every NVML call failed with Unknown Error")]
-        record = {"t": now, "gpu": gpu.uuid, "m": m}
-        if procs is not None:
-            record["procs"] = procs
-        return [record, *(s for s in slices if s is not None)]
 
     def _scalar_reads(self) -> list[tuple[str, object, tuple]]:
         """(metric, NVML function, extra arguments) for the one-number fast reads."""
@@ -390,52 +427,62 @@ class NvmlSource(Source):
             ("fan_pct", nv.nvmlDeviceGetFanSpeed, ()),
         ]
 
-    def _fast_metrics(self, gpu: _Gpu, tally: _Tally) -> tuple[dict, list | None]:
-        nv, h = self.nv, gpu.handle
+    def _fast_gpu(self, gpu: _Gpu, now: float) -> dict | None:
+        """The GPU's fast record, or None when every call failed with Unknown Error.
+
+        The hot path: no per-call helper, no logging, no allocation beyond the record.
+        """
+        h = gpu.handle
+        unsupported = gpu.unsupported
+        error = self._nvml_error
         m = {}
-        util = self._call(gpu, "util", nv.nvmlDeviceGetUtilizationRates, h, tally=tally)
-        if util is not None:
-            m["gpu_util"] = util.gpu
-            m["mem_util"] = util.memory
-        mem = self._call(gpu, "mem", nv.nvmlDeviceGetMemoryInfo, h, tally=tally)
-        if mem is not None:
-            m["mem_used"] = mem.used
-            m["mem_total"] = mem.total
+        calls = unknown = 0
+        if "util" not in unsupported:
+            calls += 1
+            try:
+                util = self._get_util(h)
+                m["gpu_util"] = util.gpu
+                m["mem_util"] = util.memory
+            except error as exc:
+                unknown += self._failed(gpu, "util", exc)
+        if "mem" not in unsupported:
+            calls += 1
+            try:
+                mem = self._get_mem(h)
+                m["mem_used"] = mem.used
+                m["mem_total"] = mem.total
+            except error as exc:
+                unknown += self._failed(gpu, "mem", exc)
         if gpu.power_limit_mw:
             m["power_limit_mw"] = gpu.power_limit_mw
-        for metric, fn, args in self._reads:
-            value = self._call(gpu, metric, fn, h, *args, tally=tally)
-            if value is not None:
-                m[metric] = value
-        return m, self._procs(gpu, h, tally, gpu.proc_sm)
-
-    def _procs(self, dev: _Device, handle, tally: _Tally | None, sm: dict) -> list | None:
-        running = self._call(
-            dev, "procs", self.nv.nvmlDeviceGetComputeRunningProcesses, handle, tally=tally
-        )
-        if running is None:
+        reads = gpu.reads
+        calls += len(reads)
+        for metric, fn, args in reads:
+            try:
+                m[metric] = fn(h, *args)
+            except error as exc:
+                unknown += self._failed(gpu, metric, exc)
+        record = {"t": now, "gpu": gpu.uuid, "m": m}
+        if "procs" not in unsupported:
+            calls += 1
+            try:
+                record["procs"] = _proc_list(self._get_procs(h), gpu.proc_sm)
+            except error as exc:
+                unknown += self._failed(gpu, "procs", exc)
+        if unknown and unknown == calls:
             return None
-        by_pid: dict[int, dict] = {}
-        for p in running:
-            entry = by_pid.setdefault(p.pid, {"pid": p.pid})
-            if p.usedGpuMemory is not None:
-                entry["used_memory"] = entry.get("used_memory", 0) + p.usedGpuMemory
-            if p.pid in sm:
-                entry["sm_util"] = sm[p.pid]
-        return list(by_pid.values())
+        return record
 
     def _fast_slice(self, gpu: _Gpu, sl: _Slice, now: float) -> dict | None:
-        m = {}
-        mem = self._call(sl, "mem", self.nv.nvmlDeviceGetMemoryInfo, sl.handle)
+        record = {"t": now, "gpu": gpu.uuid, "slice": sl.uuid}
+        mem = self._call(sl, "mem", self._get_mem, sl.handle)
         if mem is not None:
-            m["mem_used"] = mem.used
-            m["mem_total"] = mem.total
-        procs = self._procs(sl, sl.handle, None, {})
-        if not m and procs is None:
+            record["m"] = {"mem_used": mem.used, "mem_total": mem.total}
+        running = self._call(sl, "procs", self._get_procs, sl.handle)
+        if running is not None:
+            record["procs"] = _proc_list(running, {})
+        elif mem is None:
             return None
-        record = {"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": m}
-        if procs is not None:
-            record["procs"] = procs
         return record
 
     def _mark_lost(self, gpu: _Gpu, now: float, message: str) -> dict:
@@ -456,7 +503,7 @@ class NvmlSource(Source):
         log.warning("GPU %d (%s) answers again", gpu.index, gpu.uuid)
         return [{"t": now, "gpu": gpu.uuid, "event": {"kind": "gpu_back"}}]
 
-    # -- slow path --------------------------------------------------------------
+    # -- slow path: GPM and per-process SM use, every slow interval ---------------
 
     def sample_slow(self, now: float | None = None) -> list[dict]:
         now = time.time() if now is None else now
@@ -471,92 +518,75 @@ class NvmlSource(Source):
         return records
 
     def _slow_gpu(self, gpu: _Gpu, now: float) -> list[dict]:
-        nv = self.nv
-        m = {}
-        energy = self._call(gpu, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
-        if energy is not None:
-            m["energy_mj"] = energy
-        self._read_fields(gpu, m)
+        records = []
         if not gpu.mig_mode:
-            m.update(self._gpm(gpu, lambda s: nv.nvmlGpmSampleGet(gpu.handle, s), GPM_METRICS))
+            m = self._gpm(gpu, GPM_METRICS)
+            if m:
+                records.append({"t": now, "gpu": gpu.uuid, "m": m})
         self._read_process_utilization(gpu)
-        records = [{"t": now, "gpu": gpu.uuid, "m": m}] if m else []
         for sl in gpu.slices:
-
-            def take(sample, sl=sl):
-                return nv.nvmlGpmMigSampleGet(gpu.handle, sl.gpu_instance_id, sample)
-
-            sm = self._gpm(sl, take, GPM_SLICE_METRICS)
-            if sm:
-                records.append({"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": sm})
+            m = self._gpm(sl, GPM_SLICE_METRICS)
+            if m:
+                records.append({"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": m})
         return records
 
-    def _field_id(self, name: str, number: int) -> int:
-        return getattr(self.nv, name, number)
+    def _gpm(self, dev: _Device, metrics: dict) -> dict:
+        """GPM metrics between the previous slow tick's sample and a new one.
 
-    def _read_fields(self, gpu: _Gpu, m: dict) -> None:
-        if "fields" in gpu.unsupported:
-            return
-        wanted = []
-        for metric, candidates in FIELD_METRICS.items():
-            choice = gpu.fields.setdefault(metric, 0)
-            if choice < len(candidates):
-                const, number, scope, scale = candidates[choice]
-                wanted.append((metric, self._field_id(const, number), scope, scale))
-        if not wanted:
-            gpu.unsupported.add("fields")
-            return
-        values = self._call(
-            gpu, "fields", self.nv.nvmlDeviceGetFieldValues, gpu.handle,
-            [(fid, scope) for _, fid, scope, _ in wanted],
-        )  # fmt: skip
-        if values is None:
-            return
-        not_supported = getattr(self.nv, "NVML_ERROR_NOT_SUPPORTED", 3)
-        for (metric, _, _, scale), fv in zip(wanted, values, strict=False):
-            if fv.nvmlReturn == 0:
-                m[metric] = int(_field_value(fv)) * scale
-            elif fv.nvmlReturn == not_supported:
-                gpu.fields[metric] += 1  # try the next candidate next time
-
-    def _gpm(self, dev: _Device, take, metrics: dict) -> dict:
-        """GPM metrics between the previous slow tick's sample and a new one."""
-        nv = self.nv
+        Per tick and device this is one nvmlGpmSampleGet and one nvmlGpmMetricsGet for
+        all metrics; the two samples and the request are allocated once and reused.
+        """
         if not dev.gpm_ok or "gpm" in dev.unsupported:
             return {}
-        if dev.gpm_samples is None:
-            alloc = self._call(dev, "gpm_alloc", lambda: [nv.nvmlGpmSampleAlloc() for _ in "ab"])
-            if alloc is None:
-                dev.gpm_ok = False
-                return {}
-            dev.gpm_samples = alloc
+        if dev.gpm_samples is None and not self._gpm_setup(dev, metrics):
+            return {}
         previous, current = dev.gpm_samples
-        if self._call(dev, "gpm", take, current) is None:
+        try:
+            dev.gpm_take(current)
+        except self._nvml_error as exc:
+            self._failed(dev, "gpm", exc)
             dev.gpm_primed = False
             return {}
-        out = {}
-        if dev.gpm_primed:
-            out = self._gpm_values(dev, previous, current, metrics)
-        dev.gpm_samples = [current, previous]
+        out = self._gpm_values(dev, previous, current) if dev.gpm_primed else {}
+        dev.gpm_samples = (current, previous)
         dev.gpm_primed = True
         return out
 
-    def _gpm_values(self, dev: _Device, first, second, metrics: dict) -> dict:
+    def _gpm_setup(self, dev: _Device, metrics: dict) -> bool:
         nv = self.nv
+        samples = []
+        try:
+            for _ in range(2):
+                samples.append(nv.nvmlGpmSampleAlloc())
+        except self._nvml_error as exc:
+            log.debug("%s: GPM samples cannot be allocated (%s)", dev.uuid, exc)
+            self._free_samples(samples)
+            dev.gpm_ok = False
+            return False
         request = nv.c_nvmlGpmMetricsGet_t()
         request.version = nv.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = len(metrics)
+        for i, (const, number) in enumerate(metrics.values()):
+            request.metrics[i].metricId = getattr(nv, const, number)
+        dev.gpm_samples = tuple(samples)
+        dev.gpm_request = request
+        dev.gpm_names = tuple(metrics)
+        dev.gpm_primed = False
+        return True
+
+    def _gpm_values(self, dev: _Device, first, second) -> dict:
+        request = dev.gpm_request
         request.sample1 = first
         request.sample2 = second
-        names = list(metrics)
-        for i, name in enumerate(names):
-            const, number = metrics[name]
-            request.metrics[i].metricId = getattr(nv, const, number)
-        if self._call(dev, "gpm_metrics", nv.nvmlGpmMetricsGet, request) is None:
+        try:
+            self.nv.nvmlGpmMetricsGet(request)
+        except self._nvml_error as exc:
+            self._failed(dev, "gpm_metrics", exc)
             return {}
         out = {}
-        for i, name in enumerate(names):
-            metric = request.metrics[i]
+        results = request.metrics
+        for i, name in enumerate(dev.gpm_names):
+            metric = results[i]
             if metric.nvmlReturn == 0:
                 out[name] = round(min(100.0, max(0.0, float(metric.value))), 2)
         return out
@@ -585,6 +615,61 @@ class NvmlSource(Source):
         if fresh:
             gpu.proc_ts = max(s.timeStamp for s in fresh)
         gpu.proc_sm = {pid: round(sum(v) / len(v), 1) for pid, v in per_pid.items()}
+
+    # -- counters: energy, PCIe and NVLink bytes, every counter interval -----------
+
+    def sample_counters(self, now: float | None = None) -> list[dict]:
+        now = time.time() if now is None else now
+        records = []
+        for gpu in self.gpus:
+            if gpu.lost:
+                continue
+            m = {}
+            try:
+                energy = self._call(
+                    gpu, "energy", self.nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle
+                )
+                if energy is not None:
+                    m["energy_mj"] = energy
+                self._read_fields(gpu, m)
+            except _GpuLost:
+                continue  # the fast path reports it
+            if m:
+                records.append({"t": now, "gpu": gpu.uuid, "m": m})
+        return records
+
+    def _field_request(self, gpu: _Gpu) -> list:
+        """(metric, field id, scope, scale) for each counter's current candidate field."""
+        wanted = []
+        for metric, candidates in FIELD_METRICS.items():
+            choice = gpu.fields.setdefault(metric, 0)
+            if choice < len(candidates):
+                const, number, scope, scale = candidates[choice]
+                wanted.append((metric, getattr(self.nv, const, number), scope, scale))
+        return wanted
+
+    def _read_fields(self, gpu: _Gpu, m: dict) -> None:
+        if "fields" in gpu.unsupported:
+            return
+        if gpu.field_request is None:
+            gpu.field_request = self._field_request(gpu)
+        wanted = gpu.field_request
+        if not wanted:
+            gpu.unsupported.add("fields")
+            return
+        values = self._call(
+            gpu, "fields", self.nv.nvmlDeviceGetFieldValues, gpu.handle,
+            [(fid, scope) for _, fid, scope, _ in wanted],
+        )  # fmt: skip
+        if values is None:
+            return
+        not_supported = getattr(self.nv, "NVML_ERROR_NOT_SUPPORTED", 3)
+        for (metric, _, _, scale), fv in zip(wanted, values, strict=False):
+            if fv.nvmlReturn == 0:
+                m[metric] = int(_field_value(fv)) * scale
+            elif fv.nvmlReturn == not_supported:
+                gpu.fields[metric] += 1  # try the next candidate next time
+                gpu.field_request = None
 
     # -- XID events -------------------------------------------------------------
 
@@ -646,22 +731,26 @@ class NvmlSource(Source):
     # -- running ----------------------------------------------------------------
 
     def start(self, emit: Emit) -> None:
+        host = self.host
         if self.once:
 
             def once():
-                emit(self.host, self.sample_fast())
-                emit(self.host, self.sample_slow())
+                emit(host, self.sample_fast())
+                emit(host, self.sample_slow())
+                emit(host, self.sample_counters())
                 self.done.set()
 
             self.spawn(once, "nvml-once")
             return
         stop = self.stop_event
-        self.spawn(
-            lambda: run_every(stop, self.interval, lambda: emit(self.host, self.sample_fast())),
-            "nvml-fast",
-        )
+        fast = self.sample_fast
+        self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, fast())),
+                   "nvml-fast")  # fmt: skip
         self.spawn(lambda: run_every(stop, self.slow_interval, lambda: self._slow_step(emit)),
                    "nvml-slow")  # fmt: skip
+        self.spawn(lambda: run_every(stop, self.counter_interval,
+                                     lambda: emit(host, self.sample_counters())),
+                   "nvml-counters")  # fmt: skip
         self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
 
     def _slow_step(self, emit: Emit) -> None:
@@ -670,14 +759,19 @@ class NvmlSource(Source):
         if self._slow_ticks % MIG_RESCAN_EVERY == 0:
             self.rescan_mig()
 
+    def _free_samples(self, samples) -> None:
+        for sample in samples:
+            try:
+                self.nv.nvmlGpmSampleFree(sample)
+            except self.nv.NVMLError:
+                pass
+
     def _free_gpm(self, devices) -> None:
         for dev in devices:
-            for sample in dev.gpm_samples or ():
-                try:
-                    self.nv.nvmlGpmSampleFree(sample)
-                except self.nv.NVMLError:
-                    pass
+            self._free_samples(dev.gpm_samples or ())
             dev.gpm_samples = None
+            dev.gpm_request = None
+            dev.gpm_primed = False
 
     def stop(self) -> None:
         super().stop()
