@@ -152,3 +152,9 @@ def api():
         return client
 
     return _client
+
+
+def pytest_collection_modifyitems(config, items):
+    # Browser tests last: Playwright's sync API keeps an event loop running in the main
+    # thread while the browser lives, which no async test may run beside.
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
