@@ -107,11 +107,12 @@ def _compact_encoder():
     much as encoding a whole record; CPython's C encoder, made once, is reused instead.
     Where it is missing or behaves differently, a JSONEncoder made once does the work.
     """
-    fallback = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    plain = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+    fallback = plain.encode
     try:
         from json.encoder import c_make_encoder, encode_basestring_ascii
 
-        encode = c_make_encoder(None, None, encode_basestring_ascii, None, ":", ",",
+        encode = c_make_encoder(None, plain.default, encode_basestring_ascii, None, ":", ",",
                                 False, False, False)  # fmt: skip
 
         def compact(obj) -> str:

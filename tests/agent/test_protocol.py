@@ -82,3 +82,5 @@ def test_records_are_encoded_as_compact_ascii_json_without_nan():
     assert text == json.dumps(record, separators=(",", ":")) and text.isascii()
     with pytest.raises(ValueError):
         protocol.dumps({"m": {"x": math.nan}})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        protocol.dumps({"m": {"x": object()}})
