@@ -117,12 +117,24 @@ def correction_lines(month: date, team_ids) -> dict[int, list[Line]]:
     return out
 
 
+LINE_FIELDS = ("position", "kind", "description", "sku", "pricing_category", "instance_id", "reservation_id",
+               "refers_to_id", "quantity", "unit", "unit_price", "amount")
+
+
 def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
-    """Replace the lines of each draft and set its totals: a few queries for any number."""
-    InvoiceLine.objects.filter(invoice__in=[inv for inv, _ in drafts]).delete()
-    rows = []
+    """Replace the lines of each draft and set its totals: a few queries for any number.
+    A draft whose lines come out exactly as they are (refreshed again with nothing new
+    metered, as when a month is issued right after metering) keeps them."""
+    stored = defaultdict(list)
+    for invoice_id, *values in (
+        InvoiceLine.objects.filter(invoice__in=[inv for inv, _ in drafts])
+        .order_by("invoice_id", "position")
+        .values_list("invoice_id", *LINE_FIELDS)
+    ):
+        stored[invoice_id].append(tuple(values))
+    changed, rows = [], []
     for invoice, lines in drafts:
-        rows += [
+        new = [
             {
                 "invoice_id": invoice.pk, "position": i, "kind": ln.kind, "description": ln.description[:200],
                 "sku": ln.sku, "pricing_category": ln.pricing_category, "instance_id": ln.instance_id,
@@ -131,8 +143,13 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
             }
             for i, ln in enumerate(lines, start=1)
         ]
+        if [tuple(row[f] for f in LINE_FIELDS) for row in new] != stored.get(invoice.pk, []):
+            changed.append(invoice)
+            rows += new
         usage = sum((ln.amount for ln in lines if ln.kind in (LineKind.USAGE, LineKind.UNUSED_COMMITMENT)), Decimal("0.00"))
         other = sum((ln.amount for ln in lines if ln.kind in (LineKind.CORRECTION, LineKind.ADJUSTMENT)), Decimal("0.00"))
         invoice.subtotal, invoice.adjustments, invoice.total, invoice.updated_at = usage, other, usage + other, now
+    if changed:
+        InvoiceLine.objects.filter(invoice__in=changed).delete()
     bulk.insert(InvoiceLine, rows)
     Invoice.objects.bulk_update([inv for inv, _ in drafts], ["subtotal", "adjustments", "total", "updated_at"], batch_size=500)

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, localcontext
 
 CENT = Decimal("0.01")
 RATE_PLACES = Decimal("0.000001")
@@ -23,6 +23,9 @@ SPOT_FREE_SECONDS = 3600
 ONE_YEAR_FACTOR = Decimal("0.60")
 TERM_DAYS = {"1y": 365, "3y": 3 * 365}
 BILLABLE_STATES = frozenset({"running", "stopping"})
+# Wide enough that dividing price-seconds by 3600 is exact to far below a cent before
+# the one rounding step (the same precision whatever the caller's context).
+_WIDE = Context(prec=60, rounding=ROUND_HALF_EVEN)
 
 
 class PricingError(Exception):
@@ -38,25 +41,31 @@ def money(value) -> Decimal:
 
 def to_cents(price_seconds: Decimal) -> Decimal:
     """The one rounding step: Σ(hourly price × seconds) → currency, to the cent, half up."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        return (money(price_seconds) / SECONDS_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_UP)
+    return _WIDE.divide(money(price_seconds), SECONDS_PER_HOUR).quantize(CENT, rounding=ROUND_HALF_UP, context=_WIDE)
 
 
 def cents(amount: Decimal) -> int:
     """A cent-rounded amount as whole cents (how charges are stored)."""
     amount = money(amount)
-    if amount != amount.quantize(CENT):
+    scaled = amount.scaleb(2, context=_WIDE)
+    whole = int(scaled)
+    if scaled != whole:
         raise ValueError(f"{amount} is not a whole number of cents")
-    return int(amount.scaleb(2))
+    return whole
 
 
 def from_cents(value: int | None) -> Decimal:
-    return Decimal(int(value or 0)).scaleb(-2).quantize(CENT)
+    return Decimal(int(value or 0)).scaleb(-2, context=_WIDE)
 
 
 def hours(seconds: int) -> Decimal:
     """Seconds as hours, to 4 places (for quantities shown to people)."""
+    if type(seconds) is int:
+        # seconds / 3600 to 4 places = seconds × 25 / 9 ten-thousandths, half up
+        # (9 is odd, so there is never an exact half).
+        q, r = divmod(abs(seconds) * 25, 9)
+        q += r >= 5
+        return Decimal(-q if seconds < 0 else q).scaleb(-4)
     with localcontext() as ctx:
         ctx.prec = 40
         return (Decimal(seconds) / SECONDS_PER_HOUR).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)

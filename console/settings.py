@@ -78,6 +78,7 @@ DATABASE_URL = envstr("DATABASE_URL", "")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

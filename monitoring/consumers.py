@@ -7,6 +7,7 @@ tenancy checks; no ORM call runs on the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -14,16 +15,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
+from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
 
-from audit.models import Outcome
 from audit.context import bind_scope
+from audit.models import Outcome
 from audit.services import record_event
-from console.live import FLEET_GROUP, host_group, instance_group, team_group
+from console.live import FLEET_GROUP, encode, host_group, instance_group, team_group
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 from monitoring.agent import protocol as p
@@ -61,8 +63,30 @@ def close_writer_connections() -> None:
         future.result()
 
 
+def _keeping_connection(func):
+    """Run ``func`` on a writer thread that keeps its database connection.
+
+    ``database_sync_to_async`` closes obsolete connections before and after every call,
+    and with ``CONN_MAX_AGE = 0`` (the SQLite default) that is every connection: one
+    connect and close per agent frame. A writer thread instead keeps its connection,
+    closes it after a failed call, and leaves persistent connections to Django's rules.
+    """
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        if connection.connection is not None and connection.settings_dict.get("CONN_MAX_AGE"):
+            connection.close_if_unusable_or_obsolete()
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            connection.close()  # it may be what failed; the next call opens a new one
+            raise
+
+    return run
+
+
 def _write(func):
-    return database_sync_to_async(func, thread_sensitive=False, executor=_writers())
+    return sync_to_async(_keeping_connection(func), thread_sensitive=False, executor=_writers())
 
 
 def _bearer(scope) -> str | None:
@@ -181,6 +205,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             while len(batches) < MERGE_FRAMES and not self.queue.empty():
                 batches.append(self.queue.get_nowait())
             self.storing = asyncio.ensure_future(store(link=self.link, batches=batches))
+            fanout.writing()
+            stored = None
             try:
                 # Shielded: a disconnect stops this loop, not a write already under way.
                 stored = await asyncio.shield(self.storing)
@@ -193,9 +219,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 self.closing = True
                 await self.close(code=1011)
                 return
+            finally:
+                fanout.written(stored.latest if stored is not None else {})
             for boot_id, seq in stored.acks:
                 await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
-            fanout.offer(stored.latest)
 
     async def send_frame(self, frame: dict):
         await self.send(text_data=json.dumps(frame, separators=(",", ":")))
@@ -316,7 +343,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_BAD_MESSAGE)
 
     async def send_event(self, event: str, data: dict):
-        await self.send(text_data=json.dumps({"event": event, "data": data}, separators=(",", ":")))
+        await self.send(text_data=encode(event, data))
 
     async def live_event(self, message):
-        await self.send_event(message["event"], message["data"])
+        # Serialised once by the publisher (console.live.message); forwarded as is.
+        text = message.get("text")
+        if text is None:  # {"event", "data"} from a worker of an older release
+            text = encode(message["event"], message["data"])
+        await self.send(text_data=text)

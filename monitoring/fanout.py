@@ -1,9 +1,12 @@
 """Coalesced live GPU updates.
 
 Writers hand every stored reading to ``offer``; at most once per ``LIVE_COALESCE_S``
-(default 0.25 s; the first reading after a quiet interval goes at once) the newest reading of each GPU goes out as one ``gpus`` event per
+(default 0.25 s; the first reading after a quiet interval goes at once, with those of the
+writes already under way) the newest reading of each GPU goes out as one ``gpus`` event per
 group: ``fleet`` (every GPU), ``host.<id>``, ``team.<id>`` and ``instance.<id>`` (only
 their own GPUs). A browser gets a few messages a second, however many GPUs report.
+Each group's event is serialised once per flush (``console.live.message``) and the
+groups are sent together, one ``group_send`` per group.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from console.live import FLEET_GROUP, apublish, host_group, instance_group, publish, team_group
+from console.live import (
+    FLEET_GROUP,
+    host_group,
+    instance_group,
+    message,
+    publish,
+    send_each,
+    team_group,
+)
 
 PUBLIC_KEYS = ("uuid", "host", "index", "instance", "team", "t", "m", "stale")
 
@@ -48,12 +59,35 @@ def split(entries: list[dict]) -> dict[str, list[dict]]:
 
 
 class Coalescer:
+    """One event per group per ``interval``; see the module docstring.
+
+    Writers say when a write of samples starts (``writing``) and hand its readings over
+    when it ends (``written``). A flush that could go at once (the leading edge) first
+    waits for the writes already under way, at most ``interval`` in all: agents that
+    sample in step send a burst of frames, and the whole burst then goes out in one
+    event instead of its first frame at once and the rest a full interval later.
+    """
+
     def __init__(self, interval: float):
         self.interval = interval
         self.pending: dict[str, dict] = {}
         self.task: asyncio.Task | None = None
         self.sent = 0
         self.last_flush = float("-inf")
+        self.busy = 0  # writes under way
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def writing(self) -> None:
+        self.busy += 1
+        self.idle.clear()
+
+    def written(self, latest: dict[str, dict]) -> None:
+        self.busy = max(0, self.busy - 1)
+        if latest:
+            self.offer(latest)
+        if not self.busy:
+            self.idle.set()
 
     def offer(self, latest: dict[str, dict]) -> None:
         for uuid, entry in latest.items():
@@ -61,20 +95,28 @@ class Coalescer:
             if kept is None or entry["_t"] >= kept["_t"]:
                 self.pending[uuid] = entry
         if self.task is None or self.task.done():
-            # Leading edge: a reading after a quiet spell goes out at once; later ones
-            # wait for the rest of the interval, so a group gets one event per interval.
+            # Leading edge: a reading after a quiet spell goes out at once (with the
+            # writes under way); later ones wait for the rest of the interval, so a
+            # group gets one event per interval.
             loop = asyncio.get_running_loop()
             delay = max(0.0, self.last_flush + self.interval - loop.time())
             self.task = loop.create_task(self._flush_after(delay))
 
     async def _flush_after(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.interval
         if delay:
             await asyncio.sleep(delay)
-        self.last_flush = asyncio.get_running_loop().time()
+        if not self.idle.is_set() and loop.time() < deadline:
+            try:
+                await asyncio.wait_for(self.idle.wait(), deadline - loop.time())
+            except TimeoutError:
+                pass
+        self.last_flush = loop.time()
         batch, self.pending = self.pending, {}
-        for group, gpus in split(list(batch.values())).items():
-            await apublish([group], "gpus", {"gpus": gpus})
-            self.sent += 1
+        sends = [(group, message("gpus", {"gpus": gpus})) for group, gpus in split(list(batch.values())).items()]
+        self.sent += len(sends)
+        await send_each(sends)
 
 
 _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -92,6 +134,16 @@ def coalescer() -> Coalescer:
 def offer(latest: dict[str, dict]) -> None:
     if latest:
         coalescer().offer(latest)
+
+
+def writing() -> None:
+    """A write of samples starts; ``written`` must follow, whatever its outcome."""
+    coalescer().writing()
+
+
+def written(latest: dict[str, dict]) -> None:
+    """A write of samples ended; ``latest`` are its newest readings (empty if it failed)."""
+    coalescer().written(latest)
 
 
 def publish_stale(*, now=None, window_s: float = 10.0) -> int:

@@ -1,6 +1,7 @@
 """Live GPU updates: the first reading goes out at once, then one event per interval."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -16,10 +17,12 @@ def entry(uuid, t):
 def sent(monkeypatch):
     events = []
 
-    async def fake_publish(groups, event, data):
-        events.append((asyncio.get_running_loop().time(), groups[0], [g["t"] for g in data["gpus"]]))
+    async def fake_send_each(sends):
+        for group, message in sends:
+            data = json.loads(message["text"])["data"]
+            events.append((asyncio.get_running_loop().time(), group, [g["t"] for g in data["gpus"]]))
 
-    monkeypatch.setattr(fanout, "apublish", fake_publish)
+    monkeypatch.setattr(fanout, "send_each", fake_send_each)
     return events
 
 
@@ -42,3 +45,63 @@ async def test_readings_within_the_interval_are_coalesced_to_the_newest(sent):
     assert fleet == [[1.0], [4.0]]
     times = [when for when, group, _ in sent if group == "fleet"]
     assert times[1] - times[0] >= 0.19
+
+
+async def test_a_burst_of_writes_goes_out_in_one_event(sent):
+    # Agents that sample in step: the first write ends, others are still under way.
+    c = fanout.Coalescer(0.5)
+    start = asyncio.get_running_loop().time()
+    for _ in range(3):
+        c.writing()
+    c.written({"a": entry("a", 1.0)})
+    await asyncio.sleep(0.02)
+    assert sent == []  # the leading edge waits for the writes under way
+    c.written({"b": entry("b", 1.0)})
+    c.written({"c": entry("c", 1.0)})
+    await asyncio.sleep(0.02)
+    fleet = [(when, ts) for when, group, ts in sent if group == "fleet"]
+    assert [ts for _, ts in fleet] == [[1.0, 1.0, 1.0]]
+    assert fleet[0][0] - start < 0.2
+
+
+async def test_a_slow_write_holds_the_leading_edge_at_most_one_interval(sent):
+    c = fanout.Coalescer(0.1)
+    start = asyncio.get_running_loop().time()
+    c.writing()
+    c.writing()
+    c.written({"a": entry("a", 1.0)})  # the other write never ends
+    await asyncio.sleep(0.2)
+    times = [when for when, group, _ in sent if group == "fleet"]
+    assert len(times) == 1 and 0.09 <= times[0] - start < 0.18
+
+
+async def test_a_failed_write_counts_as_ended(sent):
+    c = fanout.Coalescer(0.5)
+    c.writing()
+    c.writing()
+    c.written({})  # failed: no readings
+    c.written({"a": entry("a", 1.0)})
+    await asyncio.sleep(0.02)
+    assert [ts for _, group, ts in sent if group == "fleet"] == [[1.0]]
+
+
+async def test_each_group_event_is_serialised_once_and_sent_once(monkeypatch):
+    calls = []
+
+    class Layer:
+        async def group_send(self, group, message):
+            calls.append((group, message))
+
+    monkeypatch.setattr("console.live.get_channel_layer", lambda: Layer())
+    c = fanout.Coalescer(0.2)
+    c.offer({"a": entry("a", 1.0), "b": {**entry("b", 2.0), "team": 7}})
+    await asyncio.sleep(0.02)
+    groups = [group for group, _ in calls]
+    assert sorted(groups) == ["fleet", "host.1", "team.7"]  # one group_send per group per flush
+    for _, message in calls:
+        assert set(message) == {"type", "text"} and message["type"] == "live.event"
+        assert isinstance(message["text"], str)
+    by_group = {group: json.loads(message["text"]) for group, message in calls}
+    assert [g["uuid"] for g in by_group["fleet"]["data"]["gpus"]] == ["a", "b"]
+    assert [g["uuid"] for g in by_group["team.7"]["data"]["gpus"]] == ["b"]
+    assert set(by_group["fleet"]["data"]["gpus"][0]) == set(fanout.PUBLIC_KEYS)

@@ -111,3 +111,18 @@ async def test_gpu_samples_arrive_coalesced(browser, bob, acme, acme_instance, t
     assert first["m"] == {"gpu_util": 2}
     assert await ws.receive_nothing(timeout=0.2)
     await ws.disconnect()
+
+
+async def test_a_published_event_reaches_the_browser_verbatim(browser, ops):
+    from channels.layers import get_channel_layer
+
+    from console import live
+
+    ws, _, _ = await browser(ops)
+    await subscribe(ws, "fleet")
+    await live.apublish([live.FLEET_GROUP], "alert", {"id": 7, "state": "open"})
+    assert await ws.receive_from(timeout=2) == '{"event":"alert","data":{"id":7,"state":"open"}}'
+    # The older message shape, {"event", "data"} (a worker of an earlier release).
+    await get_channel_layer().group_send(live.FLEET_GROUP, {"type": "live.event", "event": "alert", "data": {"id": 8}})
+    assert json.loads(await ws.receive_from(timeout=2)) == {"event": "alert", "data": {"id": 8}}
+    await ws.disconnect()
