@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import re
+import secrets
 import socket
 import statistics
 import subprocess
@@ -287,6 +288,10 @@ def main() -> int:
             "INPROCESS_SCHEDULER": "false",
             "PYTHONUNBUFFERED": "1",
             "DJANGO_SETTINGS_MODULE": "console.settings",
+            # As in production: DEBUG off (no debug cursor wrapping every query).
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(48),
+            "SECURE_SSL_REDIRECT": "false",
         }
         if args.coalesce is not None:
             (var / "bench_settings.py").write_text(

@@ -10,6 +10,8 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
+from instances.models import GpuModel, Instance
+
 from . import bulk, pricing
 from .models import (
     Charge,
@@ -45,18 +47,28 @@ class Line:
 
 
 def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
-    """Each team's usage lines for ``month``, from its charges, in one query."""
+    """Each team's usage lines for ``month``, from its charges: one aggregate over the
+    charges' own columns (names are looked up once, not grouped on)."""
+    charges = Charge.objects.filter(team_id__in=list(team_ids), month=month)
     rows = (
-        Charge.objects.filter(team_id__in=list(team_ids), month=month)
-        .values(
-            "team_id", "charge_type", "pricing_category", "instance_id", "instance__name", "instance__pricing_model",
-            "reservation_id", "sku", "unit_price", "gpu_model__name",
+        charges.values(
+            "team_id", "charge_type", "pricing_category", "instance_id", "reservation_id", "sku", "unit_price",
+            "gpu_model_id",
         )
         .annotate(cents=Sum("billed_cents"), secs=Sum("priced_seconds"))
         .order_by()
     )
+    instances = {
+        pk: (name, pricing_model)
+        for pk, name, pricing_model in Instance.objects.filter(id__in=charges.values("instance_id")).values_list(
+            "id", "name", "pricing_model"
+        )
+    }
+    models = dict(GpuModel.objects.values_list("id", "name"))
     out: dict[int, list[Line]] = defaultdict(list)
     for row in rows:
+        row["instance__name"], row["instance__pricing_model"] = instances.get(row["instance_id"], (None, None))
+        row["gpu_model__name"] = models[row["gpu_model_id"]]
         out[row["team_id"]].append(_line(row))
     for lines in out.values():
         lines.sort(key=lambda line: line.sort)
@@ -84,7 +96,11 @@ def _line(row: dict) -> Line:
     elif category == PricingCategory.DYNAMIC and row["unit_price"] == 0:
         what = "Spot, preempted in its first hour: free"
     text = f"{row['instance__name']} · {sku} · {what}"
-    return Line(kind=LineKind.USAGE, description=text, sort=(0, row["instance__name"], category, text), **common)
+    # Lines that read the same (one instance at two prices in a month) go by instance,
+    # then by price.
+    price = row["unit_price"]
+    tie = (row["instance_id"], price is None, price or 0)
+    return Line(kind=LineKind.USAGE, description=text, sort=(0, row["instance__name"], category, text, *tie), **common)
 
 
 def correction_lines(month: date, team_ids) -> dict[int, list[Line]]:

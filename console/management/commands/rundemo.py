@@ -27,7 +27,7 @@ class Command(BaseCommand):
             [
                 sys.executable, "-m", "daphne", "-b", bind, "-p", str(port),
                 # the agent protocol's frame limit (docs/agent-protocol.md)
-                "--websocket_max_message_size", str(512 * 1024),
+                "--websocket-max-message-size", str(512 * 1024),
                 "console.asgi:application",
             ]
         )
