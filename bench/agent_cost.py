@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TRACE = REPO.parent / "shared" / "telemetry" / "h200_mixed.jsonl"
+TRACE = REPO / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 SLOW_EVERY = 5  # fast samples per slow sample at the defaults (1 s, 5 s)
 COUNTER_EVERY = 30  # fast samples per counter sample at the defaults (1 s, 30 s)
 

@@ -27,7 +27,7 @@ from .catalog import GAUGES
 from .models import Rollup1h, Rollup1m
 
 HISTORY = timedelta(days=2)
-TRACE = Path(settings.BASE_DIR).parent / "shared" / "telemetry" / "h200_mixed.jsonl"
+TRACE = Path(settings.BASE_DIR) / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 
 # instance name -> workload: (utilization, tensor, SM occupancy, DRAM, power share, memory share)
 WORKLOADS = {

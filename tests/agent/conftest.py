@@ -20,7 +20,7 @@ from monitoring.agent.backends.replay import ReplaySource, Trace
 from monitoring.agent.spool import Spool
 from monitoring.agent.uplink import Backoff, HostLink
 
-TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "telemetry" / "h200_mixed.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 TOKEN = "host-token-1"
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from console import demo
@@ -28,6 +29,7 @@ class Command(BaseCommand):
                 sys.executable, "-m", "daphne", "-b", bind, "-p", str(port),
                 # the agent protocol's frame limit (docs/agent-protocol.md)
                 "--websocket-max-message-size", str(512 * 1024),
+                "--access-log", str(settings.VAR_DIR / "access.log"),
                 "console.asgi:application",
             ]
         )
