@@ -10,7 +10,7 @@ that its peak RSS is its own:
                 SM use) and counters (total energy, PCIe/NVLink byte counters). The
                 cost per GPU-sample at a cadence is then
                     fast + slow × interval / slow-interval + counters × interval / counter-interval,
-                reported for the defaults (1 s / 5 s / 30 s) and for 0.2 s / 5 s / 30 s;
+                reported for the defaults (1 s / 5 s / 60 s) and for 0.2 s / 5 s / 60 s;
 2. bare       - a plain pynvml loop over the same fast fields;
 3. nvitop     - nvitop's Device API for the same fields;
 4. gpustat    - gpustat.new_query() (all GPUs, with process details);
@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 
 # (label, fast interval, slow interval, counter interval) in seconds
 CADENCES = [
-    ("agent @ 1 s / 5 s / 30 s (defaults)", 1.0, 5.0, 30.0),
-    ("agent @ 0.2 s / 5 s / 30 s", 0.2, 5.0, 30.0),
+    ("agent @ 1 s / 5 s / 60 s (defaults)", 1.0, 5.0, 60.0),
+    ("agent @ 0.2 s / 5 s / 60 s", 0.2, 5.0, 60.0),
 ]
 AGENT_SHARE = {"fast": 0.5, "slow": 0.25, "counters": 0.25}  # of --seconds
 MIN_TICKS = 5
@@ -124,8 +124,8 @@ def agent_rows(result: dict) -> list[dict]:
             blend[key] = (ticks["fast"][key] + ticks["slow"][key] * fast / slow
                           + ticks["counters"][key] * fast / counters)  # fmt: skip
         rows.append(blend)
-    names = {"fast": "agent fast tick (fast set)", "slow": "agent slow tick (GPM, process SM)",
-             "counters": "agent counter tick (energy, PCIe/NVLink)"}  # fmt: skip
+    names = {"fast": "agent fast tick (fast set)", "slow": "agent slow tick (GPM)",
+             "counters": "agent counter tick (energy, PCIe/NVLink, process SM)"}  # fmt: skip
     for name, label in names.items():
         rows.append({"tool": label, "gpus": result["gpus"], **ticks[name],
                      "rss_mib": result["rss_mib"]})  # fmt: skip

@@ -27,7 +27,7 @@ from .spool import Spool, SpoolError
 PROG = "gpuconsole-agent"
 TOKEN_ENV = "GPUCONSOLE_AGENT_TOKEN"
 TOKEN_RE = re.compile(r"^[\x21-\x7e]{1,4096}$")
-DEFAULT_COUNTER_INTERVAL = 30.0
+DEFAULT_COUNTER_INTERVAL = 60.0
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between slow samples (GPM, per-process SM use), 1-600 (default 5)")  # fmt: skip
     p.add_argument("--counter-interval", type=float, default=None, metavar="S",
                    help="nvml: seconds between reads of the cumulative counters (energy, PCIe and "
-                   "NVLink bytes), 1-3600, not shorter than --interval (default 30)")  # fmt: skip
+                   "NVLink bytes), 1-3600, not shorter than --interval (default 60)")  # fmt: skip
     p.add_argument("--spool-dir", metavar="DIR",
                    help="where unacknowledged records wait (default ~/.cache/gpuconsole-agent/HOST)")  # fmt: skip
     p.add_argument("--spool-max-records", type=int, default=200_000, metavar="N",

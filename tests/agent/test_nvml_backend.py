@@ -142,7 +142,7 @@ def test_gpm_is_not_asked_of_a_gpu_without_it(fake_nvml):
 def test_process_sm_use_joins_the_process_list(fake_nvml):
     fake = fake_nvml()
     source = opened()
-    source.sample_slow()
+    source.sample_counters()
     [record] = by_gpu(source.sample_fast(), fake.devices[0].uuid)
     assert record["procs"] == [{"pid": 4242, "used_memory": 30 * 2**30, "sm_util": 55}]
 
@@ -151,7 +151,7 @@ def test_no_process_sm_data_means_no_sm_util(fake_nvml):
     fake = fake_nvml()
     fake.devices[0].proc_util = []  # NVML answers NotFound
     source = opened()
-    source.sample_slow()
+    source.sample_counters()
     [record] = by_gpu(source.sample_fast(), fake.devices[0].uuid)
     assert record["procs"] == [{"pid": 4242, "used_memory": 30 * 2**30}]
 
@@ -272,8 +272,8 @@ def test_each_set_runs_on_its_own_cadence(fake_nvml, monkeypatch):
         return {what for what in reads if fake.calls(dev, what) > before[what]}
 
     assert calls_of(1.0) == {"util"}
-    assert calls_of(5.0) == {"gpm_sample", "proc_util"}
-    assert calls_of(30.0) == {"energy", "fields"}
+    assert calls_of(5.0) == {"gpm_sample"}
+    assert calls_of(30.0) == {"energy", "fields", "proc_util"}
 
 
 def test_counters_are_read_only_every_counter_interval(fake_nvml):
