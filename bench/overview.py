@@ -223,21 +223,11 @@ def charts(user, uuid: str, runs: int) -> dict:
     from django.utils import timezone
     from rest_framework.test import APIClient
 
+    from monitoring.charts import GPU_METRICS
+
     client = APIClient()
     client.force_authenticate(user)
-    metrics = "&".join(
-        f"metric={m}"
-        for m in (
-            "gpu_util",
-            "tensor_active_pct",
-            "sm_occupancy_pct",
-            "mem_used",
-            "power_mw",
-            "temp_c",
-            "sm_clock_mhz",
-            "mem_clock_mhz",
-        )
-    )
+    metrics = "&".join(f"metric={m}" for m in GPU_METRICS)
     out = {}
     for label, span in (
         ("24h", timedelta(days=1)),
