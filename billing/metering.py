@@ -152,7 +152,7 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     regions = dict(Host.objects.values_list("id", "region__name"))
     ledger = Ledger()
     usage: list[dict] = []
-    for meta, instance_id, events in _events(_candidates(day0, cutoff)):
+    for meta, instance_id, events in _events(_candidates(day0, cutoff), day0, cutoff):
         for run, host_id in _runs(events):
             region = regions.get(host_id, "")
             for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
@@ -183,26 +183,30 @@ def _candidates(start: datetime, cutoff: datetime) -> list[int]:
     )
 
 
-def _metas(ids: list[int]) -> dict[int, Meta]:
-    rows = Instance.objects.filter(id__in=ids).values_list(
+def _metas(lo: int, hi: int, wanted: set[int]) -> dict[int, Meta]:
+    rows = Instance.objects.filter(id__gte=lo, id__lte=hi).values_list(
         "id", "team_id", "gpu_model_id", "gpu_model__name", "slice_profile__kind", "slice_profile__name",
         "pricing_model",
     )
     metas = {}
     for pk, team_id, model_id, model, kind, profile, pricing_model in rows:
-        sku = f"{model}:{kind}:{profile}" if kind else model
-        metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind)
+        if pk in wanted:
+            sku = f"{model}:{kind}:{profile}" if kind else model
+            metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind)
     return metas
 
 
-def _events(ids: list[int]) -> Iterator[tuple[Meta, int, list]]:
+def _events(ids: list[int], start: datetime, cutoff: datetime) -> Iterator[tuple[Meta, int, list]]:
     """(its billing facts, instance id, its events in order) per candidate, streamed a
-    chunk of instances at a time."""
+    chunk of instances at a time. A chunk is read by its range of ids (a list of
+    thousands of ids costs more to send than the rows), restricted to candidates."""
     for i in range(0, len(ids), BATCH):
         chunk = ids[i : i + BATCH]
-        metas = _metas(chunk)
+        lo, hi, wanted = chunk[0], chunk[-1], set(chunk)
+        metas = _metas(lo, hi, wanted)
         rows = (
-            LifecycleEvent.objects.filter(instance_id__in=chunk)
+            LifecycleEvent.objects.filter(instance_id__gte=lo, instance_id__lte=hi, instance__created_at__lt=cutoff)
+            .filter(Q(instance__state__in=HOLDING_STATES) | Q(instance__state_changed_at__gte=start))
             .order_by("instance_id", "time", "id")
             .annotate(time_text=_as_text("time"))
             .values_list("instance_id", "time_text", "to_state", "gpu_count", "by_platform", "host_id")
@@ -213,7 +217,8 @@ def _events(ids: list[int]) -> Iterator[tuple[Meta, int, list]]:
                 if events:
                     yield metas[current], current, events
                 current, events = instance_id, []
-            events.append((_utc(time), to_state, gpus, by_platform, host_id))
+            if instance_id in wanted:  # one that became a candidate since the list was made waits for the next run
+                events.append((_utc(time), to_state, gpus, by_platform, host_id))
         if events:
             yield metas[current], current, events
 

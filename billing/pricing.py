@@ -34,6 +34,8 @@ class PricingError(Exception):
 
 def money(value) -> Decimal:
     """Accept only exact numbers: a float never becomes money."""
+    if type(value) is Decimal:
+        return value
     if isinstance(value, float):
         raise TypeError("money must be Decimal, int or str, never float")
     return value if isinstance(value, Decimal) else Decimal(value)

@@ -354,7 +354,8 @@ def issue_due_invoices(*, now: datetime | None = None) -> list[Invoice]:
 def issue_months(*, actor, before: date, now: datetime) -> list[Invoice]:
     """Issue the invoice of every team and month before ``before`` that has charges or a
     draft and is not issued yet, oldest month first, each month in one transaction."""
-    pending = set(Charge.objects.filter(month__lt=before).values_list("team_id", "month").distinct()) | set(
+    # .order_by(): the default ordering would make DISTINCT run over every charge.
+    pending = set(Charge.objects.filter(month__lt=before).order_by().values_list("team_id", "month").distinct()) | set(
         Invoice.objects.filter(month__lt=before, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
     pending -= set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
     out = []

@@ -41,6 +41,18 @@ def test_lines_add_up_exactly_to_the_total(november):
     assert sum(line.amount for line in november.lines.all()) == november.total
 
 
+def test_a_refresh_with_nothing_new_keeps_the_lines_and_new_usage_replaces_them(november, play, bob, acme, meter):
+    before = list(november.lines.values_list("id", "position", "description", "amount"))
+    meter(now=at(2, month=12))
+    assert list(november.lines.values_list("id", "position", "description", "amount")) == before
+    play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
+    meter(now=at(2, month=12))
+    november.refresh_from_db()
+    lines = list(november.lines.values_list("description", "amount"))
+    assert november.total == Decimal("12.00") == sum(amount for _, amount in lines)
+    assert [d.split(" ·")[0] for d, _ in lines] == ["job", "late"]
+
+
 def test_an_issued_invoice_never_changes_when_usage_is_re_metered(november, play, bob, acme, meter):
     services.issue_due_invoices(now=at(2, month=12))
     late = play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])

@@ -1,7 +1,7 @@
 """Properties of the pure pricing functions, over random inputs."""
 
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +29,24 @@ def test_one_rounding_step_is_within_half_a_cent(parts):
     cents = pricing.to_cents(exact)
     assert isinstance(cents, Decimal) and cents == cents.quantize(pricing.CENT)
     assert abs(cents - exact / 3600) <= Decimal("0.005")
+
+
+@FAST
+@given(st.integers(-(10**9), 10**12))
+def test_hours_are_seconds_over_3600_to_four_places_half_up(seconds):
+    with localcontext() as ctx:
+        ctx.prec = 40
+        expected = (Decimal(seconds) / 3600).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    got = pricing.hours(seconds)
+    assert got == expected and str(got) == str(expected)
+
+
+@FAST
+@given(st.integers(-(10**12), 10**12))
+def test_cents_round_trip(value):
+    amount = pricing.from_cents(value)
+    assert str(amount) == str(Decimal(value).scaleb(-2).quantize(pricing.CENT))
+    assert pricing.cents(amount) == value
 
 
 @FAST
