@@ -6,6 +6,7 @@ A record is a dict without ``seq`` (the outbox numbers them): either
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ class HostInfo:
     driver: str | None = None
 
 
-class Source:
+class Source(abc.ABC):
     """Base for backends: a stop flag, a done flag, and the threads they started."""
 
     name = "base"
@@ -36,11 +37,13 @@ class Source:
         # Called with (host, gpus) when a host's GPUs change (a MIG reconfiguration).
         self.on_inventory: Callable[[str, list[dict]], None] | None = None
 
+    @abc.abstractmethod
     def hosts(self) -> list[HostInfo]:
-        raise NotImplementedError
+        """The hosts this source speaks for, with their GPUs (for the hello)."""
 
+    @abc.abstractmethod
     def start(self, emit: Emit) -> None:
-        raise NotImplementedError
+        """Start sampling on the source's own threads, handing records to ``emit``."""
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
