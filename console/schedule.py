@@ -18,11 +18,7 @@ APPS = ("instances", "monitoring", "billing", "audit")
 def entries() -> dict[str, tuple[float, str]]:
     found: dict[str, tuple[float, str]] = {}
     for app in APPS:
-        try:
-            module = importlib.import_module(f"{app}.tasks")
-        except ModuleNotFoundError:
-            continue
-        found.update(getattr(module, "SCHEDULE", {}))
+        found.update(getattr(importlib.import_module(f"{app}.tasks"), "SCHEDULE", {}))
     return found
 
 

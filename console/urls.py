@@ -1,5 +1,3 @@
-import importlib
-
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -17,14 +15,10 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
 
-for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls"):
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        continue
-    urlpatterns.append(path("", include(module)))
+urlpatterns += [
+    path("", include(module))
+    for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls")
+]
 
 handler403 = "console.views.forbidden"
 handler404 = "console.views.not_found"

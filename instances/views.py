@@ -4,9 +4,6 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
-from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST
 
 from console.tenancy import WRITE_ROLES, has_role, is_operator
@@ -14,26 +11,6 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 from . import services
 from .forms import LaunchForm
 from .models import Host, Instance, State
-
-# Live charts for the instance page, provided by the monitoring app's templates.
-LIVE_TEMPLATE = "monitoring/instance_live.html"
-
-
-def _optional_template(name: str) -> str | None:
-    try:
-        get_template(name)
-    except TemplateDoesNotExist:
-        return None
-    return name
-
-
-def _optional_url(name: str) -> str | None:
-    try:
-        reverse(name, args=[0])
-    except NoReverseMatch:
-        return None
-    return name
-
 
 ACTIONS = {
     "start": services.start_instance,
@@ -63,7 +40,6 @@ def instance_detail(request, pk):
     context = {
         "instance": instance,
         "can_act": can_act,
-        "live_template": _optional_template(LIVE_TEMPLATE),
         # billing keeps spot preemption notices; a pending one is shown here too
         "preemption": instance.preemption_notices.filter(status="pending").first(),
     }
@@ -117,4 +93,4 @@ def host_list(request):
         gpu_count=Count("gpus"),
         gpus_used=Count("gpus", filter=Q(gpus__instance__isnull=False)),
     )
-    return render(request, "instances/hosts.html", {"hosts": hosts, "host_detail_url": _optional_url("host-detail")})
+    return render(request, "instances/hosts.html", {"hosts": hosts})

@@ -1,24 +1,19 @@
 """/api/v1/: each app's ``api.py`` lists ``routes`` (and may add ``urlpatterns``)."""
 
-import importlib
-
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from . import views
+from audit import api as audit_api
+from billing import api as billing_api
+from instances import api as instances_api
+from monitoring import api as monitoring_api
 
-APPS = ("console.api.routes", "instances.api", "monitoring.api", "billing.api", "audit.api")
+from . import routes, views
 
 router = DefaultRouter()
 extra = []
-for dotted in APPS:
-    try:
-        module = importlib.import_module(dotted)
-    except ModuleNotFoundError as exc:
-        if exc.name != dotted:
-            raise
-        continue
-    for prefix, viewset, basename in getattr(module, "routes", []):
+for module in (routes, instances_api, monitoring_api, billing_api, audit_api):
+    for prefix, viewset, basename in module.routes:
         router.register(prefix, viewset, basename=basename)
     extra += getattr(module, "urlpatterns", [])
 

@@ -1,6 +1,5 @@
 """python manage.py rundemo — serve the console and start the demo's agents."""
 
-import importlib
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from console import demo
+from monitoring.demo import agent_commands
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
             if not _wait_for(base + "/healthz", server):
                 raise CommandError(f"the console did not start on {base}")
             if not no_agents:
-                children += [subprocess.Popen(cmd) for cmd in _agent_commands(base)]
+                children += [subprocess.Popen(cmd) for cmd in agent_commands(base)]
             self.stdout.write(self.style.SUCCESS(f"\nGPU Console is running at {base}/"))
             self.stdout.write("Log in as one of (password 'demo'):")
             for username, what in demo.LOGINS:
@@ -56,14 +56,6 @@ class Command(BaseCommand):
                     child.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     child.kill()
-
-
-def _agent_commands(base: str) -> list[list[str]]:
-    try:
-        module = importlib.import_module("monitoring.demo")
-    except ModuleNotFoundError:
-        return []
-    return module.agent_commands(base)
 
 
 def _wait_for(url: str, server, timeout: float = 30.0) -> bool:
