@@ -15,6 +15,7 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from console.api.mixins import TeamScopedViewSetMixin
+from console.api.permissions import TokenScope
 from console.tenancy import AUDIT_ROLES
 
 from . import access, services
@@ -67,7 +68,7 @@ class AuditEventViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     queryset = AuditEvent.objects.select_related("team")
     serializer_class = AuditEventSerializer
-    permission_classes = [IsAuthenticated, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
     read_roles = AUDIT_ROLES
     filter_backends = [DjangoFilterBackend]
     filterset_class = AuditEventFilter
@@ -92,7 +93,8 @@ class ExportView(APIView):
     """Stream the filtered events as CSV or JSON Lines, ending with the signed checkpoint
     that covers them. The export is itself audited."""
 
-    permission_classes = [IsAuthenticated, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
+    token_scope = "audit:export"
     content_negotiation_class = _FormatIsOurs
 
     @extend_schema(
@@ -138,7 +140,7 @@ class VerifyView(APIView):
     """Walk the hash chain and the signed checkpoints (optionally ``from``/``to``: a
     sequence number or an ISO date/time) and report each segment. Audited."""
 
-    permission_classes = [IsAuthenticated, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
     throttle_classes = [VerifyThrottle]
 
     @extend_schema(

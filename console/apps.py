@@ -6,4 +6,5 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console: accounts and teams"
 
     def ready(self):
-        from . import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        # schema registers the OpenAPI auth extension; sessions records sign-ins and -outs.
+        from . import schema, sessions  # noqa: F401

@@ -1,13 +1,14 @@
-from datetime import timedelta
-
-from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from .models import ApiToken, hash_secret
+from audit import context
+
+from . import services
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Token gpc_…` (or `Bearer gpc_…`) with a personal API token."""
+    """`Authorization: Token gpc_…` (or `Bearer gpc_…`) with a personal API token.
+    A revoked or expired token answers 401; what it may do is checked by
+    ``console.api.permissions.TokenScope``."""
 
     keywords = ("token", "bearer")
 
@@ -17,14 +18,10 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Token <key>'.")
-        token = (
-            ApiToken.objects.live().select_related("user").filter(key_hash=hash_secret(header[1])).first()
-        )
-        if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        try:
+            token = services.authenticate_api_token(header[1], source_ip=context.current().source_ip)
+        except services.TokenRefused as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
         return token.user, token
 
     def authenticate_header(self, request):

@@ -57,6 +57,23 @@ def envlist(name: str, default: list[str]) -> list[str]:
     return items
 
 
+ROLE_NAMES = ("operator", "admin", "auditor", "member")
+
+
+def envroles(name: str, default: list[str]) -> list[str]:
+    """Role names, comma separated; ``none`` (or empty) for none."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    items = [item.strip().lower() for item in raw.split(",") if item.strip()]
+    if items == ["none"]:
+        return []
+    unknown = [item for item in items if item not in ROLE_NAMES]
+    if unknown:
+        raise ImproperlyConfigured(f"{name}={raw!r}: unknown role {unknown[0]!r} (use {', '.join(ROLE_NAMES)} or none)")
+    return items
+
+
 def database_from_url(name: str, url: str) -> dict:
     """Turn postgres://user:pass@host:port/db (or sqlite:///path) into a DATABASES entry."""
     parsed = urlparse(url)

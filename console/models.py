@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -52,20 +53,36 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class Scope(models.TextChoices):
+    READ = "read", "read: GET, HEAD and OPTIONS"
+    WRITE = "write", "write: create, change, delete"
+    AUDIT_EXPORT = "audit:export", "audit:export: stream the audit log"
+
+
+def default_token_expiry():
+    return timezone.now() + timedelta(days=settings.API_TOKEN_DEFAULT_DAYS)
+
+
 class ApiTokenQuerySet(models.QuerySet):
     def live(self):
-        return self.filter(revoked_at__isnull=True)
+        return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
 
 
 class ApiToken(models.Model):
-    """A personal API token. Only its SHA-256 is stored; the raw key is shown once."""
+    """A personal API token. Only its SHA-256 is stored; the raw key is shown once.
+    It carries ``scopes`` (what it may do), ``teams`` (where; none means every team of
+    its user) and an expiry."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=80, validators=[plain_name])
     key_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
+    scopes = models.JSONField(default=list)
+    teams = models.ManyToManyField(Team, blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=default_token_expiry)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_ip = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiTokenQuerySet.as_manager()
@@ -79,3 +96,32 @@ class ApiToken(models.Model):
     @staticmethod
     def generate() -> str:
         return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= timezone.now()
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if self.expired else "active"
+
+
+class UserSession(models.Model):
+    """A signed-in browser session, so that it can be listed and ended from elsewhere
+    (sign-out everywhere, a changed password, a removed role)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="browser_sessions")
+    session_key = models.CharField(max_length=40, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=200, blank=True)
+    via = models.CharField(max_length=16, default="password")
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return f"session of {self.user_id} since {self.created_at:%Y-%m-%d %H:%M}"

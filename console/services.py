@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from audit.services import record_event
 
-from .models import ApiToken, Membership, Role, Team, hash_secret
+from .models import ApiToken, Membership, Role, Scope, Team, hash_secret
+from .tenancy import AUDIT_ROLES, is_operator
 
 
 @transaction.atomic
@@ -55,12 +61,92 @@ def remove_member(*, actor, membership: Membership) -> None:
     membership.delete()
 
 
+class TokenRefused(Exception):
+    """An API token that does not authenticate (answers 401); the message says why."""
+
+
+def authenticate_api_token(raw: str, *, source_ip: str | None = None) -> ApiToken:
+    """The one check of a presented API token: known, not revoked, not expired, its user
+    active. Notes the time and address of use (at most once a minute per address)."""
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_secret(raw)).first() if len(raw) <= 200 else None
+    if token is None or not token.user.is_active:
+        raise TokenRefused("Invalid or revoked API token.")
+    if token.revoked_at is not None:
+        raise TokenRefused("This API token was revoked.")
+    now = timezone.now()
+    if token.expires_at <= now:
+        raise TokenRefused(f"This API token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC.")
+    stale = token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1)
+    if stale or token.last_used_ip != source_ip:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_ip=source_ip)
+        token.last_used_at, token.last_used_ip = now, source_ip
+    team_ids = [t.pk for t in token.teams.all()]
+    if team_ids:
+        token.user.token_team_ids = team_ids  # read by console.tenancy: the token's teams only
+    return token
+
+
+def check_token_request(
+    *, user: User, scopes: Iterable[str], teams: Iterable[Team] = (), expires_at: datetime | None = None,
+    parent: ApiToken | None = None,
+) -> tuple[list[str], list[Team], datetime]:
+    """What a new token may be: known scopes, ``audit:export`` only for those who may
+    audit, the user's own teams, an expiry within ``API_TOKEN_MAX_DAYS``; a token made
+    with a token gets no more than that one has. Raises ValidationError naming the field."""
+    now = timezone.now()
+    scopes = list(dict.fromkeys(scopes))
+    teams = list(dict.fromkeys(teams))
+    errors = {}
+    unknown = [scope for scope in scopes if scope not in Scope.values]
+    if not scopes or unknown:
+        errors["scopes"] = f"Choose one or more of: {', '.join(Scope.values)}."
+    elif Scope.AUDIT_EXPORT in scopes and not (
+        is_operator(user) or Membership.objects.filter(user=user, role__in=AUDIT_ROLES).exists()
+    ):
+        errors["scopes"] = "Only team admins, auditors and operators may hold the audit:export scope."
+    mine = set(Team.objects.for_user(user).values_list("pk", flat=True))
+    if any(team.pk not in mine for team in teams):
+        errors["teams"] = "A token can be limited only to teams you belong to."
+    latest = now + timedelta(days=settings.API_TOKEN_MAX_DAYS)
+    if expires_at is None:
+        expires_at = now + timedelta(days=settings.API_TOKEN_DEFAULT_DAYS)
+    elif expires_at <= now:
+        errors["expires_at"] = "The expiry must be in the future."
+    elif expires_at > latest:
+        errors["expires_at"] = f"A token may live {settings.API_TOKEN_MAX_DAYS} days at most (until {latest:%Y-%m-%d})."
+    if parent is not None and not errors:
+        parent_teams = {t.pk for t in parent.teams.all()}
+        if not set(scopes) <= set(parent.scopes):
+            errors["scopes"] = f"This token may only make tokens with its own scopes: {', '.join(parent.scopes)}."
+        elif parent_teams and not (teams and {t.pk for t in teams} <= parent_teams):
+            errors["teams"] = "This token may only make tokens limited to its own teams."
+        expires_at = min(expires_at, parent.expires_at)
+    if errors:
+        raise ValidationError(errors)
+    return scopes, teams, expires_at
+
+
 @transaction.atomic
-def create_api_token(*, actor, user: User, name: str) -> tuple[ApiToken, str]:
+def create_api_token(
+    *, actor, user: User, name: str, scopes: Iterable[str] = (Scope.READ, Scope.WRITE), teams: Iterable[Team] = (),
+    expires_at: datetime | None = None, parent: ApiToken | None = None,
+) -> tuple[ApiToken, str]:
     """Returns the token row and the raw key, which is never stored and shown once."""
+    scopes, teams, expires_at = check_token_request(
+        user=user, scopes=scopes, teams=teams, expires_at=expires_at, parent=parent
+    )
     raw = ApiToken.generate()
-    token = ApiToken.objects.create(user=user, name=name, key_hash=hash_secret(raw), prefix=raw[:10])
-    record_event(actor=actor, action="api_token.create", target=token, details={"name": name, "prefix": token.prefix})
+    token = ApiToken.objects.create(
+        user=user, name=name, key_hash=hash_secret(raw), prefix=raw[:10], scopes=scopes, expires_at=expires_at
+    )
+    token.teams.set(teams)
+    record_event(
+        actor=actor, action="api_token.create", target=token,
+        details={
+            "name": name, "prefix": token.prefix, "scopes": scopes, "teams": [t.name for t in teams],
+            "expires_at": expires_at.isoformat(),
+        },
+    )
     return token, raw
 
 

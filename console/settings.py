@@ -5,7 +5,7 @@ from pathlib import Path
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import database_from_url, envbool, envint, envlist, envrate, envstr, redis_url
+from .env import database_from_url, envbool, envint, envlist, envrate, envroles, envstr, redis_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("GPUCONSOLE_VAR_DIR", str(BASE_DIR / "var")))
@@ -36,6 +36,10 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "mozilla_django_oidc",
     "console",
     "audit",
     "instances",
@@ -50,7 +54,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "console.sessions.SessionLimitsMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -117,7 +123,13 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": envint("PASSWORD_MIN_LENGTH", 12, minimum=8)},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
@@ -143,7 +155,10 @@ REST_FRAMEWORK = {
         "console.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "console.api.permissions.TokenScope",
+    ],
     "DEFAULT_PAGINATION_CLASS": "console.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
@@ -206,6 +221,41 @@ if not (len(BILLING_CURRENCY) == 3 and BILLING_CURRENCY.isalpha() and BILLING_CU
     raise ImproperlyConfigured(f"BILLING_CURRENCY={BILLING_CURRENCY!r} must be an ISO 4217 code such as USD")
 BILLING_ACCOUNT_ID = envstr("BILLING_ACCOUNT_ID", "gpu-console")
 BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
+
+# Identity: API and host tokens, two-factor sign-in, sessions, single sign-on.
+API_TOKEN_DEFAULT_DAYS = envint("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+API_TOKEN_MAX_DAYS = envint("API_TOKEN_MAX_DAYS", 365, minimum=1)
+if API_TOKEN_MAX_DAYS < API_TOKEN_DEFAULT_DAYS:
+    raise ImproperlyConfigured("API_TOKEN_MAX_DAYS must not be shorter than API_TOKEN_DEFAULT_DAYS")
+HOST_TOKEN_DAYS = envint("HOST_TOKEN_DAYS", 365, minimum=1)
+# After a host token is rotated, the old one keeps working this long beside the new one.
+HOST_TOKEN_ROTATION_GRACE_S = envint("HOST_TOKEN_ROTATION_GRACE_S", 24 * 3600, minimum=0)
+# Roles that must sign in with a second factor: operator, admin, auditor, member.
+REQUIRE_2FA_ROLES = envroles("REQUIRE_2FA_ROLES", [] if DEBUG else ["operator", "admin", "auditor"])
+OTP_TOTP_ISSUER = envstr("OTP_TOTP_ISSUER", "GPU Console")
+RECOVERY_CODE_COUNT = 10
+# A session ends after this long without a request, and this long after sign-in at most.
+SESSION_IDLE_SECONDS = envint("SESSION_IDLE_SECONDS", 30 * 60, minimum=60)
+SESSION_ABSOLUTE_SECONDS = envint("SESSION_ABSOLUTE_SECONDS", 12 * 3600, minimum=300)
+SESSION_COOKIE_AGE = SESSION_ABSOLUTE_SECONDS
+INVITE_DAYS = envint("INVITE_DAYS", 7, minimum=1)
+# Single sign-on over OpenID Connect: on when OIDC_ISSUER is set.
+OIDC_ISSUER = envstr("OIDC_ISSUER", "").rstrip("/")
+OIDC_RP_CLIENT_ID = envstr("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = envstr("OIDC_CLIENT_SECRET", "")
+if OIDC_ISSUER and not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+    raise ImproperlyConfigured("OIDC_ISSUER is set: set OIDC_CLIENT_ID and OIDC_CLIENT_SECRET too")
+OIDC_RP_SIGN_ALGO = envstr("OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = envstr("OIDC_SCOPES", "openid email profile")
+# The claim listing "<team-slug>:<role>" values; empty leaves memberships to team admins.
+OIDC_TEAMS_CLAIM = envstr("OIDC_TEAMS_CLAIM", "")
+OIDC_LOCAL_PASSWORDS = envbool("OIDC_LOCAL_PASSWORDS", True)
+OIDC_PROVIDER_NAME = envstr("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_CALLBACK_CLASS = "console.sso.CallbackView"
+OIDC_AUTHENTICATE_CLASS = "console.sso.AuthenticateView"
+OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)

@@ -4,7 +4,8 @@ A model opts in with ``objects = TeamScopedQuerySet.as_manager(team_path="team")
 where ``team_path`` is the lookup from the model to its Team ("" for Team itself).
 Operators (staff) see every team; everyone else sees the teams they belong to,
 optionally only those where they hold one of ``roles``. Another team's object is
-simply absent, so detail views answer 404.
+simply absent, so detail views answer 404. A request made with an API token limited
+to some teams (``user.token_team_ids``, set by the token check) sees only those.
 """
 
 from __future__ import annotations
@@ -27,13 +28,25 @@ def team_ids(user, roles: Iterable[str] = READ_ROLES):
     """A subquery of the ids of the teams where ``user`` holds one of ``roles``."""
     from console.models import Membership
 
-    return Membership.objects.filter(user_id=user.pk, role__in=list(roles)).values("team_id")
+    found = Membership.objects.filter(user_id=user.pk, role__in=list(roles))
+    limit = token_teams(user)
+    if limit is not None:
+        found = found.filter(team_id__in=limit)
+    return found.values("team_id")
+
+
+def token_teams(user) -> list[int] | None:
+    """The teams the request's API token is limited to, or None for no limit."""
+    return getattr(user, "token_team_ids", None)
 
 
 def has_role(user, team_id: int, roles: Iterable[str]) -> bool:
     from console.models import Membership
 
     if not (user and user.is_authenticated):
+        return False
+    limit = token_teams(user)
+    if limit is not None and team_id not in limit:
         return False
     return Membership.objects.filter(user_id=user.pk, team_id=team_id, role__in=list(roles)).exists()
 
@@ -50,7 +63,8 @@ class TeamScopedQuerySet(models.QuerySet):
     def for_user(self, user, roles: Iterable[str] = READ_ROLES, *, operators: bool = True):
         if not (user and user.is_authenticated and user.is_active):
             return self.none()
-        if operators and user.is_staff:
-            return self
         lookup = f"{self.team_path}__in" if self.team_path else "pk__in"
+        if operators and user.is_staff:
+            limit = token_teams(user)
+            return self if limit is None else self.filter(**{lookup: limit})
         return self.filter(**{lookup: team_ids(user, roles)})

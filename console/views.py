@@ -2,6 +2,7 @@ from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -52,13 +53,22 @@ def tokens(request):
             services.revoke_api_token(actor=request.user, token=token)
             messages.success(request, f"Token {token.name} revoked.")
             return redirect("tokens")
-        form = TokenForm(request.POST)
+        form = TokenForm(request.POST, user=request.user)
         if form.is_valid():
-            _, raw = services.create_api_token(actor=request.user, user=request.user, name=form.cleaned_data["name"])
-            form = TokenForm()
+            data = form.cleaned_data
+            try:
+                _, raw = services.create_api_token(
+                    actor=request.user, user=request.user, name=data["name"], scopes=data["scopes"],
+                    teams=data["teams"], expires_at=form.expires_at,
+                )
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                form = TokenForm(user=request.user)
     else:
-        form = TokenForm()
-    rows = ApiToken.objects.filter(user=request.user)
+        form = TokenForm(user=request.user)
+    rows = ApiToken.objects.filter(user=request.user).prefetch_related("teams")
     return render(request, "console/tokens.html", {"form": form, "tokens": rows, "raw": raw})
 
 

@@ -152,6 +152,17 @@ class HostTokenViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, viewsets.Read
         token = services.revoke_host_token(actor=request.user, token=self.get_object())
         return Response(HostTokenSerializer(token).data)
 
+    @extend_schema(request=None, responses={201: NewHostTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def rotate(self, request, pk=None):
+        """A new token for the host; this one keeps working for the rotation grace period
+        (``HOST_TOKEN_ROTATION_GRACE_S``), then expires."""
+        try:
+            token, raw = services.rotate_host_token(actor=request.user, token=self.get_object())
+        except services.TokenError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(NewHostTokenSerializer(token).data | {"token": raw}, status=status.HTTP_201_CREATED)
+
 
 routes = [
     ("gpu-latest", GpuLatestViewSet, "gpu-latest"),

@@ -4,6 +4,7 @@ GPU events and alerts."""
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -40,9 +41,13 @@ class Unsigned64Field(models.BigIntegerField):
 # --- agents -------------------------------------------------------------------------
 
 
+def default_host_token_expiry():
+    return timezone.now() + timedelta(days=settings.HOST_TOKEN_DAYS)
+
+
 class HostTokenQuerySet(models.QuerySet):
     def live(self):
-        return self.filter(revoked_at__isnull=True)
+        return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
 
 
 class HostToken(models.Model):
@@ -57,8 +62,11 @@ class HostToken(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=default_host_token_expiry)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The token that replaced this one; both work until this one's expiry.
+    replaced_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     objects = HostTokenQuerySet.as_manager()
 
@@ -75,6 +83,14 @@ class HostToken(models.Model):
     @staticmethod
     def hash(raw: str) -> str:
         return hash_secret(raw)
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "rotating" if self.replaced_by_id else "active"
 
 
 class AgentState(models.Model):

@@ -32,6 +32,8 @@ def metrics(request):
         return _plain(401, f"{exc.detail}\n", {"WWW-Authenticate": "Token"})
     if found is not None:
         user = found[0]
+        if "read" not in found[1].scopes:
+            return _plain(403, "This API token lacks the 'read' scope.\n")
     if user is None:
         return _plain(401, "Send an operator's API token: Authorization: Token <key>\n", {"WWW-Authenticate": "Token"})
     if not is_operator(user):
@@ -63,10 +65,23 @@ def host_tokens(request, pk):
             services.revoke_host_token(actor=request.user, token=token)
             messages.success(request, f"Token {token.prefix}… revoked; its agent is refused from now on.")
             return redirect("host-tokens", pk=host.pk)
-        form = HostTokenForm(request.POST)
-        if form.is_valid():
-            _, raw = services.create_host_token(actor=request.user, host=host, name=form.cleaned_data["name"])
-            form = HostTokenForm()
+        if "rotate" in request.POST:
+            token = get_object_or_404(HostToken.objects.live(), pk=request.POST.get("rotate"), host=host)
+            try:
+                new, raw = services.rotate_host_token(actor=request.user, token=token)
+            except services.TokenError as exc:
+                messages.error(request, str(exc))
+                return redirect("host-tokens", pk=host.pk)
+            until = HostToken.objects.get(pk=token.pk).expires_at
+            messages.success(
+                request, f"Token {token.prefix}… keeps working until {until:%Y-%m-%d %H:%M} UTC; "
+                f"give the agent {new.prefix}… before then."
+            )
+        else:
+            form = HostTokenForm(request.POST)
+            if form.is_valid():
+                _, raw = services.create_host_token(actor=request.user, host=host, name=form.cleaned_data["name"])
+                form = HostTokenForm()
     context = {
         "host": host,
         "form": form,

@@ -13,8 +13,11 @@ class HostTokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = HostToken
-        fields = ["id", "host", "name", "prefix", "created_by", "created_at", "last_used_at", "revoked_at"]
-        read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id", "host", "name", "prefix", "created_by", "created_at", "expires_at", "last_used_at", "revoked_at",
+            "replaced_by", "status",
+        ]  # fmt: skip
+        read_only_fields = ["prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "replaced_by", "status"]
 
 
 class NewHostTokenSerializer(HostTokenSerializer):

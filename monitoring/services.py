@@ -3,6 +3,9 @@ alerts. Each is audited in its own transaction."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -50,6 +53,32 @@ def revoke_host_token(*, actor, token: HostToken) -> HostToken:
             details={"host": token.host.name, "name": token.name, "prefix": token.prefix},
         )
     return token
+
+
+@transaction.atomic
+def rotate_host_token(*, actor, token: HostToken, grace_s: int | None = None) -> tuple[HostToken, str]:
+    """A new token for the same host; the old one keeps working for ``grace_s`` seconds
+    (``HOST_TOKEN_ROTATION_GRACE_S``) so the agent can be handed the new one without a
+    gap in telemetry. Returns the new token and its raw value (shown once)."""
+    token = HostToken.objects.select_for_update().select_related("host").get(pk=token.pk)
+    now = timezone.now()
+    if token.revoked_at is not None or token.expires_at <= now:
+        raise TokenError("This token is revoked or expired; create a new one instead.")
+    if token.replaced_by_id is not None:
+        raise TokenError("This token was already rotated; rotate its replacement instead.")
+    grace = timedelta(seconds=settings.HOST_TOKEN_ROTATION_GRACE_S if grace_s is None else grace_s)
+    new, raw = create_host_token(actor=actor, host=token.host, name=token.name)
+    token.expires_at = min(token.expires_at, now + grace)
+    token.replaced_by = new
+    token.save(update_fields=["expires_at", "replaced_by"])
+    record_event(
+        actor=actor, action="host_token.rotate", target=token,
+        details={
+            "host": token.host.name, "old": token.prefix, "new": new.prefix,
+            "old_valid_until": token.expires_at.isoformat(),
+        },
+    )
+    return new, raw
 
 
 @transaction.atomic

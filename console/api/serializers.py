@@ -1,7 +1,7 @@
 from django.contrib.auth.models import User
 from rest_framework import serializers
 
-from console.models import ApiToken, Membership, Role, Team
+from console.models import ApiToken, Membership, Role, Scope, Team
 from console.validators import no_control_characters, plain_name
 
 
@@ -56,12 +56,35 @@ class LoginSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150, validators=[no_control_characters])
     password = serializers.CharField(max_length=256, trim_whitespace=False, style={"input_type": "password"})
     name = serializers.CharField(max_length=80, required=False, default="api", validators=[plain_name])
+    otp = serializers.CharField(
+        max_length=16, required=False, default="", help_text="A current two-factor code (or a recovery code), where required."
+    )
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=Scope.choices), required=False, default=[Scope.READ, Scope.WRITE]
+    )
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
+    teams = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    status = serializers.CharField(read_only=True)
+
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id", "name", "prefix", "scopes", "teams", "created_at", "expires_at", "last_used_at", "last_used_ip",
+            "revoked_at", "status",
+        ]  # fmt: skip
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    """POST /api/v1/auth/tokens/: what the new token may do, where, and until when."""
+
+    name = serializers.CharField(max_length=80, validators=[plain_name])
+    scopes = serializers.ListField(child=serializers.ChoiceField(choices=Scope.choices), allow_empty=False)
+    teams = serializers.PrimaryKeyRelatedField(
+        many=True, required=False, queryset=Team.objects.all(), help_text="Limit the token to these teams (default: all yours)."
+    )
+    expires_at = serializers.DateTimeField(required=False, help_text="Default: 90 days from now.")
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):

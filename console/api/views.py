@@ -20,6 +20,7 @@ from .serializers import (
     NewApiTokenSerializer,
     RoleChangeSerializer,
     TeamSerializer,
+    TokenRequestSerializer,
 )
 
 
@@ -42,13 +43,15 @@ class ObtainTokenView(APIView):
             return Response({"detail": "Wrong username or password."}, status=status.HTTP_400_BAD_REQUEST)
         with transaction.atomic():
             services.record_login(user=user, success=True, via="api")
-            token, raw = services.create_api_token(actor=user, user=user, name=data["name"])
+            token, raw = services.create_api_token(actor=user, user=user, name=data["name"], scopes=data["scopes"])
         body = NewApiTokenSerializer(token).data | {"token": raw}
         return Response(body, status=status.HTTP_201_CREATED)
 
 
 class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Your own API tokens; revoke one with POST …/{id}/revoke/."""
+    """Your own API tokens. POST makes one with ``scopes`` (read, write, audit:export),
+    optional ``teams`` and ``expires_at``; the key is in that answer only. Revoke one
+    with POST …/{id}/revoke/."""
 
     serializer_class = ApiTokenSerializer
     queryset = ApiToken.objects.none()
@@ -56,7 +59,19 @@ class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return ApiToken.objects.none()
-        return ApiToken.objects.filter(user=self.request.user)
+        return ApiToken.objects.filter(user=self.request.user).prefetch_related("teams")
+
+    @extend_schema(request=TokenRequestSerializer, responses={201: NewApiTokenSerializer})
+    def create(self, request):
+        form = TokenRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        parent = request.auth if isinstance(request.auth, ApiToken) else None
+        token, raw = services.create_api_token(
+            actor=request.user, user=request.user, name=data["name"], scopes=data["scopes"],
+            teams=data.get("teams", []), expires_at=data.get("expires_at"), parent=parent,
+        )
+        return Response(NewApiTokenSerializer(token).data | {"token": raw}, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=ApiTokenSerializer)
     @action(detail=True, methods=["post"])

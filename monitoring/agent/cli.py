@@ -311,6 +311,7 @@ def start(the_plan: Plan) -> int:
                 label=info.host if len(the_plan.hosts) > 1 else "",
                 backoff=Backoff(),
                 driver=info.driver,
+                token_file=None if info.token else args.token_file,
             )
         _announce(the_plan, spools)
         return asyncio.run(run(the_plan.source, links, once=args.once))

@@ -96,10 +96,13 @@ class HostLink:
         label: str = "",
         backoff: Backoff | None = None,
         driver: str | None = None,
+        token_file: str | None = None,
     ):
         self.server = server
         self.host = host
         self.token = token
+        # Read again before each connection, so a rotated token is picked up without a restart.
+        self.token_file = token_file
         self.gpus = gpus
         self.backend = backend
         self.driver = driver
@@ -216,8 +219,20 @@ class HostLink:
             raise FatalError(self._say(message))
         raise _Reconnect(f"{message}; retrying because of --retry-auth")
 
+    def _current_token(self) -> str:
+        if self.token_file:
+            try:
+                fresh = open(self.token_file, encoding="utf-8").read().strip()
+            except OSError as exc:
+                log.warning(self._say(f"cannot reread {self.token_file} ({exc.strerror}); keeping the token in use"))
+            else:
+                if fresh and fresh != self.token and " " not in fresh:
+                    log.info(self._say(f"using the new token from {self.token_file}"))
+                    self.token = fresh
+        return self.token
+
     async def _connection(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"}
+        headers = {"Authorization": f"Bearer {self._current_token()}"}
         async with connect(
             self.server,
             additional_headers=headers,

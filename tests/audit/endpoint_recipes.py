@@ -180,7 +180,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     },
     "POST /logout/": {"": Recipe(_form("/logout/"), ("auth.logout",), "bob")},
     "POST /account/tokens/": {
-        "create": Recipe(_form("/account/tokens/", {"name": "ci"}), ("api_token.create",), "bob"),
+        "create": Recipe(
+            _form("/account/tokens/", {"name": "ci", "scopes": ["read"], "days": "30"}), ("api_token.create",), "bob"
+        ),
         "revoke": Recipe(
             _form("/account/tokens/", lambda w, t: {"revoke": t.pk}),
             ("api_token.revoke",),
@@ -199,6 +201,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             "bob",
             login=False,
         )
+    },
+    "POST /api/v1/auth/tokens/": {
+        "": Recipe(_json("post", "/api/v1/auth/tokens/", {"name": "ci", "scopes": ["read"]}), ("api_token.create",), "bob")
     },
     "POST /api/v1/auth/tokens/<pk>/revoke/": {
         "": Recipe(
@@ -362,7 +367,21 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             prepare=_host_token,
         )
     },
+    "POST /api/v1/host-tokens/<pk>/rotate/": {
+        "": Recipe(
+            _json("post", "/api/v1/host-tokens/{p.pk}/rotate/"),
+            ("host_token.create", "host_token.rotate"),
+            "ops",
+            prepare=_host_token,
+        )
+    },
     "POST /hosts/<pk>/tokens/": {
+        "rotate": Recipe(
+            _form("/hosts/{p.host_id}/tokens/", lambda w, t: {"rotate": t.pk}),
+            ("host_token.create", "host_token.rotate"),
+            "ops",
+            prepare=_host_token,
+        ),
         "create": Recipe(
             _form("/hosts/{p.pk}/tokens/", {"name": "rack 4"}),
             ("host_token.create",),
