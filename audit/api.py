@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers, viewsets
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
@@ -18,7 +18,7 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.api.permissions import TokenScope
 from console.tenancy import AUDIT_ROLES
 
-from . import access, services
+from . import access, keys, services
 from .export import FORMATS, async_chunks
 from .filters import AuditEventFilter, filter_values
 from .models import AuditEvent
@@ -176,9 +176,55 @@ def verification_body(run) -> dict:
     }
 
 
+class PublicKeyView(APIView):
+    """The Ed25519 public key that signs the audit log's tree heads (PEM and fingerprint),
+    and every key that signed before it, with the time each was in service. Public: an
+    auditor fetches it once and verifies exports offline with it."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        current = keys.signer()
+        listed = [k.as_dict() for k in keys.public_keys().values()]
+        return Response(
+            {"algorithm": "Ed25519", "fingerprint": current.fingerprint,
+             "public_key_pem": current.public_pem, "keys": listed}
+        )  # fmt: skip
+
+
+class ConsistencyView(APIView):
+    """A consistency proof (RFC 6962) that the signed tree head of size ``second``
+    (default: the newest) extends the one of size ``first`` unchanged; the answer, saved
+    as a file, is checked with ``python -m audit.offline_verify --consistency``."""
+
+    permission_classes = [IsAuthenticated, MayAudit]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("first", int, required=True), OpenApiParameter("second", int)],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request):
+        sizes = {}
+        for name in ("first", "second"):
+            raw = request.query_params.get(name, "")
+            if raw and not raw.isdigit():
+                raise exceptions.ValidationError({name: ["A tree size (a whole number)."]})
+            sizes[name] = int(raw) if raw else None
+        if sizes["first"] is None:
+            raise exceptions.ValidationError({"first": ["This parameter is required."]})
+        try:
+            body = services.consistency(first=sizes["first"], second=sizes["second"])
+        except ValueError as exc:
+            raise exceptions.ValidationError({"detail": [str(exc)]}) from None
+        return Response(body)
+
+
 routes = [("audit/events", AuditEventViewSet, "audit-event")]
 
 urlpatterns = [
     path("audit/export/", ExportView.as_view(), name="audit-export"),
     path("audit/verify/", VerifyView.as_view(), name="audit-verify"),
+    path("audit/public-key/", PublicKeyView.as_view(), name="audit-public-key"),
+    path("audit/consistency/", ConsistencyView.as_view(), name="audit-consistency"),
 ]

@@ -6,14 +6,14 @@ non-ASCII), the time in UTC with microseconds, and ``details`` with its keys sor
 exactly ``json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``;
 it is spelled out field by field because verification does this a million times.
 
-Checkpoints sign ``(seq, hash, time)`` with HMAC-SHA256 under a key kept outside the
-database, so a cut tail or a rewritten chain no longer matches a signature.
+The chain names the exact record that was edited, moved or removed; the Merkle tree over
+the chain hashes (``audit/merkle.py``) and the Ed25519-signed tree heads
+(``audit/signing.py``) let anyone prove a record's place in the log with a public key.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from datetime import UTC, datetime
 from json.encoder import c_make_encoder
@@ -123,28 +123,6 @@ def link(canonical: bytes, prev_hash: str) -> str:
 def row_hash(row: dict, prev_hash: str) -> str:
     """The hash of an event given as a mapping of FIELDS (time as an ISO string)."""
     return link(canonical_row(*(row[f] for f in FIELDS)), prev_hash)
-
-
-# --- checkpoints -----------------------------------------------------------------
-
-
-def key_id(key: str) -> str:
-    """A short public name for a signing key, so a rotated key is recognisable."""
-    return _sha256(b"gpuconsole-audit-key:" + key.encode()).hexdigest()[:12]
-
-
-def checkpoint_message(seq: int, head_hash: str, time: str) -> bytes:
-    return f"gpuconsole-audit-checkpoint:v1:{int(seq)}:{head_hash}:{time}".encode()
-
-
-def sign_checkpoint(key: str, seq: int, head_hash: str, time: str) -> str:
-    return hmac.new(
-        key.encode(), checkpoint_message(seq, head_hash, time), hashlib.sha256
-    ).hexdigest()
-
-
-def signature_ok(key: str, seq: int, head_hash: str, time: str, signature: str) -> bool:
-    return hmac.compare_digest(sign_checkpoint(key, seq, head_hash, time), signature or "")
 
 
 # --- spreadsheet-safe cells --------------------------------------------------------

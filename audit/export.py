@@ -1,16 +1,18 @@
-"""CSV and JSON Lines exports, streamed in chunks straight from the database so memory
-stays flat however many events match.
+"""Export bundles, streamed in chunks straight from the database so memory stays flat
+however many events match (only the proof material is held: a hash per exported record).
 
-On PostgreSQL the CSV is written by the server itself (``COPY (SELECT …) TO STDOUT WITH
-CSV`` over the same filtered, tenant-scoped query), so the API streams at close to COPY's
-own rate; elsewhere, and for JSON Lines, Python formats rows from ``audit.stream``.
+``format=csv`` is a zip holding ``events.csv`` (plain rows, one per event, nothing else)
+and ``manifest.json``; ``format=jsonl`` is one JSON line per event after a first
+``{"type":"manifest",…}`` line. The manifest carries the filters, the signed tree head
+that covers every exported event, every public key that ever signed (PEM, fingerprint,
+validity), each exported record's chain hash, and the tree nodes their inclusion proofs
+need, so ``python -m audit.offline_verify`` proves each record is in the log unaltered
+with the public key alone, however the export was filtered.
 
-Every export ends with the signed checkpoint that covers it and an end line with the
-row count, so a file can be verified offline (``python -m audit.offline_verify``) and a
-truncated download is recognisable. Cells are spreadsheet-safe: a value starting with
-``= + - @``, tab, CR or ``'`` gets a leading ``'`` (undone by the offline verifier).
-Details are the stored canonical JSON text; one-line fields never hold control
-characters (``record_event`` escapes them), so no cell or line is ever split.
+On PostgreSQL the CSV rows are written by the server itself (``COPY (SELECT …) TO STDOUT
+WITH CSV``) over the same filtered, tenant-scoped query; elsewhere, and for JSON Lines,
+Python formats rows from ``audit.stream``. Cells are spreadsheet-safe: a value starting
+with ``= + - @``, tab, CR or ``'`` gets a leading ``'`` (undone by the offline verifier).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import zipfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -27,10 +30,11 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from . import chain, stream
-from .models import Checkpoint
 
 COLUMNS = (*chain.FIELDS, "prev_hash", "hash")
-FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
+FORMATS = {"csv": "application/zip", "jsonl": "application/x-ndjson; charset=utf-8"}
+EXTENSIONS = {"csv": "zip", "jsonl": "jsonl"}
+BUNDLE_FORMAT = "gpuconsole-audit-bundle/2"
 ROWS_PER_CHUNK = 2_000
 CHUNK_BYTES = 256 * 1024
 # Columns a person or a client can influence (the rest are numbers, hashes, enums).
@@ -52,26 +56,28 @@ class Export:
     queryset: object  # already narrowed to what the user may see and asked for
     through_seq: int
     count: int
-    checkpoint: Checkpoint | None
-    filters: dict = field(default_factory=dict)
-    generated_at: str = ""
+    manifest: dict = field(default_factory=dict)
 
     @property
     def filename(self) -> str:
-        return f"audit-events-through-{self.through_seq}.{self.fmt}"
+        return f"audit-events-through-{self.through_seq}.{EXTENSIONS[self.fmt]}"
 
     @property
     def rows_queryset(self):
         return self.queryset.filter(seq__lte=self.through_seq)
 
-    def checkpoint_fields(self) -> dict | None:
-        cp = self.checkpoint
-        if cp is None:
-            return None
-        return {"seq": cp.seq, "hash": cp.hash, "time": chain.iso_time(cp.time), "key_id": cp.key_id, "signature": cp.signature}  # fmt: skip
-
     def chunks(self) -> Iterator[bytes]:
-        return (csv_chunks if self.fmt == "csv" else jsonl_chunks)(self)
+        return (zip_chunks if self.fmt == "csv" else jsonl_chunks)(self)
+
+
+def manifest(*, generated_at: str, filters: dict, head: dict | None, keys: list[dict],
+             records: list[tuple[int, str]], nodes: list[tuple[int, int, bytes]]) -> dict:  # fmt: skip
+    return {
+        "format": BUNDLE_FORMAT, "generated_at": generated_at, "filters": filters,
+        "count": len(records), "columns": list(COLUMNS), "tree_head": head, "public_keys": keys,
+        "records": [[seq, digest] for seq, digest in records],
+        "nodes": [[lo, hi, digest.hex()] for lo, hi, digest in nodes],
+    }  # fmt: skip
 
 
 def _batches(rows: Iterator, size: int) -> Iterator[list]:
@@ -92,13 +98,42 @@ def csv_chunks(export: Export) -> Iterator[bytes]:
     yield _csv_line(COLUMNS).encode()
     body = _pg_csv_body if connection.vendor == "postgresql" else _python_csv_body
     yield from body(export.rows_queryset)
-    tail = ""
-    cp = export.checkpoint_fields()
-    if cp is not None:
-        tail += _csv_line(
-            ["#checkpoint", cp["seq"], cp["hash"], cp["time"], cp["key_id"], cp["signature"]]
-        )
-    yield (tail + _csv_line(["#end", export.count, export.through_seq])).encode()
+
+
+class _Sink:
+    """A write-only stream for ``zipfile``: what it writes is taken away chunk by chunk."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+        self.position = 0
+
+    def write(self, data) -> int:
+        self.parts.append(bytes(data))
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data, self.parts = b"".join(self.parts), []
+        return data
+
+
+def zip_chunks(export: Export) -> Iterator[bytes]:
+    """events.csv then manifest.json, stored uncompressed (rows stream through as they
+    come, and the page counts their lines for its progress bar)."""
+    sink = _Sink()
+    with zipfile.ZipFile(sink, "w", zipfile.ZIP_STORED) as bundle:
+        with bundle.open("events.csv", "w", force_zip64=True) as member:
+            for chunk in csv_chunks(export):
+                member.write(chunk)
+                yield sink.take()
+        bundle.writestr("manifest.json", _json(export.manifest))
+    yield sink.take()
 
 
 def _pg_csv_body(queryset) -> Iterator[bytes]:
@@ -166,20 +201,9 @@ def _json(value: dict) -> str:
 
 
 def jsonl_chunks(export: Export) -> Iterator[bytes]:
-    header = {
-        "type": "export", "format": "gpuconsole-audit/1", "generated_at": export.generated_at,
-        "filters": export.filters, "through_seq": export.through_seq, "count": export.count,
-        "columns": list(COLUMNS),
-    }  # fmt: skip
-    yield (_json(header) + "\n").encode()
+    yield (_json({"type": "manifest", **export.manifest}) + "\n").encode()
     for batch in _batches(stream.rows(export.rows_queryset), ROWS_PER_CHUNK):
         yield ("\n".join(map(jsonl_line, batch)) + "\n").encode()
-    tail = []
-    cp = export.checkpoint_fields()
-    if cp is not None:
-        tail.append(_json({"type": "checkpoint", **cp}))
-    tail.append(_json({"type": "end", "count": export.count, "through_seq": export.through_seq}))
-    yield ("\n".join(tail) + "\n").encode()
 
 
 async def async_chunks(make: Callable[[], Iterator[bytes]]) -> AsyncIterator[bytes]:

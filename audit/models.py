@@ -100,21 +100,57 @@ class ChainHead(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A signed statement "the chain's event #seq had this hash at this time". The key
-    lives in the environment (AUDIT_SIGNING_KEY), never here, so rewriting the events
-    and the checkpoints together still fails verification."""
+    """A signed tree head: "the log held ``seq`` events, their Merkle root was ``root`` and
+    event #seq's chain hash was ``hash``, at ``time``", signed with Ed25519 by the key
+    whose fingerprint is ``key_id``. The private key lives outside the database, so
+    rewriting events and checkpoints together still fails verification. ``frontier``
+    holds the roots of the perfect subtrees that tile the tree (its compact range): the
+    next head extends it, and it stays useful after retention retires old events."""
 
     seq = models.BigIntegerField(unique=True)
     hash = models.CharField(max_length=64)
+    root = models.CharField(max_length=64)
+    frontier = models.JSONField(default=list)
     time = models.DateTimeField()
-    key_id = models.CharField(max_length=12)
-    signature = models.CharField(max_length=64)
+    key_id = models.CharField(max_length=64)
+    signature = models.CharField(max_length=100)
 
     class Meta:
         ordering = ["seq"]
 
     def __str__(self) -> str:
-        return f"checkpoint #{self.seq}"
+        return f"tree head #{self.seq}"
+
+    @property
+    def size(self) -> int:
+        return self.seq
+
+    def frontier_bytes(self) -> list[bytes]:
+        return [bytes.fromhex(h) for h in self.frontier]
+
+    def as_dict(self) -> dict:
+        """The signed tree head as exports and the API carry it."""
+        return {
+            "tree_size": self.seq, "root": self.root, "chain_hash": self.hash,
+            "time": chain.iso_time(self.time), "key_fingerprint": self.key_id,
+            "signature": self.signature,
+        }  # fmt: skip
+
+
+class SigningKey(models.Model):
+    """A public key that signs (or signed) tree heads. The private half never enters the
+    database; a key is retired (``valid_until``) when the next one is first used."""
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    public_pem = models.TextField()
+    valid_from = models.DateTimeField()
+    valid_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["valid_from"]
+
+    def __str__(self) -> str:
+        return f"key {self.fingerprint[:16]}"
 
 
 class Verification(models.Model):

@@ -1,43 +1,57 @@
-"""Verify an exported audit file without the database:
+"""Verify an exported audit bundle with the public key alone: no Django, no database,
+no secret.
 
-    AUDIT_SIGNING_KEY=… python -m audit.offline_verify audit-events-through-1234.jsonl
+    python -m audit.offline_verify audit-events-through-1234.zip --public-key audit.pem
+    python -m audit.offline_verify audit-events-through-1234.jsonl --fingerprint 3f9c…
+    python -m audit.offline_verify --consistency heads.json --public-key audit.pem
 
-Checks that every event's hash matches its content and previous hash, that consecutive
-events link, that the file is complete (its end line's count), and that the signed
-checkpoint at its end is genuine (with the key) and matches the last event. Needs only
-the Python standard library and ``audit/chain.py``. Exit code 0 when all checks pass.
+For a bundle (the zip of ``events.csv`` + ``manifest.json``, or the JSON Lines file):
+every record hashes to its chain hash and matches the manifest's list (so an edited,
+added or missing record is named); consecutive records link; each record's inclusion
+proof leads to the signed tree head's Merkle root (RFC 6962); the head's Ed25519
+signature is genuine under a trusted key that was in service when it signed. For a
+consistency file (``GET /api/v1/audit/consistency/``): both heads are signed and the
+later tree extends the earlier one unchanged.
+
+Which key is trusted: ``--public-key FILE`` (a PEM you obtained from the console's
+``/api/v1/audit/public-key/``), or ``--fingerprint HEX`` (one of the bundle's keys,
+pinned by its fingerprint); with neither, the bundle's own keys, and the verifier says
+so. Needs Python, the ``cryptography`` package and the ``audit/`` modules ``chain``,
+``merkle``, ``signing`` and this one. Exit code 0 when every check passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
-import os
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from audit import chain
+from audit import chain, merkle, signing
 
 _TEXT = ("actor_id", "actor_name", "action", "target_type", "target_id", "user_agent", "request_id")
+_MAX_PROBLEMS = 20
 
 
 @dataclass
 class Result:
     events: int = 0
     links_checked: int = 0
-    links_unchecked: int = 0
+    proofs_checked: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
-    last_hash: str | None = None
-    checkpoint: dict | None = None
-    declared_count: int | None = None
+    head: dict | None = None
+    key: str = ""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
-        if len(self.problems) < 20:
+        if len(self.problems) < _MAX_PROBLEMS:
             self.problems.append(text)
 
     @property
@@ -45,142 +59,271 @@ class Result:
         return not self.problems
 
 
-def _csv_records(handle) -> Iterator[dict]:
-    reader = csv.reader(handle)
+# --- reading a bundle ----------------------------------------------------------------
+
+
+def _csv_rows(text: str) -> Iterator[dict]:
+    reader = csv.reader(io.StringIO(text, newline=""))
     columns = next(reader, None)
     if columns is None or tuple(columns) != (*chain.FIELDS, "prev_hash", "hash"):
-        raise ValueError("not an audit CSV export (unexpected header row)")
-    for cells in reader:
-        if cells and cells[0] == "#checkpoint":
-            seq, hash_, time, key_id, signature = cells[1:6]
-            yield {
-                "type": "checkpoint",
-                "seq": int(seq),
-                "hash": hash_,
-                "time": time,
-                "key_id": key_id,
-                "signature": signature,
-            }
-        elif cells and cells[0] == "#end":
-            yield {"type": "end", "count": int(cells[1]), "through_seq": int(cells[2])}
-        else:
-            row = dict(zip(columns, cells, strict=True))
-            for name in _TEXT:
-                row[name] = chain.csv_uncell(row[name])
-            row["seq"] = int(row["seq"])
-            row["team_id"] = int(row["team_id"]) if row["team_id"] else None
-            row["source_ip"] = row["source_ip"] or None
-            row["details"] = json.loads(row["details"])
-            row["type"] = "event"
-            yield row
+        raise ValueError("events.csv: unexpected header row")
+    for number, cells in enumerate(reader, 2):
+        if len(cells) != len(columns):
+            raise ValueError(
+                f"events.csv line {number}: {len(cells)} cells, expected {len(columns)}"
+            )
+        row = dict(zip(columns, cells, strict=True))
+        for name in _TEXT:
+            row[name] = chain.csv_uncell(row[name])
+        row["seq"] = int(row["seq"])
+        row["team_id"] = int(row["team_id"]) if row["team_id"] else None
+        row["source_ip"] = row["source_ip"] or None
+        row["details"] = json.loads(row["details"])
+        yield row
 
 
-def _jsonl_records(handle) -> Iterator[dict]:
-    for number, line in enumerate(handle, 1):
-        if line.strip():
+def _jsonl(handle) -> tuple[dict, Iterator[dict]]:
+    lines = (line for line in handle if line.strip())
+    first = next(lines, None)
+    if first is None:
+        raise ValueError("the file is empty")
+    manifest = json.loads(first)
+    if manifest.get("type") != "manifest":
+        raise ValueError("line 1 is not the bundle's manifest")
+
+    def rows() -> Iterator[dict]:
+        for number, line in enumerate(lines, 2):
             try:
-                yield json.loads(line)
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"line {number} is not JSON: {exc}") from None
+            if row.get("type") != "event":
+                raise ValueError(f"line {number}: not an event")
+            yield row
+
+    return manifest, rows()
 
 
-def records(path: str) -> Iterator[dict]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        first = handle.read(1)
-        handle.seek(0)
-        yield from (_jsonl_records(handle) if first == "{" else _csv_records(handle))
+def read_bundle(path: str) -> tuple[dict, Iterator[dict]]:
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as bundle:
+            manifest = json.loads(bundle.read("manifest.json"))
+            text = bundle.read("events.csv").decode("utf-8")
+        return manifest, _csv_rows(text)
+    handle = open(path, encoding="utf-8", newline="")  # noqa: SIM115 (read lazily below)
+    return _jsonl(handle)
 
 
-def verify_file(path: str, key: str | None) -> Result:
+# --- keys and signatures ---------------------------------------------------------------
+
+
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def trusted_keys(
+    listed: list[dict], public_pem: str | None, pin: str | None, result: Result
+) -> dict:
+    """fingerprint -> (public key, valid_from, valid_until) for the keys to trust."""
+    by_fp = {k["fingerprint"]: k for k in listed}
+    if public_pem:
+        fp = signing.fingerprint(public_pem)
+        entry = by_fp.get(fp, {})
+        return {
+            fp: (
+                signing.load_public(public_pem),
+                _time(entry.get("valid_from")),
+                _time(entry.get("valid_until")),
+            )
+        }
+    keys = {}
+    for fp, entry in by_fp.items():
+        if signing.fingerprint(entry["public_key_pem"]) != fp:
+            result.problem(f"the bundle's key {fp[:16]}…: its PEM has another fingerprint")
+            continue
+        if pin and fp != pin.lower():
+            continue
+        keys[fp] = (
+            signing.load_public(entry["public_key_pem"]),
+            _time(entry.get("valid_from")),
+            _time(entry.get("valid_until")),
+        )
+    if pin and not keys:
+        result.problem(f"no key in the bundle has the fingerprint {pin}")
+    if not public_pem and not pin:
+        result.notes.append(
+            "trusting the public keys inside the bundle; pin one with --public-key or --fingerprint "
+            "(compare with GET /api/v1/audit/public-key/)"
+        )
+    return keys
+
+
+def head_signed(head: dict, keys: dict) -> str:
+    """'' when the tree head's signature is genuine, else why not."""
+    found = keys.get(head.get("key_fingerprint"))
+    if found is None:
+        return f"signed by key {str(head.get('key_fingerprint'))[:16]}…, which is not a trusted key"
+    public, valid_from, valid_until = found
+    when = _time(head["time"])
+    if valid_until is not None and when > valid_until:
+        return f"signed at {head['time']}, after its key was retired ({valid_until.isoformat()})"
+    if valid_from is not None and when < valid_from:
+        return f"signed at {head['time']}, before its key came into service"
+    message = signing.head_message(
+        head["tree_size"], head["root"], head["chain_hash"], head["time"]
+    )
+    return (
+        ""
+        if signing.verify(public, message, head["signature"])
+        else "bad signature (forged, or another key)"
+    )
+
+
+# --- the checks ------------------------------------------------------------------------
+
+
+def verify_bundle(path: str, *, public_pem: str | None = None, pin: str | None = None) -> Result:
     result = Result()
+    manifest, rows = read_bundle(path)
+    head = result.head = manifest.get("tree_head")
+    listed = {int(seq): digest for seq, digest in manifest.get("records", [])}
+    seen: dict[int, str] = {}
     prev: tuple[int, str] | None = None
-    for record in records(path):
-        kind = record.get("type")
-        if kind == "event":
-            _check_event(result, record, prev)
-            prev = (record["seq"], record["hash"])
-        elif kind == "checkpoint":
-            result.checkpoint = record
-        elif kind == "end":
-            result.declared_count = record["count"]
-    _check_ending(result, key)
+    for row in rows:
+        seq = row["seq"]
+        _check_row(result, row, listed, seen, prev)
+        prev = (seq, row["hash"])
+    for seq in sorted(set(listed) - set(seen))[:_MAX_PROBLEMS]:
+        result.problem(f"#{seq}: listed in the manifest but missing from the file (removed)")
+    if manifest.get("count") != len(listed):
+        result.problem(f"the manifest lists {len(listed)} records but says {manifest.get('count')}")
+    if head is None:
+        if listed:
+            result.problem("no signed tree head: the records are not tied to a signature")
+        return result
+    keys = trusted_keys(manifest.get("public_keys", []), public_pem, pin, result)
+    result.key = head.get("key_fingerprint", "")
+    why = head_signed(head, keys)
+    if why:
+        result.problem(f"tree head #{head['tree_size']}: {why}")
+    _check_inclusion(result, head, listed, manifest.get("nodes", []))
     return result
 
 
-def _check_event(result: Result, row: dict, prev: tuple[int, str] | None) -> None:
-    result.events += 1
+def _check_row(result: Result, row: dict, listed: dict, seen: dict, prev) -> None:
     seq = row["seq"]
+    result.events += 1
     result.first_seq = seq if result.first_seq is None else result.first_seq
-    result.last_seq, result.last_hash = seq, row["hash"]
+    result.last_seq = seq
+    if seq in seen:
+        result.problem(f"#{seq}: appears twice")
+    seen[seq] = row["hash"]
     if chain.row_hash(row, row["prev_hash"]) != row["hash"]:
         result.problem(f"#{seq}: hash mismatch (the record was edited)")
-    if prev is None:
-        return
-    if prev[0] + 1 == seq:
-        result.links_checked += 1
-        if row["prev_hash"] != prev[1]:
-            result.problem(f"#{seq}: does not follow #{prev[0]} (broken link)")
-    elif seq <= prev[0]:
-        result.problem(f"#{seq}: out of order after #{prev[0]}")
-    else:
-        result.links_unchecked += 1
-
-
-def _check_ending(result: Result, key: str | None) -> None:
-    if result.declared_count is None:
-        result.problem("no end line: the file is truncated")
-    elif result.declared_count != result.events:
+    if seq not in listed:
+        result.problem(f"#{seq}: not listed in the manifest (added)")
+    elif listed[seq] != row["hash"]:
         result.problem(
-            f"the file holds {result.events} events but says {result.declared_count}: truncated or padded"
+            f"#{seq}: its hash differs from the manifest's (the record or the manifest was edited)"
         )
-    cp = result.checkpoint
-    if cp is None:
-        result.notes.append("no checkpoint in the file: the events are not tied to a signature")
-        return
-    if key:
-        if not chain.signature_ok(key, cp["seq"], cp["hash"], cp["time"], cp["signature"]):
+    if prev is not None:
+        if seq <= prev[0]:
+            result.problem(f"#{seq}: out of order after #{prev[0]}")
+        elif seq == prev[0] + 1:
+            result.links_checked += 1
+            if row["prev_hash"] != prev[1]:
+                result.problem(f"#{seq}: does not follow #{prev[0]} (broken link)")
+
+
+def _check_inclusion(result: Result, head: dict, listed: dict, nodes: list) -> None:
+    size, root = int(head["tree_size"]), bytes.fromhex(head["root"])
+    beyond = [seq for seq in listed if not 1 <= seq <= size]
+    for seq in beyond[:_MAX_PROBLEMS]:
+        result.problem(f"#{seq}: beyond the signed tree head #{size}")
+    leaves = {
+        seq - 1: merkle.event_leaf(digest) for seq, digest in listed.items() if 1 <= seq <= size
+    }
+    tree = merkle.PartialTree(size, leaves, ((lo, hi, bytes.fromhex(h)) for lo, hi, h in nodes))
+    for index in sorted(leaves):
+        try:
+            path = tree.inclusion(index)
+        except KeyError as exc:
+            result.problem(f"#{index + 1}: its inclusion proof is incomplete ({exc.args[0]})")
+            continue
+        if merkle.verify_inclusion(index, size, leaves[index], path, root):
+            result.proofs_checked += 1
+        else:
             result.problem(
-                f"checkpoint #{cp['seq']}: bad signature (forged, or another key: file key id {cp['key_id']}, yours {chain.key_id(key)})"
+                f"#{index + 1}: its inclusion proof does not lead to the signed root of tree head #{size}"
             )
-    else:
-        result.notes.append("checkpoint signature not checked: set AUDIT_SIGNING_KEY to check it")
-    if result.last_seq == cp["seq"]:
-        if result.last_hash != cp["hash"]:
-            result.problem(
-                f"#{cp['seq']}: hash differs from the signed checkpoint (the chain was rewritten)"
-            )
-    elif result.events:
-        result.notes.append(
-            f"the last event (#{result.last_seq}) is not the checkpoint's (#{cp['seq']}): a filtered export "
-            "proves each event's own hash, not its place in the whole chain"
+
+
+def verify_consistency_file(
+    path: str, *, public_pem: str | None = None, pin: str | None = None
+) -> Result:
+    result = Result()
+    with open(path, encoding="utf-8") as handle:
+        body = json.load(handle)
+    first, second = body["first"], body["second"]
+    keys = trusted_keys(body.get("public_keys", []), public_pem, pin, result)
+    for head in (first, second):
+        why = head_signed(head, keys)
+        if why:
+            result.problem(f"tree head #{head['tree_size']}: {why}")
+    proof = [bytes.fromhex(h) for h in body["proof"]]
+    if not merkle.verify_consistency(
+        int(first["tree_size"]), int(second["tree_size"]),
+        bytes.fromhex(first["root"]), bytes.fromhex(second["root"]), proof,
+    ):  # fmt: skip
+        result.problem(
+            f"tree head #{second['tree_size']} does not extend #{first['tree_size']} (history was rewritten)"
         )
-    if result.links_unchecked:
-        result.notes.append(
-            f"{result.links_unchecked} gaps between exported events (filtered export): links not checkable"
-        )
+    result.head = second
+    return result
+
+
+# --- command line ----------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Verify an exported GPU Console audit file (JSONL or CSV)."
+    parser = argparse.ArgumentParser(description="Verify a GPU Console audit bundle offline.")
+    parser.add_argument(
+        "path", help="the bundle (.zip or .jsonl), or with --consistency the proof file"
     )
-    parser.add_argument("path")
+    parser.add_argument("--public-key", metavar="PEM", help="the trusted public key (PEM file)")
+    parser.add_argument(
+        "--fingerprint", metavar="HEX", help="trust only the bundle's key with this fingerprint"
+    )
+    parser.add_argument(
+        "--consistency", action="store_true", help="the file is a consistency proof"
+    )
     args = parser.parse_args(argv)
     try:
-        result = verify_file(args.path, os.environ.get("AUDIT_SIGNING_KEY"))
-    except (OSError, ValueError, KeyError) as exc:
+        pem = open(args.public_key, encoding="ascii").read() if args.public_key else None  # noqa: SIM115
+        check = verify_consistency_file if args.consistency else verify_bundle
+        result = check(args.path, public_pem=pem, pin=args.fingerprint)
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
         print(f"INVALID: cannot read {args.path}: {exc}")
         return 2
-    span = f"#{result.first_seq}..#{result.last_seq}" if result.events else "no events"
     for note in result.notes:
         print(f"note: {note}")
     for problem in result.problems:
         print(f"INVALID {problem}")
     verdict = "valid" if result.ok else "INVALID"
-    cp = f", checkpoint #{result.checkpoint['seq']}" if result.checkpoint else ""
-    print(
-        f"summary: {verdict}: {result.events} events ({span}), {result.links_checked} links checked{cp}"
+    head = result.head
+    signed = (
+        f"tree head #{head['tree_size']} signed by {head['key_fingerprint'][:16]}…"
+        if head
+        else "no tree head"
     )
+    if args.consistency:
+        print(f"summary: {verdict}: consistency {signed}")
+    else:
+        span = f"#{result.first_seq}..#{result.last_seq}" if result.events else "no events"
+        print(
+            f"summary: {verdict}: {result.events} events ({span}), {result.proofs_checked} inclusion proofs "
+            f"and {result.links_checked} links checked, {signed}"
+        )
     return 0 if result.ok else 1
 
 

@@ -4,6 +4,7 @@ its own transaction, so a failed audit write rolls the change back."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from datetime import datetime, timedelta
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from . import chain, context
+from . import chain, context, keys, merkle, signing
 from .models import ActorType, AuditEvent, ChainHead, Checkpoint, Outcome, Verification
 
 SECRET_WORDS = (
@@ -26,6 +27,7 @@ _SECRET_VALUE = re.compile(r"(gpc_|gpa_|Bearer\s+|Token\s+)[A-Za-z0-9_\-.=]{8,}"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 RETENTION_FLOOR_DAYS = 180
+logger = logging.getLogger(__name__)
 
 
 def _is_secret_key(key: str) -> bool:
@@ -169,38 +171,76 @@ def record_event(
 # --- checkpoints -------------------------------------------------------------------
 
 
-def signing_key() -> str:
-    key = getattr(settings, "AUDIT_SIGNING_KEY", "") or settings.SECRET_KEY
-    return key
+def leaf_hashes(first: int, last: int) -> list[bytes]:
+    """The Merkle leaves of events #first..#last (each the leaf hash of the chain hash)."""
+    hashes = AuditEvent.objects.filter(seq__gte=first, seq__lte=last).order_by("seq")
+    return [merkle.event_leaf(h) for h in hashes.values_list("hash", flat=True).iterator(10_000)]
+
+
+def sign_head(*, seq: int, head_hash: str, frontier: list[bytes], time: datetime) -> Checkpoint:
+    """A Checkpoint (unsaved) for the tree of ``seq`` leaves tiled by ``frontier``."""
+    signer = keys.signer()
+    root = merkle.frontier_root(frontier).hex()
+    message = signing.head_message(seq, root, head_hash, chain.iso_time(time))
+    return Checkpoint(
+        seq=seq, hash=head_hash, root=root, frontier=[f.hex() for f in frontier], time=time,
+        key_id=signer.fingerprint, signature=signing.sign(signer.private, message),
+    )  # fmt: skip
 
 
 def write_checkpoint(*, now: datetime | None = None) -> Checkpoint | None:
-    """Sign the chain's current head, after checking the events since the last signed
-    checkpoint, so a signature never blesses a chain that was already broken.
-    Returns None when the head has not moved or the unsigned tail does not verify."""
+    """Sign the tree head, after checking the events since the last signed head, so a
+    signature never blesses a log that was already broken. Returns None when the head
+    has not moved or the unsigned tail does not verify (then ``audit.tamper`` is
+    recorded, once per break, and logged)."""
     from .verification import verify
 
     # No lock: every event up to a committed head is committed and never changes.
     head = ChainHead.objects.filter(id=1).first()
     last = Checkpoint.objects.order_by("-seq").first()
+    if last is not None and (head is None or head.seq < last.seq):
+        _tamper_found(
+            (head.seq if head else 0) + 1,
+            f"missing tail: tree head #{last.seq} was signed but the chain head is #{head.seq if head else 0}",
+        )
+        return None
     if head is None or head.seq == 0 or (last is not None and last.seq >= head.seq):
         return None
     report = verify(start=(last.seq + 1) if last else None, end=head.seq, tail_checks=False)
     if not report.valid or report.last_seq != head.seq or report.last_hash != head.hash:
+        _tamper_found(
+            report.first_broken_seq, report.reason or "the chain head does not match its event"
+        )
         return None
-    time = now or timezone.now()
-    key = signing_key()
+    frontier, size = merkle.extend(
+        last.frontier_bytes() if last else [], last.seq if last else 0,
+        leaf_hashes((last.seq + 1) if last else 1, head.seq),
+    )  # fmt: skip
+    if size != head.seq:
+        _tamper_found(
+            size + 1, f"gap: the log holds {size} events up to the chain head #{head.seq}"
+        )
+        return None
+    checkpoint = sign_head(
+        seq=head.seq, head_hash=head.hash, frontier=frontier, time=now or timezone.now()
+    )
     try:
         with transaction.atomic():
-            return Checkpoint.objects.create(
-                seq=head.seq,
-                hash=head.hash,
-                time=time,
-                key_id=chain.key_id(key),
-                signature=chain.sign_checkpoint(key, head.seq, head.hash, chain.iso_time(time)),
-            )
+            checkpoint.save(force_insert=True)
+            return checkpoint
     except IntegrityError:  # another worker signed the same head a moment ago
         return Checkpoint.objects.filter(seq=head.seq).first()
+
+
+def _tamper_found(seq, reason: str) -> None:
+    logger.error("audit log does not verify at #%s: %s", seq, reason)
+    latest = AuditEvent.objects.filter(action="audit.tamper").order_by("-seq").first()
+    if latest is not None and latest.details.get("first_broken_seq") == seq:
+        return
+    record_event(
+        actor="system", action="audit.tamper", outcome=Outcome.FAILURE,
+        details={"first_broken_seq": seq, "reason": str(reason)[:300]},
+    )  # fmt: skip
 
 
 def covering_checkpoint() -> Checkpoint | None:
@@ -302,22 +342,71 @@ def apply_retention(*, actor="system", now: datetime | None = None, batch: int =
 # --- exports -----------------------------------------------------------------------
 
 
-def prepare_export(*, actor, queryset, fmt: str, filters: dict, team=None):
-    """Freeze what an export will contain (every matching event up to a signed head),
-    audit it, and hand back the stream's description. The event is committed before the
-    first byte is sent, so an export that is cut off midway is still on record."""
-    from .export import FORMATS, Export
+def load_tree(size: int) -> merkle.Tree:
+    """The Merkle tree of the first ``size`` events, in memory, for proofs. Events that
+    retention retired are stood for by the compact range of the signed head at the edge."""
+    first = AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first() or 1
+    base = min(first - 1, size)
+    frontier: list[bytes] = []
+    if base:
+        anchor = Checkpoint.objects.filter(seq=base).first()
+        if anchor is None:
+            raise ValueError(f"events before #{first} are gone and no signed head stands for them")
+        frontier = anchor.frontier_bytes()
+    return merkle.Tree(leaf_hashes(base + 1, size), base=base, frontier=frontier)
 
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    head_seq = ChainHead.objects.filter(id=1).values_list("seq", flat=True).first() or 0
+
+def proof_material(queryset, checkpoint: Checkpoint | None) -> tuple[list, list]:
+    """The (seq, chain hash) of every event of ``queryset`` under the signed head, and
+    the tree nodes that, with those, rebuild each one's inclusion proof."""
+    if checkpoint is None:
+        return [], []
+    records = list(
+        queryset.filter(seq__lte=checkpoint.seq).order_by("seq").values_list("seq", "hash")
+    )
+    if not records or (records[0][0] == 1 and len(records) == checkpoint.seq):
+        return records, []  # the whole log: the records are the tree
+    tree = load_tree(checkpoint.seq)
+    nodes = merkle.covering_nodes([seq - 1 for seq, _ in records], checkpoint.seq, tree.hash)
+    return records, nodes
+
+
+def consistency(*, first: int, second: int | None = None) -> dict:
+    """Two signed tree heads and the proof that the later extends the earlier."""
+    heads = Checkpoint.objects.order_by("-seq")
+    later = heads.filter(seq=second).first() if second is not None else heads.first()
+    earlier = heads.filter(seq=first).first()
+    if earlier is None or later is None:
+        missing = first if earlier is None else second
+        raise ValueError(f"no signed tree head of size {missing}")
+    if earlier.seq > later.seq:
+        raise ValueError("'first' must not be larger than 'second'")
+    proof = load_tree(later.seq).consistency(earlier.seq, later.seq)
+    return {
+        "first": earlier.as_dict(), "second": later.as_dict(), "proof": [p.hex() for p in proof],
+        "public_keys": [k.as_dict() for k in keys.public_keys().values()],
+    }  # fmt: skip
+
+
+def prepare_export(*, actor, queryset, fmt: str, filters: dict, team=None):
+    """Freeze what an export will contain (every matching event up to a tree head signed
+    now), gather its proofs, audit it, and hand back the stream's description. The event
+    is committed before the first byte is sent, so an export cut off midway is on record."""
+    from . import export as bundle
+
+    if fmt not in bundle.FORMATS:
+        raise ValueError(f"format must be one of {', '.join(bundle.FORMATS)}, not {fmt!r}")
     checkpoint = covering_checkpoint()
-    through = checkpoint.seq if checkpoint is not None and checkpoint.seq >= head_seq else head_seq
-    rows = queryset.filter(seq__lte=through)
-    export = Export(
-        fmt=fmt, queryset=queryset, through_seq=through, count=rows.count(), checkpoint=checkpoint,
-        filters=filters, generated_at=chain.iso_time(timezone.now()),
+    through = checkpoint.seq if checkpoint is not None else 0
+    records, nodes = proof_material(queryset, checkpoint)
+    manifest = bundle.manifest(
+        generated_at=chain.iso_time(timezone.now()), filters=filters,
+        head=checkpoint.as_dict() if checkpoint else None,
+        keys=[k.as_dict() for k in keys.public_keys().values()], records=records, nodes=nodes,
     )  # fmt: skip
+    export = bundle.Export(
+        fmt=fmt, queryset=queryset, through_seq=through, count=len(records), manifest=manifest
+    )
     record_event(
         actor=actor,
         action="audit.export",

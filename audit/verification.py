@@ -16,10 +16,13 @@ from functools import partial
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from . import chain, stream
+from . import chain, merkle, signing, stream
 from .models import AuditEvent, ChainHead, Checkpoint
 
-BAD_SIGNATURE = "bad signature: the checkpoint's signature does not match (forged, or another key)"
+BAD_SIGNATURE = (
+    "bad signature: the tree head's signature does not match (forged, or a key not listed)"
+)
+ROOT_MISMATCH = "checkpoint mismatch: the Merkle root differs from the signed tree head's (the log was rewritten)"
 
 
 @dataclass
@@ -195,14 +198,15 @@ def _explain_link(seq: int, prev_hash: str) -> str:
 # --- the walk ----------------------------------------------------------------------
 
 
-def verify(start=None, end=None, *, tail_checks: bool = True, key: str | None = None) -> Report:
+def verify(start=None, end=None, *, tail_checks: bool = True, key: dict | None = None) -> Report:
     """Verify events between ``start`` and ``end`` (sequence numbers or datetimes,
     inclusive; None for the first and last). ``tail_checks`` also compares the end of
-    the log with the chain head and with checkpoints signed beyond it."""
-    from .services import signing_key
+    the log with the chain head and with checkpoints signed beyond it. ``key``: the
+    public keys to trust, by fingerprint (default: every key listed)."""
+    from .keys import public_keys
 
     began = clock.perf_counter()
-    key = key or signing_key()
+    key = public_keys() if key is None else key
     head = ChainHead.objects.filter(id=1).values_list("seq", "hash").first() or (
         0,
         chain.GENESIS_HASH,
@@ -210,7 +214,9 @@ def verify(start=None, end=None, *, tail_checks: bool = True, key: str | None = 
     lo, hi = _seq_bounds(start, end)
     report = Report()
     cps = list(
-        Checkpoint.objects.order_by("seq").values_list("seq", "hash", "time", "key_id", "signature")
+        Checkpoint.objects.order_by("seq").values_list(
+            "seq", "hash", "time", "key_id", "signature", "root", "frontier"
+        )
     )
     report.checkpoints = len(cps)
     if lo is None or hi is None or lo > hi:
@@ -226,9 +232,25 @@ def verify(start=None, end=None, *, tail_checks: bool = True, key: str | None = 
     return report
 
 
-def _signed(cp: tuple, key: str) -> bool:
-    seq, hash_, time, _key_id, signature = cp
-    return chain.signature_ok(key, seq, hash_, chain.iso_time(time), signature)
+def _signed(cp: tuple, keys: dict) -> bool:
+    """Is the tree head signed by a listed key, while that key was in service?"""
+    seq, hash_, time, key_id, signature, root, _frontier = cp
+    public = keys.get(key_id)
+    if public is None or (public.valid_until is not None and time > public.valid_until):
+        return False
+    return signing.verify(
+        public.key, signing.head_message(seq, root, hash_, chain.iso_time(time)), signature
+    )
+
+
+def _frontier_at(lo: int, cps: list[tuple]) -> merkle.CompactRange | None:
+    """The tree's right edge just before event #lo, when a signed head there says it."""
+    if lo == 1:
+        return merkle.CompactRange()
+    for cp in cps:
+        if cp[0] == lo - 1:
+            return merkle.CompactRange([bytes.fromhex(h) for h in cp[6]], cp[0])
+    return None
 
 
 def _anchor(lo: int, cps: list[tuple], key: str) -> tuple[str | None, str]:
@@ -268,6 +290,8 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
         seg.fail(lo, f"missing head: events before #{lo} are gone and {why}")
     expected_seq, prev_id, last_hash, count = lo, 0, None, 0
     head_seq, head_hash = head
+    tree = _frontier_at(lo, cps)
+    push, leaf_of = (tree.push, merkle.event_leaf) if tree is not None else (None, None)
     # The hot loop: a million rows a few seconds; keep it flat.
     for row in stream.rows(AuditEvent.objects.filter(seq__gte=lo, seq__lte=hi)):
         (
@@ -303,6 +327,8 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
                 seg.fail(seq, "head mismatch: the chain head's hash differs from this record's")
         seg.count += 1
         seg.last = seq
+        if push is not None:
+            push(leaf_of(stored))
         expected_prev, expected_seq, prev_id, last_hash = stored, seq + 1, rid, stored
         while cp is not None and cp[0] <= seq:
             if cp[0] < seq:
@@ -312,6 +338,8 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
                     seq,
                     "checkpoint mismatch: the chain was rewritten (hash differs from the signed checkpoint)",
                 )
+            elif tree is not None and (tree.size != seq or tree.root().hex() != cp[5]):
+                seg.fail(seq, ROOT_MISMATCH)
             if _signed(cp, key):
                 expected_prev = cp[1]
             else:
@@ -352,8 +380,9 @@ def _check_tail(report: Report, cps: list[tuple], key: str, head: tuple, *, last
 
 def chain_status(event: AuditEvent) -> dict:
     """What the event page shows: does this record hash right, does it follow its
-    predecessor, and which signed checkpoint covers it."""
-    from .services import chain_hash, signing_key
+    predecessor, and which signed tree head covers it."""
+    from .keys import public_keys
+    from .services import chain_hash
 
     recomputed = chain_hash(event, event.prev_hash)
     if event.seq == 1:
@@ -366,8 +395,8 @@ def chain_status(event: AuditEvent) -> dict:
             )
         link_ok = None if before is None else before == event.prev_hash
     cp = Checkpoint.objects.filter(seq__gte=event.seq).order_by("seq").first()
-    signed = cp is not None and chain.signature_ok(
-        signing_key(), cp.seq, cp.hash, chain.iso_time(cp.time), cp.signature
+    signed = cp is not None and _signed(
+        (cp.seq, cp.hash, cp.time, cp.key_id, cp.signature, cp.root, cp.frontier), public_keys()
     )
     return {
         "recomputed": recomputed,

@@ -1,7 +1,7 @@
 """Audit log benchmark on PostgreSQL, in one run:
 
 1. bulk-load N hash-chained events (COPY FROM STDIN) with a signed checkpoint every 100k;
-2. export them all as CSV through the API, served by daphne on loopback and streamed,
+2. export them all as a CSV bundle through the API, served by daphne on loopback and streamed,
    against PostgreSQL's own ``COPY (SELECT …) TO STDOUT WITH CSV`` of the same rows;
    daphne's peak memory is read for a 10% export and for the full one (flat = equal);
 3. ``manage.py verify_audit`` over all of them.
@@ -72,9 +72,9 @@ def load(n: int, every: int) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from audit import chain
-    from audit.models import ChainHead, Checkpoint
-    from audit.services import signing_key
+    from audit import chain, merkle
+    from audit.models import ChainHead
+    from audit.services import sign_head
     from console.models import Team
 
     call_command("migrate", verbosity=0)
@@ -82,7 +82,7 @@ def load(n: int, every: int) -> None:
     rng = random.Random(6)
     start = datetime.now(UTC) - timedelta(days=30)
     step = timedelta(days=29) / n
-    prev, key, checkpoints = chain.GENESIS_HASH, signing_key(), []
+    prev, tree, heads = chain.GENESIS_HASH, merkle.CompactRange(), []
     began = time.perf_counter()
     connection.ensure_connection()
     with (
@@ -106,14 +106,17 @@ def load(n: int, every: int) -> None:
             digest = chain.link(chain.canonical_row(*row), prev)
             copy.write_row((*row[:13], chain.canonical_details(details), prev, digest))
             prev = digest
+            tree.push(merkle.event_leaf(digest))
             if seq % every == 0 or seq == n:
-                checkpoints.append((seq, digest, when))
-    ChainHead.objects.update_or_create(id=1, defaults={"seq": n, "hash": prev})
-    for seq, digest, when in checkpoints:
-        Checkpoint.objects.create(
-            seq=seq, hash=digest, time=datetime.fromisoformat(when), key_id=chain.key_id(key),
-            signature=chain.sign_checkpoint(key, seq, digest, when),
-        )  # fmt: skip
+                heads.append((seq, digest, [h for _, h in tree.pieces], datetime.fromisoformat(when)))
+    # The bulk load stands in for a year of appends: the loader (the database owner) sets
+    # the head directly, which the app's role could not.
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE audit_chainhead DISABLE TRIGGER USER")
+        ChainHead.objects.update_or_create(id=1, defaults={"seq": n, "hash": prev})
+        cursor.execute("ALTER TABLE audit_chainhead ENABLE TRIGGER USER")
+    for seq, digest, frontier, when in heads:  # signed once COPY has let go of the connection
+        sign_head(seq=seq, head_hash=digest, frontier=frontier, time=when).save(force_insert=True)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE audit_auditevent")
     print(f"loaded {n:,} events in {time.perf_counter() - began:.1f} s", flush=True)
@@ -183,7 +186,7 @@ def export_via_api(port: int, token: str, query: str, pid: int) -> dict:
         lines += chunk.count(b"\n")
     seconds = time.perf_counter() - began
     rows = int(response.getheader("X-Audit-Event-Count"))
-    assert lines == rows + 3, (lines, rows)  # header, rows, checkpoint, end
+    assert lines >= rows + 1, (lines, rows)  # header and rows (stored in the zip as they are)
     return {
         "rows": rows, "bytes": size, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds),
         "first_byte_s": round(first_byte or 0, 3), "rss_before_mib": round(before / 1024, 1),

@@ -209,10 +209,14 @@ if not DEBUG:
     if TRUSTED_PROXY_COUNT:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# Audit: checkpoints are signed with a key that lives outside the database.
-AUDIT_SIGNING_KEY = envstr("AUDIT_SIGNING_KEY", SECRET_KEY)
+# Audit: tree heads are signed with an Ed25519 private key that lives outside the
+# database: PEM text in AUDIT_SIGNING_KEY, or a PEM file (created on first use if absent).
+AUDIT_SIGNING_KEY = envstr("AUDIT_SIGNING_KEY", "")
+AUDIT_SIGNING_KEY_FILE = envstr("AUDIT_SIGNING_KEY_FILE", str(VAR_DIR / "audit-signing-key.pem"))
 AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365, minimum=180)
-AUDIT_CHECKPOINT_SECONDS = envint("AUDIT_CHECKPOINT_SECONDS", 600, minimum=10)
+AUDIT_CHECKPOINT_SECONDS = envint("AUDIT_CHECKPOINT_SECONDS", 60, minimum=10)
+AUDIT_CHECKPOINT_EVENTS = envint("AUDIT_CHECKPOINT_EVENTS", 1000, minimum=1)
+AUDIT_ARCHIVE_DIR = envstr("AUDIT_ARCHIVE_DIR", str(VAR_DIR / "audit-archive"))
 AUDIT_VERIFY_RATE = envrate("AUDIT_VERIFY_RATE", "10/min")
 
 # Billing: one currency per deployment.

@@ -6,7 +6,14 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
-from audit import services
+from audit import services, signing
+
+SIGNING_PEM = signing.new_private_pem().decode()
+
+
+@pytest.fixture(autouse=True)
+def _signing_key(settings):
+    settings.AUDIT_SIGNING_KEY = SIGNING_PEM
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +53,7 @@ def _tampering():
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE refuses pending FK checks
             cursor.execute("ALTER TABLE audit_auditevent DISABLE TRIGGER USER")
             cursor.execute("ALTER TABLE audit_checkpoint DISABLE TRIGGER USER")
+            cursor.execute("ALTER TABLE audit_chainhead DISABLE TRIGGER USER")
         try:
             yield connection
         finally:
@@ -53,6 +61,7 @@ def _tampering():
                 cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
                 cursor.execute("ALTER TABLE audit_auditevent ENABLE TRIGGER USER")
                 cursor.execute("ALTER TABLE audit_checkpoint ENABLE TRIGGER USER")
+                cursor.execute("ALTER TABLE audit_chainhead ENABLE TRIGGER USER")
     else:
         yield connection
 

@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+import zipfile
 
 from audit_support import events_after, head_seq
 from django.http import StreamingHttpResponse
@@ -17,26 +18,42 @@ def _body(response) -> str:
     return b"".join(response.streaming_content).decode()
 
 
+def _zip(response) -> zipfile.ZipFile:
+    assert response.status_code == 200, response.content
+    assert isinstance(response, StreamingHttpResponse)
+    return zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+
+
+def _csv_text(response) -> str:
+    return _zip(response).read("events.csv").decode()
+
+
 def _csv(response) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(_body(response))))
+    return list(csv.reader(io.StringIO(_csv_text(response))))
 
 
-def test_csv_has_the_columns_the_events_and_a_signed_ending(api, ops, events):
+def test_csv_has_the_columns_and_only_the_events(api, ops, events):
     events(3)
     rows = _csv(api(ops).get(URL, {"format": "csv"}))
     assert rows[0] == [*chain.FIELDS, "prev_hash", "hash"]
-    assert [r[0] for r in rows[1:4]] == ["1", "2", "3"]
-    assert rows[-2][0] == "#checkpoint" and rows[-2][1] == "3"
-    assert rows[-1] == ["#end", "3", "3"]
+    assert [r[0] for r in rows[1:]] == ["1", "2", "3"]
 
 
-def test_jsonl_opens_with_a_header_and_ends_with_the_checkpoint(api, ops, events):
+def test_the_manifest_carries_the_signed_head_the_keys_and_the_records(api, ops, events):
+    events(3)
+    manifest = json.loads(_zip(api(ops).get(URL, {"format": "csv"})).read("manifest.json"))
+    assert manifest["tree_head"]["tree_size"] == 3 and manifest["count"] == 3
+    assert [seq for seq, _ in manifest["records"]] == [1, 2, 3] and manifest["nodes"] == []
+    assert "BEGIN PUBLIC KEY" in manifest["public_keys"][0]["public_key_pem"]
+
+
+def test_jsonl_opens_with_the_manifest_then_the_events(api, ops, events):
     events(2)
     lines = [
         json.loads(line) for line in _body(api(ops).get(URL, {"format": "jsonl"})).splitlines()
     ]
-    assert [line["type"] for line in lines] == ["export", "event", "event", "checkpoint", "end"]
-    assert lines[0]["count"] == 2 and lines[3]["seq"] == lines[2]["seq"] == 2
+    assert [line["type"] for line in lines] == ["manifest", "event", "event"]
+    assert lines[0]["count"] == 2 and lines[0]["tree_head"]["tree_size"] == 2
 
 
 def test_the_export_is_itself_audited(api, audrey, events):
@@ -83,7 +100,7 @@ def test_cells_that_a_spreadsheet_would_run_are_escaped(api, ops):
 
 def test_crlf_and_control_characters_stay_inside_their_cell(api, ops, client):
     client.post("/login/", {"username": "evil\r\n=1+1\x07", "password": "x"})
-    body = _body(api(ops).get(URL, {"format": "csv"}))
+    body = _csv_text(api(ops).get(URL, {"format": "csv"}))
     line = next(line for line in body.split("\n") if "auth.login_failed" in line)
     assert "\\r\\n=1+1\\u0007" in line
     assert all(ch >= " " for ch in body.replace("\n", ""))
@@ -94,7 +111,7 @@ def test_exports_stream_from_a_cursor_in_chunks(api, ops, events, settings, monk
     events(35)
     response = api(ops).get(URL, {"format": "jsonl"})
     chunks = list(response.streaming_content)
-    assert len(chunks) >= 5  # header, 4 × 10 rows, ending
+    assert len(chunks) >= 5  # manifest, 4 × 10 rows
     assert response["X-Audit-Event-Count"] == "35"
 
 
@@ -103,5 +120,5 @@ def test_events_written_after_the_export_started_are_not_in_it(api, ops, events)
     response = api(ops).get(URL, {"format": "jsonl"})
     events(3)
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
-    assert lines[-1]["count"] == 2
+    assert lines[0]["count"] == 2 and len(lines) == 3
     assert AuditEvent.objects.count() == 2 + 1 + 3  # the export's own event sits in between

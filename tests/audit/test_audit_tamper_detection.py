@@ -1,5 +1,8 @@
 """Tampering done as a database superuser would (triggers off): verification names it."""
 
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
 from audit import chain, services
 from audit.models import AuditEvent
 from audit.verification import verify
@@ -78,11 +81,25 @@ def test_a_forged_checkpoint_signature_is_caught(events, tamper):
     assert verify().reason.startswith("bad signature")
 
 
-def test_a_checkpoint_signed_with_another_key_is_caught(events, settings):
+def test_a_head_signed_with_a_key_that_is_not_listed_is_caught(events, tamper):
     events(3)
     services.write_checkpoint()
-    settings.AUDIT_SIGNING_KEY = "another-key-of-at-least-thirty-two-characters"
+    tamper("UPDATE audit_checkpoint SET key_id = %s", ["f" * 64])
     assert verify().reason.startswith("bad signature")
+
+
+def test_a_bad_signing_key_setting_is_named(events, settings):
+    settings.AUDIT_SIGNING_KEY = "not a key"
+    events(1)
+    with pytest.raises(ImproperlyConfigured, match="AUDIT_SIGNING_KEY"):
+        services.write_checkpoint()
+
+
+def test_a_forged_root_is_caught(events, tamper):
+    events(5)
+    services.write_checkpoint()
+    tamper("UPDATE audit_checkpoint SET root = %s", ["ab" * 32])
+    assert not verify().valid
 
 
 def test_later_segments_are_judged_on_their_own(events, tamper):

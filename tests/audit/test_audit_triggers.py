@@ -68,3 +68,21 @@ def test_the_retention_switch_lets_old_events_go(events, monkeypatch):
         cursor.execute("DELETE FROM audit_auditevent")
     assert not AuditEvent.objects.exists()
     assert Checkpoint.objects.count() == 0
+
+
+def test_the_chain_head_only_moves_forward_to_a_real_event(events):
+    events(3)
+    _refused(
+        "UPDATE audit_chainhead SET seq = 2, hash = (SELECT hash FROM audit_auditevent WHERE seq = 2)"
+    )
+    _refused("UPDATE audit_chainhead SET seq = 4, hash = %s", ["ab" * 32])
+    _refused("DELETE FROM audit_chainhead")
+
+
+def test_signing_keys_can_only_be_retired(events):
+    events(1)
+    services.write_checkpoint()
+    _refused("UPDATE audit_signingkey SET public_pem = 'x'")
+    _refused("DELETE FROM audit_signingkey")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_signingkey SET valid_until = now()")
