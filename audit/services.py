@@ -165,7 +165,16 @@ def record_event(
     event.hash = chain_hash(event, event.prev_hash)
     event.save(force_insert=True)
     ChainHead.objects.filter(id=1).update(seq=event.seq, hash=event.hash)
+    if event.seq % getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000) == 0:
+        # Besides the minute tick: no more than that many events ever wait unsigned.
+        transaction.on_commit(_checkpoint_soon, robust=True)
     return event
+
+
+def _checkpoint_soon() -> None:
+    from .tasks import write_checkpoint
+
+    write_checkpoint.delay()
 
 
 # --- checkpoints -------------------------------------------------------------------

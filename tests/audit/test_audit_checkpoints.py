@@ -91,3 +91,36 @@ def test_a_head_dated_after_its_key_was_retired_fails(events, settings, tamper):
 def test_checkpoints_are_written_every_minute():
     seconds, path = SCHEDULE["audit-checkpoint"]
     assert path == "audit.tasks.write_checkpoint" and seconds <= 60
+
+
+def test_a_head_is_signed_every_so_many_events(
+    events, settings, django_capture_on_commit_callbacks
+):
+    settings.AUDIT_CHECKPOINT_EVENTS = 4
+    with django_capture_on_commit_callbacks(execute=True):
+        events(3)
+    assert not Checkpoint.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        events(1)
+    assert Checkpoint.objects.get().seq == 4
+
+
+def test_a_chain_head_rolled_back_behind_the_newest_head_is_recorded(events, tamper):
+    events(5)
+    services.write_checkpoint()
+    tamper("DELETE FROM audit_auditevent WHERE seq > 3")
+    tamper(
+        "UPDATE audit_chainhead SET seq = 3, hash = (SELECT hash FROM audit_auditevent WHERE seq = 3)"
+    )
+    assert services.write_checkpoint() is None
+    alarm = AuditEvent.objects.get(action="audit.tamper")
+    assert "missing tail" in alarm.details["reason"] and alarm.details["first_broken_seq"] == 4
+
+
+def test_an_edit_after_the_newest_head_is_caught_by_the_next_tick(events, tamper):
+    events(3)
+    services.write_checkpoint()
+    events(3)
+    tamper("UPDATE audit_auditevent SET actor_name = 'nobody' WHERE seq = 5")
+    assert services.write_checkpoint() is None
+    assert AuditEvent.objects.get(action="audit.tamper").details["first_broken_seq"] == 5
