@@ -1,7 +1,6 @@
 """/api/v1/ for billing: prices, spot prices, reservations, budgets, invoices, costs,
 exports and spot preemption notices. Adapters only: parse, authorise, call a service."""
 
-from datetime import timedelta
 
 from django.http import Http404, StreamingHttpResponse
 from django.urls import path
@@ -14,7 +13,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import TeamScopedViewSetMixin
+from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, is_operator
 
@@ -24,10 +23,10 @@ from .models import (
     BudgetAlert,
     Charge,
     Invoice,
-    PreemptionNotice,
     Price,
     Reservation,
     SpotPrice,
+    UnratedUsage,
     currency,
 )
 from .serializers import (
@@ -41,10 +40,10 @@ from .serializers import (
     InvoiceDetailSerializer,
     InvoiceMemoSerializer,
     InvoiceSerializer,
-    PreemptionNoticeSerializer,
     PriceSerializer,
     ReservationSerializer,
     SpotPriceSerializer,
+    UnratedUsageSerializer,
 )
 
 # Who sees the bill (invoices, budgets, exports): team admins and auditors.
@@ -96,6 +95,15 @@ class SpotPriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
     def perform_create(self, serializer):
         data = serializer.validated_data
         serializer.instance = services.set_spot_price(actor=self.request.user, sku=data["sku"], hourly=data["hourly"])
+
+
+class UnratedUsageViewSet(OperatorOnlyMixin, viewsets.ReadOnlyModelViewSet):
+    """Usage metering could not rate (no price in effect): held, not billed, until an
+    operator prices the SKU and the days are metered again. Operators only."""
+
+    queryset = UnratedUsage.objects.select_related("instance")
+    serializer_class = UnratedUsageSerializer
+    filterset_fields = ["team", "sku"]
 
 
 class ReservationViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -214,24 +222,6 @@ class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyMo
         return Response(InvoiceSerializer(services.issue_invoice(actor=request.user, invoice=invoice)).data)
 
 
-class PreemptionNoticeViewSet(TeamScopedViewSetMixin, OperatorCreates, viewsets.ReadOnlyModelViewSet):
-    """Spot preemption notices. Operators issue one; the instance is preempted when the
-    notice (default 120 s) runs out."""
-
-    queryset = PreemptionNotice.objects.select_related("instance")
-    serializer_class = PreemptionNoticeSerializer
-    filterset_fields = ["team", "instance", "status"]
-
-    operator_creates = "preempt instances"
-
-    def perform_create(self, serializer):
-        data = serializer.validated_data
-        serializer.instance = services.issue_preemption_notice(
-            actor=self.request.user, instance=data["instance"], notice=timedelta(seconds=data["notice_seconds"]),
-            reason=data.get("reason", ""),
-        )
-
-
 def _scoped_charges(request, roles, team_id):
     qs = Charge.objects.for_user(request.user, roles)
     team = None
@@ -322,10 +312,10 @@ routes = [
     ("prices", PriceViewSet, "price"),
     ("spot-prices", SpotPriceViewSet, "spot-price"),
     ("reservations", ReservationViewSet, "reservation"),
+    ("unrated-usage", UnratedUsageViewSet, "unrated-usage"),
     ("budgets", BudgetViewSet, "budget"),
     ("budget-alerts", BudgetAlertViewSet, "budget-alert"),
     ("invoices", InvoiceViewSet, "invoice"),
-    ("preemption-notices", PreemptionNoticeViewSet, "preemption-notice"),
 ]
 
 urlpatterns = [

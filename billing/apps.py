@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class BillingConfig(AppConfig):
     name = "billing"
     verbose_name = "Billing"
+
+    def ready(self):
+        # Instances ask billing for prices through this book (imports point one way).
+        from instances import catalog
+
+        from .rates import BillingPriceBook
+
+        catalog.register(BillingPriceBook())

@@ -51,15 +51,24 @@ WORKLOADS = [
 ]
 
 
+def seed_catalog(*, users) -> None:
+    """The price catalog and spot price history: before any demo instance is launched,
+    since a launch needs a price in effect."""
+    now = timezone.now().replace(microsecond=0)
+    current = pricing.month_start(now)
+    catalog_start = _months_back(current, HISTORY_MONTHS) - timedelta(days=30)
+    with transaction.atomic():
+        _prices(users["ops"], catalog_start, current)
+        _spot_history(catalog_start, now)
+
+
 def seed(*, users, stdout=None) -> None:
     now = timezone.now().replace(microsecond=0)
     ops = users["ops"]
     current = pricing.month_start(now)
     first = _months_back(current, HISTORY_MONTHS)
-    catalog_start = first - timedelta(days=30)
+    seed_catalog(users=users)
     with transaction.atomic():
-        _prices(ops, catalog_start, current)
-        _spot_history(catalog_start, now)
         _reservations(users, first)
     with transaction.atomic():
         _history(users, first, now)

@@ -18,6 +18,7 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
+from instances.services import stopping_grace
 
 from . import bulk, pricing
 from .models import (
@@ -28,6 +29,7 @@ from .models import (
     PricingCategory,
     Reservation,
     SpotPrice,
+    UnratedUsage,
     UsageRecord,
 )
 
@@ -44,6 +46,7 @@ class Result:
     end: datetime
     usage_records: int = 0
     charges: int = 0
+    unrated: int = 0
     months: set[tuple[int, date]] = field(default_factory=set)
 
 
@@ -146,21 +149,26 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     if day1 <= day0:
         return result
     cutoff = min(day1, now)
-    UsageRecord.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
-    Charge.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
+    for model in (UsageRecord, Charge, UnratedUsage):
+        model.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
     catalog = Catalog(day0, cutoff)
     regions = dict(Host.objects.values_list("id", "region__name"))
     ledger = Ledger()
     usage: list[dict] = []
+    held = Held(now)
+    grace = stopping_grace()
     for meta, instance_id, events in _events(_candidates(day0, cutoff), day0, cutoff):
-        for run, host_id in _runs(events):
+        for run, host_id in _runs(events, grace):
             region = regions.get(host_id, "")
             for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
                 if e <= s:
                     continue
                 usage.append(_usage_record(instance_id, meta, region, day, s, e, run))
                 if not (meta.pricing_model == PricingModel.RESERVED and meta.whole):
-                    _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
+                    try:
+                        _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
+                    except pricing.PricingError as exc:
+                        held.add(instance_id, meta, day, s, e, run.gpus, str(exc))
         if len(usage) >= BATCH:
             _write_usage(usage, result)
         if len(ledger.rows) >= BATCH:
@@ -168,9 +176,28 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     _write_usage(usage, result)
     # Reserved instances are rated from the usage records just written, a day at a
     # time, so memory holds one day's reserved usage of one team and model at most.
-    _rate_reserved(ledger, catalog, day0, day1, cutoff, result)
+    _rate_reserved(ledger, catalog, day0, day1, cutoff, result, held)
     ledger.flush(result)
+    result.unrated = held.flush()
     return result
+
+
+class Held:
+    """Usage that could not be rated (a SKU with no price in effect): kept as
+    ``UnratedUsage`` for operators, while everything else bills on."""
+
+    def __init__(self, now: datetime):
+        self.now, self.rows = now, []
+
+    def add(self, instance_id, meta: Meta, day, s, e, gpus, reason: str) -> None:
+        self.rows.append(UnratedUsage(
+            team_id=meta.team_id, instance_id=instance_id, sku=meta.sku, pricing_model=meta.pricing_model,
+            period_start=day, start=s, end=e, gpus=gpus, reason=reason[:300], found_at=self.now,
+        ))
+
+    def flush(self) -> int:
+        UnratedUsage.objects.bulk_create(self.rows, batch_size=BATCH)
+        return len(self.rows)
 
 
 def _candidates(start: datetime, cutoff: datetime) -> list[int]:
@@ -223,8 +250,8 @@ def _events(ids: list[int], start: datetime, cutoff: datetime) -> Iterator[tuple
             yield metas[current], current, events
 
 
-def _runs(events: list) -> list[tuple[pricing.Run, int | None]]:
-    runs = pricing.runs_from_events(e[:4] for e in events)
+def _runs(events: list, grace) -> list[tuple[pricing.Run, int | None]]:
+    runs = pricing.runs_from_events((e[:4] for e in events), grace)
     hosts = {}
     for time, to_state, _count, _platform, host_id in events:
         if to_state in pricing.BILLABLE_STATES:
@@ -299,7 +326,7 @@ def _reserved_days(day0: datetime, day1: datetime) -> Iterator[tuple[tuple[int, 
 
 
 def _rate_reserved(ledger: Ledger, catalog: Catalog, day0: datetime, day1: datetime, cutoff: datetime,
-                   result: Result) -> None:
+                   result: Result, held: Held) -> None:
     """Per team, GPU model and day: commitments cover reserved instances' GPUs second by
     second; the rest is on-demand, and what no instance used is unused commitment."""
     reservations = defaultdict(list)
@@ -309,6 +336,7 @@ def _rate_reserved(ledger: Ledger, catalog: Catalog, day0: datetime, day1: datet
     seen = set()
     for group, entries in _reserved_days(day0, day1):
         seen.add(group)
+        entries = _priced(entries, catalog, group[2], held)
         _cover(ledger, catalog, group, entries, reservations.get(group, []), cutoff)
         if len(ledger.rows) >= BATCH:
             ledger.flush(result)
@@ -316,6 +344,20 @@ def _rate_reserved(ledger: Ledger, catalog: Catalog, day0: datetime, day1: datet
         _cover(ledger, catalog, group, [], reservations[group], cutoff)
         if len(ledger.rows) >= BATCH:
             ledger.flush(result)
+
+
+def _priced(entries: list, catalog: Catalog, day: datetime, held: Held) -> list:
+    """The entries whose SKU has a list price over their whole stretch; the others are
+    held (a reservation's price is fixed, but its list price and any overflow are not)."""
+    out = []
+    for use, meta, region in entries:
+        try:
+            catalog.list_schedule(meta.sku).pieces(use.start, use.end)
+        except pricing.PricingError as exc:
+            held.add(use.key, meta, day, use.start, use.end, use.gpus, str(exc))
+            continue
+        out.append((use, meta, region))
+    return out
 
 
 def _cover(ledger: Ledger, catalog: Catalog, group, entries: list, held: list, cutoff: datetime) -> None:

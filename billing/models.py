@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console.tenancy import TeamScopedQuerySet
 
-from .pricing import from_cents
+from .pricing import from_cents, seconds
 
 MONEY = {"max_digits": 16, "decimal_places": 2}
 RATE = {"max_digits": 14, "decimal_places": 6}
@@ -47,8 +47,9 @@ class Price(models.Model):
 
 
 class SpotSource(models.TextChoices):
-    MARKET = "market", "Market"
+    MARKET = "market", "Simulated market (demo)"
     OPERATOR = "operator", "Operator"
+    IMPORT = "import", "Imported feed"
 
 
 class SpotPrice(models.Model):
@@ -135,7 +136,37 @@ class UsageRecord(models.Model):
 
     @property
     def gpu_seconds(self) -> int:
-        return int((self.end - self.start).total_seconds()) * self.gpus
+        return seconds(self.start, self.end) * self.gpus
+
+
+class UnratedUsage(models.Model):
+    """Usage metering could not rate (no price in effect, say): held here, shown to
+    operators, and billed once the cause is fixed and the days are metered again. One
+    team's unrated usage never stops the others' bills."""
+
+    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
+    instance = models.ForeignKey("instances.Instance", on_delete=models.CASCADE, related_name="+")
+    sku = models.CharField(max_length=100)
+    pricing_model = models.CharField(max_length=16)
+    period_start = models.DateTimeField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    gpus = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=300)
+    found_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["period_start", "instance_id", "start"]
+        indexes = [models.Index(fields=["period_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} {self.sku} {self.start:%Y-%m-%d %H:%M}: {self.reason}"
+
+    @property
+    def gpu_seconds(self) -> int:
+        return seconds(self.start, self.end) * self.gpus
 
 
 class ChargeType(models.TextChoices):
@@ -291,6 +322,7 @@ class Budget(models.Model):
     currency = models.CharField(max_length=3, default=currency)
     actual_thresholds = models.JSONField(default=list)
     forecast_thresholds = models.JSONField(default=list)
+    recurring = models.BooleanField(default=False, help_text="carried into each next month until changed")
     created_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -327,34 +359,6 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.budget}: {self.basis} passed {self.percent}%"
-
-
-class NoticeStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    DONE = "done", "Preempted"
-    MOOT = "moot", "Ended before preemption"
-
-
-class PreemptionNotice(models.Model):
-    """A spot instance the platform will preempt at ``preempt_at``."""
-
-    instance = models.ForeignKey("instances.Instance", on_delete=models.CASCADE, related_name="preemption_notices")
-    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
-    notice_at = models.DateTimeField()
-    preempt_at = models.DateTimeField()
-    reason = models.CharField(max_length=200, blank=True)
-    status = models.CharField(max_length=8, choices=NoticeStatus.choices, default=NoticeStatus.PENDING)
-    done_at = models.DateTimeField(null=True, blank=True)
-    issued_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-
-    objects = TeamScopedQuerySet.as_manager(team_path="team")
-
-    class Meta:
-        ordering = ["-notice_at", "-id"]
-        indexes = [models.Index(fields=["status", "preempt_at"])]
-
-    def __str__(self) -> str:
-        return f"{self.instance} preempted at {self.preempt_at:%Y-%m-%d %H:%M:%S}"
 
 
 class MeterState(models.Model):

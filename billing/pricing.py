@@ -113,7 +113,10 @@ def next_month(t: datetime | date) -> datetime:
 
 
 def seconds(start: datetime, end: datetime) -> int:
-    return int((end - start).total_seconds())
+    """Whole seconds from ``start`` to ``end``, each instant floored to its second, so
+    that the segments of a stretch add up to the stretch exactly ([a, b) + [b, c) =
+    [a, c) whatever the microseconds of a, b and c)."""
+    return int((end.replace(microsecond=0) - start.replace(microsecond=0)).total_seconds())
 
 
 def day_segments(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime, datetime]]:
@@ -148,21 +151,36 @@ class Run:
         return max(0, MINIMUM_RUN_SECONDS - seconds(self.start, self.end))
 
 
-def runs_from_events(events: Iterable[tuple[datetime, str, int, bool]]) -> list[Run]:
-    """Runs from lifecycle events (time, to_state, gpu_count, by_platform) in time order."""
+def runs_from_events(
+    events: Iterable[tuple[datetime, str, int, bool]], stopping_grace: timedelta | None = None
+) -> list[Run]:
+    """Runs from lifecycle events (time, to_state, gpu_count, by_platform) in time order.
+    A ``stopping`` that lasts longer than ``stopping_grace`` is billed up to the grace
+    only: a stop the host never confirmed is the platform's fault, not the team's."""
     runs: list[Run] = []
     start: datetime | None = None
+    stopping_at: datetime | None = None
     gpus = 0
     for time, to_state, count, by_platform in events:
         billable = to_state in BILLABLE_STATES
         if billable and start is None:
-            start, gpus = time, count
+            start, gpus, stopping_at = time, count, None
+        if billable and to_state == "stopping" and stopping_at is None:
+            stopping_at = time
         elif not billable and start is not None:
-            runs.append(Run(start, time, gpus, by_platform and to_state == "preempted"))
+            runs.append(Run(start, _grace_end(time, stopping_at, stopping_grace), gpus,
+                            by_platform and to_state == "preempted"))
             start = None
     if start is not None:
-        runs.append(Run(start, None, gpus))
+        end = None if stopping_at is None or stopping_grace is None else stopping_at + stopping_grace
+        runs.append(Run(start, end, gpus))
     return runs
+
+
+def _grace_end(end: datetime, stopping_at: datetime | None, grace: timedelta | None) -> datetime:
+    if stopping_at is None or grace is None:
+        return end
+    return min(end, stopping_at + grace)
 
 
 # --- price schedules ----------------------------------------------------------------

@@ -4,19 +4,20 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.models import Team
-from instances.models import GpuModel, Instance
+from instances.models import GpuModel
 
+from . import pricing
 from .models import (
     Budget,
     BudgetAlert,
     Invoice,
     InvoiceLine,
-    PreemptionNotice,
     Price,
     PriceKind,
     Reservation,
     SpotPrice,
     Term,
+    UnratedUsage,
 )
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
@@ -192,14 +193,14 @@ class ExportQuerySerializer(serializers.Serializer):
     team = serializers.IntegerField(required=False, min_value=1)
 
 
-class PreemptionNoticeSerializer(serializers.ModelSerializer):
-    instance = serializers.PrimaryKeyRelatedField(queryset=Instance.objects.all())
-    notice_seconds = serializers.IntegerField(write_only=True, required=False, default=120, min_value=0, max_value=3600)
+class UnratedUsageSerializer(serializers.ModelSerializer):
     instance_name = serializers.CharField(source="instance.name", read_only=True)
-    status = serializers.CharField(read_only=True, help_text="pending, done (preempted) or moot (ended before)")
+    gpu_hours = serializers.SerializerMethodField()
 
     class Meta:
-        model = PreemptionNotice
-        fields = ["id", "instance", "instance_name", "team", "notice_at", "preempt_at", "reason", "status",
-                  "notice_seconds", "done_at"]
-        read_only_fields = ["team", "notice_at", "preempt_at", "status", "done_at"]
+        model = UnratedUsage
+        fields = ["id", "team", "instance", "instance_name", "sku", "pricing_model", "period_start", "start", "end",
+                  "gpus", "gpu_hours", "reason", "found_at"]
+
+    def get_gpu_hours(self, row) -> str:
+        return str(pricing.hours(row.gpu_seconds))

@@ -20,7 +20,7 @@ from audit.services import record_event
 from console.live import publish_on_commit, team_group
 from console.models import Membership, Role, Team
 from instances import services as instance_services
-from instances.models import GpuModel, Instance, PricingModel, SliceProfile, State
+from instances.models import GpuModel, SliceProfile
 
 from . import costs, invoicing, metering, pricing
 from .models import (
@@ -33,8 +33,6 @@ from .models import (
     InvoiceStatus,
     LineKind,
     MeterState,
-    NoticeStatus,
-    PreemptionNotice,
     Price,
     PriceKind,
     Reservation,
@@ -48,7 +46,7 @@ SPOT_FLOOR = Decimal("0.25")
 SPOT_CEILING = Decimal("0.90")
 SPOT_STEP = Decimal("0.08")
 METER_LOOKBACK = timedelta(hours=2)
-DEFAULT_NOTICE = timedelta(minutes=2)
+METER_CHUNK = timedelta(days=1)
 
 
 class BillingConflict(instance_services.LifecycleError):
@@ -173,17 +171,81 @@ def spot_in_effect(sku: str, at: datetime) -> Decimal | None:
 
 
 @transaction.atomic
+def import_spot_prices(*, actor, rows: list[dict], source: str = "", now: datetime | None = None) -> list[SpotPrice]:
+    """Spot prices from a feed: rows {sku, hourly, time (ISO 8601 with a zone; default
+    now)}. All or nothing: every row is checked (known SKU, a valid price, a time not in
+    the past, no two rows for one SKU and instant) before any is written; one audit
+    event lists them."""
+    now = _now(now)
+    known, seen, parsed, errors = known_skus(), set(), [], []
+    for n, row in enumerate(rows, start=1):
+        try:
+            parsed.append(_spot_row(row, known, now))
+        except ValidationError as exc:
+            errors.append(f"row {n}: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()))
+            continue
+        key = (parsed[-1][0], parsed[-1][2])
+        if key in seen:
+            errors.append(f"row {n}: a second price for {key[0]} at {key[1].isoformat()}")
+        seen.add(key)
+    if not rows:
+        errors.append("the file holds no prices")
+    if errors:
+        raise ValidationError({"rows": errors[:50]})
+    made = []
+    for sku, hourly, time in parsed:
+        spot, _ = SpotPrice.objects.update_or_create(
+            sku=sku, time=time, defaults={"hourly": hourly, "source": SpotSource.IMPORT, "set_by": _user(actor)})
+        made.append(spot)
+    record_event(actor=actor, action="billing.spot_price.import", target_type="billing.spotprice",
+                 details={"source": source[:200], "count": len(made),
+                          "prices": [{"sku": s.sku, "hourly": str(s.hourly), "time": s.time} for s in made[:200]]})
+    return made
+
+
+def _spot_row(row, known: set[str], now: datetime) -> tuple[str, Decimal, datetime]:
+    if not isinstance(row, dict):
+        raise ValidationError({"row": "Each price is an object with sku, hourly and time."})
+    sku = str(row.get("sku") or "").strip()
+    if sku not in known:
+        raise ValidationError({"sku": f"Unknown SKU {sku!r}."})
+    raw = row.get("hourly")
+    if isinstance(raw, float):
+        raw = repr(raw)
+    try:
+        hourly = pricing.rate(Decimal(str(raw).strip()))
+    except (ValueError, ArithmeticError, TypeError):
+        raise ValidationError({"hourly": f"{raw!r} is not a positive price with at most 6 decimal places."}) from None
+    text = str(row.get("time") or "").strip()
+    if not text:
+        return sku, hourly, now
+    time = costs.parse_instant(text, "time")
+    if time < now:
+        raise ValidationError({"time": f"{text} is in the past; spot prices never change retroactively."})
+    return sku, hourly, time
+
+
+@transaction.atomic
 def move_spot_market(*, now: datetime | None = None, rng: random.Random | None = None) -> list[SpotPrice]:
-    """One step of the demo market: each SKU with an on-demand price moves by at most
-    ±8%, kept between 25% and 90% of on-demand."""
+    """One step of the demo's simulated market (scheduled only with
+    SPOT_MARKET_SIMULATION): each SKU with an on-demand price moves by at most ±8% a
+    step, kept between 25% and 90% of on-demand. A SKU whose latest price came from an
+    operator or an imported feed is left alone: the simulation never overwrites one."""
     now = _now(now)
     rng = rng or random.Random()
     moved = []
+    latest = {}
+    for sku, source, hourly in SpotPrice.objects.filter(time__lte=now).order_by("sku", "time").values_list(
+        "sku", "source", "hourly"
+    ):
+        latest[sku] = (source, hourly)
     for sku in sorted(set(Price.objects.filter(kind=PriceKind.ON_DEMAND).values_list("sku", flat=True))):
         list_price = price_in_effect(sku, PriceKind.ON_DEMAND, now)
-        if list_price is None:
+        if list_price is None or latest.get(sku, (SpotSource.MARKET,))[0] != SpotSource.MARKET:
             continue
-        last = spot_in_effect(sku, now) or (list_price * Decimal("0.40"))
+        if SpotPrice.objects.filter(sku=sku, time__gt=now).exclude(source=SpotSource.MARKET).exists():
+            continue
+        last = latest[sku][1] if sku in latest else list_price * Decimal("0.40")
         step = SPOT_STEP * rng.randint(-1000, 1000) / 1000
         new = min(max(last * (1 + step), list_price * SPOT_FLOOR), list_price * SPOT_CEILING)
         new = new.quantize(Decimal("0.0001"))
@@ -250,23 +312,37 @@ def meter_window(*, actor, start: datetime, end: datetime, now: datetime | None 
     record_event(
         actor=actor, action="billing.meter", target_type="billing.charge",
         details={"start": result.start, "end": result.end, "usage_records": result.usage_records,
-                 "charges": result.charges, "drafts": {str(k): str(v) for k, v in drafts.items()}},
+                 "charges": result.charges, "unrated": result.unrated, "drafts": {str(k): str(v) for k, v in drafts.items()}},
     )
     return result
 
 
-def meter_recent(*, now: datetime | None = None) -> metering.Result:
+def meter_recent(*, now: datetime | None = None, chunk: timedelta = METER_CHUNK) -> metering.Result:
     """The periodic run: from where the last run stopped (less a lookback, so runs that
-    ended meanwhile get their minimum and first-hour rules) up to now; a missed run is
-    caught up."""
+    ended meanwhile get their minimum and first-hour rules) up to now. A missed stretch
+    is caught up in bounded chunks (a day each), each its own transaction that moves
+    the mark forward: an outage of a week is seven small commits, not one huge one, and
+    a failure keeps what came before it."""
     now = _now(now)
     with transaction.atomic():
-        state, _ = MeterState.objects.select_for_update().get_or_create(id=1)
-        since = state.metered_until or pricing.month_start(now)
-        result = meter_window(actor="system", start=min(since, now) - METER_LOOKBACK, end=now, now=now)
-        state.metered_until = now
-        state.save(update_fields=["metered_until"])
-    return result
+        state, _ = MeterState.objects.get_or_create(id=1)
+    since = min(state.metered_until or pricing.month_start(now), now)
+    cursor = since - METER_LOOKBACK
+    total = metering.Result(cursor, now)
+    while True:
+        stop = min(pricing.floor_day(cursor) + chunk, now)
+        with transaction.atomic():
+            state = MeterState.objects.select_for_update().get(id=1)
+            result = meter_window(actor="system", start=cursor, end=stop, now=now)
+            state.metered_until = max(stop, state.metered_until or stop)
+            state.save(update_fields=["metered_until"])
+        total.usage_records += result.usage_records
+        total.charges += result.charges
+        total.unrated += result.unrated
+        total.months |= result.months
+        if stop >= now:
+            return total
+        cursor = stop
 
 
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
@@ -579,59 +655,6 @@ def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
         if emails:
             subject = f"[GPU Console] {budget.team.name}: {alert.percent}% of the {budget.month:%B} budget ({alert.basis})"
             transaction.on_commit(lambda: send_mail(subject, text, None, emails, fail_silently=True))
-
-
-# --- spot preemption ---------------------------------------------------------------------
-
-
-@transaction.atomic
-def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DEFAULT_NOTICE, reason: str = "",
-                            now: datetime | None = None) -> PreemptionNotice:
-    """Warn a spot instance's team that the platform takes it back at now + notice."""
-    now = _now(now)
-    if not timedelta(0) <= notice <= timedelta(hours=1):
-        raise ValidationError({"notice_seconds": "The notice is between 0 seconds and one hour."})
-    instance = Instance.objects.select_for_update().get(pk=instance.pk)
-    if instance.pricing_model != PricingModel.SPOT:
-        raise BillingConflict(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
-    if instance.state != State.RUNNING:
-        raise BillingConflict(f"Instance {instance.name} is {instance.state}; only a running instance can be preempted.")
-    if PreemptionNotice.objects.filter(instance=instance, status=NoticeStatus.PENDING).exists():
-        raise BillingConflict(f"Instance {instance.name} already has a pending preemption notice.")
-    item = PreemptionNotice.objects.create(instance=instance, team_id=instance.team_id, notice_at=now,
-                                           preempt_at=now + notice, reason=reason[:200] or "capacity needed",
-                                           issued_by=_user(actor))
-    record_event(actor=actor, action="billing.preemption.notice", target=instance, team=instance.team_id,
-                 details={"preempt_at": item.preempt_at, "reason": item.reason, "notice_s": int(notice.total_seconds())})
-    publish_on_commit([team_group(instance.team_id)], "preemption", {
-        "team": instance.team_id, "instance": instance.pk, "name": instance.name,
-        "preempt_at": item.preempt_at.isoformat(),
-        "seconds": int(notice.total_seconds()), "reason": item.reason,
-    })
-    return item
-
-
-def preempt_due(*, now: datetime | None = None) -> list[PreemptionNotice]:
-    """Preempt each instance whose notice has run out."""
-    now = _now(now)
-    done = []
-    for item in PreemptionNotice.objects.filter(status=NoticeStatus.PENDING, preempt_at__lte=now).select_related("instance"):
-        with transaction.atomic():
-            item = PreemptionNotice.objects.select_for_update().get(pk=item.pk)
-            if item.status != NoticeStatus.PENDING:
-                continue
-            if item.instance.state == State.RUNNING:
-                instance_services.preempt_instance(actor="system", instance=item.instance,
-                                                   reason=f"spot capacity reclaimed: {item.reason}", at=now)
-                item.status = NoticeStatus.DONE
-            else:
-                item.status = NoticeStatus.MOOT
-            item.done_at = now
-            item.save(update_fields=["status", "done_at"])
-            record_event(actor="system", action="billing.preemption.done", target=item.instance,
-                         team=item.team_id, details={"notice": item.pk, "status": item.status})
-            done.append(item)
-    return done
 
 
 # --- reads and exports -------------------------------------------------------------------

@@ -1,20 +1,31 @@
 """Periodic billing work: thin adapters around one service each."""
 
 from celery import shared_task
+from django.conf import settings
 
 from . import services
 
-SCHEDULE = {
-    "billing.meter": (300, "billing.tasks.meter_recent"),
-    "billing.issue-invoices": (3600, "billing.tasks.issue_due_invoices"),
-    "billing.spot-market": (900, "billing.tasks.move_spot_market"),
-    "billing.preempt-due": (10, "billing.tasks.preempt_due"),
-}
+
+def schedule() -> dict[str, tuple[float, str]]:
+    """Metering and invoicing always; the simulated spot market only where a demo asks
+    for it (SPOT_MARKET_SIMULATION), never by default: real spot prices come from
+    operators and imported feeds."""
+    entries = {
+        "billing.meter": (300, "billing.tasks.meter_recent"),
+        "billing.issue-invoices": (3600, "billing.tasks.issue_due_invoices"),
+    }
+    if getattr(settings, "SPOT_MARKET_SIMULATION", False):
+        entries["billing.spot-market"] = (900, "billing.tasks.move_spot_market")
+    return entries
+
+
+SCHEDULE = schedule()
 
 
 @shared_task
 def meter_recent() -> int:
-    """Meter since the last run, refresh the drafts, then check budgets."""
+    """Meter since the last run (in bounded chunks), refresh the drafts, then check
+    budgets."""
     result = services.meter_recent()
     services.check_budgets()
     return result.charges
@@ -28,8 +39,3 @@ def issue_due_invoices() -> int:
 @shared_task
 def move_spot_market() -> int:
     return len(services.move_spot_market())
-
-
-@shared_task
-def preempt_due() -> int:
-    return len(services.preempt_due())

@@ -17,7 +17,8 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_operator
-from instances.models import Instance, PricingModel, State
+from instances import services as instance_services
+from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
 
 from . import charts, costs, forms, pricing, services
 from .models import (
@@ -25,8 +26,6 @@ from .models import (
     BudgetAlert,
     Charge,
     Invoice,
-    NoticeStatus,
-    PreemptionNotice,
     Price,
     Reservation,
     SpotPrice,
@@ -288,8 +287,8 @@ def preempt(request, pk):
         raise PermissionDenied("Only operators preempt spot instances.")
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     try:
-        item = services.issue_preemption_notice(actor=request.user, instance=instance)
-    except services.BillingConflict as exc:
+        item = instance_services.issue_preemption_notice(actor=request.user, instance=instance)
+    except instance_services.LifecycleError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{instance.name} will be preempted at {item.preempt_at:%H:%M:%S} UTC.")

@@ -225,6 +225,11 @@ if not (len(BILLING_CURRENCY) == 3 and BILLING_CURRENCY.isalpha() and BILLING_CU
     raise ImproperlyConfigured(f"BILLING_CURRENCY={BILLING_CURRENCY!r} must be an ISO 4217 code such as USD")
 BILLING_ACCOUNT_ID = envstr("BILLING_ACCOUNT_ID", "gpu-console")
 BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
+# The simulated spot market is for demos only (make run turns it on); production spot
+# prices come from operators and `manage.py import_spot_prices`.
+SPOT_MARKET_SIMULATION = envbool("SPOT_MARKET_SIMULATION", False)
+# A `stopping` longer than this is flagged as stuck and no longer billed.
+STOPPING_GRACE_SECONDS = envint("STOPPING_GRACE_SECONDS", 600, minimum=0)
 
 # Identity: API and host tokens, two-factor sign-in, sessions, single sign-on.
 API_TOKEN_DEFAULT_DAYS = envint("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)

@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 from django.db.models import Count, Prefetch, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -5,16 +7,27 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
-from console.tenancy import WRITE_ROLES
+from console.tenancy import WRITE_ROLES, is_operator
 
 from . import services
-from .models import Gpu, GpuModel, GpuSlice, Host, Instance, LifecycleEvent, Region, SliceProfile
+from .models import (
+    Gpu,
+    GpuModel,
+    GpuSlice,
+    Host,
+    Instance,
+    LifecycleEvent,
+    PreemptionNotice,
+    Region,
+    SliceProfile,
+)
 from .serializers import (
     GpuModelSerializer,
     GpuSerializer,
     HostSerializer,
     InstanceDetailSerializer,
     InstanceSerializer,
+    PreemptionNoticeSerializer,
     RegionSerializer,
     SliceProfileSerializer,
 )
@@ -134,6 +147,40 @@ class InstanceViewSet(
     def terminate(self, request, pk=None):
         return self._act(request, services.terminate_instance, "terminate instances")
 
+    @extend_schema(request=None, responses=InstanceSerializer)
+    @action(detail=True, methods=["post"], url_path="force-stop")
+    def force_stop(self, request, pk=None):
+        """Operators: end a ``stopping`` the host never confirmed (billing stopped at the
+        grace, STOPPING_GRACE_SECONDS)."""
+        instance = self.get_object()
+        if not is_operator(request.user):
+            self.permission_denied(request, message="Only operators can force a stop.")
+        services.force_stop(actor=request.user, instance=instance)
+        fresh = self.get_queryset().get(pk=instance.pk)
+        return Response(InstanceSerializer(fresh, context={"request": request}).data, status=status.HTTP_200_OK)
+
+
+class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Spot preemption notices. Operators issue one; the instance is preempted when the
+    notice (default 120 s) runs out."""
+
+    queryset = PreemptionNotice.objects.select_related("instance")
+    serializer_class = PreemptionNoticeSerializer
+    filterset_fields = ["team", "instance", "status"]
+
+    def create(self, request, *args, **kwargs):
+        # Refuse before validating, so an outsider learns nothing from the errors.
+        if not is_operator(request.user):
+            self.permission_denied(request, message="Only operators can preempt instances.")
+        return super().create(request, *args, **kwargs)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.issue_preemption_notice(
+            actor=self.request.user, instance=data["instance"], notice=timedelta(seconds=data["notice_seconds"]),
+            reason=data.get("reason", ""),
+        )
+
 
 routes = [
     ("regions", RegionViewSet, "region"),
@@ -142,4 +189,5 @@ routes = [
     ("hosts", HostViewSet, "host"),
     ("gpus", GpuViewSet, "gpu"),
     ("instances", InstanceViewSet, "instance"),
+    ("preemption-notices", PreemptionNoticeViewSet, "preemption-notice"),
 ]

@@ -213,3 +213,34 @@ class LifecycleEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance} {self.from_state or '-'} -> {self.to_state} at {self.time:%Y-%m-%d %H:%M:%S}"
+
+
+class NoticeStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Preempted"
+    MOOT = "moot", "Ended before preemption"
+    FAILED = "failed", "Could not preempt"
+
+
+class PreemptionNotice(models.Model):
+    """A spot instance the platform will preempt at ``preempt_at``. (The table kept its
+    name from when billing held preemption.)"""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="preemption_notices")
+    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
+    notice_at = models.DateTimeField()
+    preempt_at = models.DateTimeField()
+    reason = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=8, choices=NoticeStatus.choices, default=NoticeStatus.PENDING)
+    done_at = models.DateTimeField(null=True, blank=True)
+    issued_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        db_table = "billing_preemptionnotice"
+        ordering = ["-notice_at", "-id"]
+        indexes = [models.Index(fields=["status", "preempt_at"], name="billing_pre_status_402260_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.instance} preempted at {self.preempt_at:%Y-%m-%d %H:%M:%S}"

@@ -13,6 +13,7 @@ from .models import (
     HostState,
     Instance,
     LifecycleEvent,
+    PreemptionNotice,
     PricingModel,
     Region,
     SliceProfile,
@@ -152,3 +153,16 @@ class InstanceDetailSerializer(InstanceSerializer):
 
     class Meta(InstanceSerializer.Meta):
         fields = InstanceSerializer.Meta.fields + ["events"]
+
+
+class PreemptionNoticeSerializer(serializers.ModelSerializer):
+    instance = serializers.PrimaryKeyRelatedField(queryset=Instance.objects.all())
+    notice_seconds = serializers.IntegerField(write_only=True, required=False, default=120, min_value=0, max_value=3600)
+    instance_name = serializers.CharField(source="instance.name", read_only=True)
+    status = serializers.CharField(read_only=True, help_text="pending, done (preempted), moot (ended before) or failed")
+
+    class Meta:
+        model = PreemptionNotice
+        fields = ["id", "instance", "instance_name", "team", "notice_at", "preempt_at", "reason", "status",
+                  "notice_seconds", "done_at"]
+        read_only_fields = ["team", "notice_at", "preempt_at", "status", "done_at"]

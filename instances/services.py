@@ -4,13 +4,17 @@ each writes its lifecycle event and audit event in the same transaction."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.models import Outcome
 from audit.services import record_event
 
+from . import catalog
 from .models import (
     HOLDING_STATES,
     Gpu,
@@ -21,6 +25,8 @@ from .models import (
     HostState,
     Instance,
     LifecycleEvent,
+    NoticeStatus,
+    PreemptionNotice,
     PricingModel,
     Region,
     SliceProfile,
@@ -40,6 +46,28 @@ class PlacementError(LifecycleError):
     """No host can hold the request now (answers 409 with the reason)."""
 
     code = "no_capacity"
+
+
+class NoPriceError(LifecycleError):
+    """The SKU has no price in effect: nothing is launched until an operator prices it."""
+
+    code = "no_price"
+
+
+def stopping_grace() -> timedelta:
+    """How long ``stopping`` may last before it is flagged as stuck; billing stops here."""
+    return timedelta(seconds=getattr(settings, "STOPPING_GRACE_SECONDS", 600))
+
+
+def is_stuck(instance: Instance, now: datetime | None = None) -> bool:
+    return instance.state == State.STOPPING and (now or timezone.now()) - instance.state_changed_at > stopping_grace()
+
+
+def _require_price(gpu_model: GpuModel, slice_profile: SliceProfile | None, pricing_model: str, at: datetime) -> None:
+    sku = slice_profile.sku if slice_profile is not None else gpu_model.name
+    why = catalog.missing_price(sku=sku, pricing_model=pricing_model, at=at)
+    if why:
+        raise NoPriceError(why)
 
 
 @dataclass(frozen=True)
@@ -172,8 +200,8 @@ def _after_commit_provision(instance: Instance) -> None:
 
 def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: int, pricing_model: str, **options) -> Instance:
     """Place and launch an instance. When on-demand or reserved capacity is short and
-    running spot instances hold the room, those get a preemption notice (billing's rule:
-    default 2 minutes) and the launch fails with a reason saying when to retry."""
+    running spot instances hold the room, those get a preemption notice (default 2
+    minutes) and the launch fails with a reason saying when to retry."""
     try:
         return _launch(
             actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=gpu_count,
@@ -192,24 +220,28 @@ def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: i
         ) from None
 
 
+@transaction.atomic
 def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | None = None) -> list[Instance]:
     """Give notice to the fewest running spot instances on one host whose GPUs, with the
-    host's free ones, make room for ``count`` GPUs. Returns the instances given notice."""
-    from billing import services as billing
+    host's free ones, make room for ``count`` GPUs. Returns the instances given notice.
 
+    Runs under the model's placement lock, and counts GPUs already under notice as room
+    coming free: two launches short of capacity at once never both preempt for it."""
+    GpuModel.objects.select_for_update().get(pk=gpu_model.pk)
     hosts = Host.objects.filter(state=HostState.ACTIVE, kind=HostKind.PASSTHROUGH, gpus__model=gpu_model).distinct()
     if region is not None:
         hosts = hosts.filter(region=region)
     best: list[Instance] | None = None
-    for host in hosts:
-        free = _free_whole_gpus(gpu_model).filter(host=host).count()
-        spot = (
-            Instance.objects.filter(host=host, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None)
-            .exclude(preemption_notices__status="pending")
-            .order_by("-gpu_count", "created_at")
-        )
-        chosen, room = [], free
-        for candidate in spot:
+    for host in hosts.order_by("name"):
+        spot = Instance.objects.filter(
+            host=host, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None
+        ).order_by("-gpu_count", "created_at")
+        coming = sum(i.gpu_count for i in spot.filter(preemption_notices__status=NoticeStatus.PENDING).distinct())
+        room = _free_whole_gpus(gpu_model).filter(host=host).count() + coming
+        if room >= count:
+            return []  # room is already on its way: launching again once it frees will fit
+        chosen = []
+        for candidate in spot.exclude(preemption_notices__status=NoticeStatus.PENDING):
             if room >= count:
                 break
             chosen.append(candidate)
@@ -217,9 +249,7 @@ def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | N
         if room >= count and chosen and (best is None or len(chosen) < len(best)):
             best = chosen
     for instance in best or []:
-        billing.issue_preemption_notice(
-            actor="system", instance=instance, reason=f"capacity needed for {count} × {gpu_model.name}"
-        )
+        issue_preemption_notice(actor="system", instance=instance, reason=f"capacity needed for {count} × {gpu_model.name}")
     return best or []
 
 
@@ -242,9 +272,10 @@ def _launch(
         raise LifecycleError(f"Unknown pricing model {pricing_model!r}.")
     if not 1 <= gpu_count <= MAX_GPUS_PER_INSTANCE:
         raise LifecycleError(f"gpu_count must be between 1 and {MAX_GPUS_PER_INSTANCE}.")
+    at = at or timezone.now()
+    _require_price(gpu_model, slice_profile, pricing_model, at)
     GpuModel.objects.select_for_update().get(pk=gpu_model.pk)  # serialises placement per model
     placement = place(gpu_model=gpu_model, count=gpu_count, slice_profile=slice_profile, region=region, host=host)
-    at = at or timezone.now()
     instance = Instance.objects.create(
         team=team,
         name=name,
@@ -292,6 +323,7 @@ def start_instance(
     instance = _locked(instance)
     if not instance.can_move_to(State.PENDING):
         raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a stopped instance can start.")
+    _require_price(instance.gpu_model, instance.slice_profile, instance.pricing_model, at or timezone.now())
     GpuModel.objects.select_for_update().get(pk=instance.gpu_model_id)
     placement = place(
         gpu_model=instance.gpu_model, count=instance.gpu_count, slice_profile=instance.slice_profile
@@ -346,8 +378,98 @@ def preempt_instance(
     )
 
 
+@transaction.atomic
+def force_stop(*, actor, instance: Instance, at: datetime | None = None) -> Instance:
+    """Operators end a ``stopping`` that never finished (the host never confirmed): the
+    GPUs are released now. Billing already stopped at the grace."""
+    instance = _locked(instance)
+    if instance.state != State.STOPPING:
+        raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a stopping instance can be forced.")
+    at = at or timezone.now()
+    stuck_for = int((at - instance.state_changed_at).total_seconds())
+    _release(instance)
+    return _transition(instance, State.STOPPED, actor=actor, action="instance.force_stop", at=at,
+                       reason=f"forced by an operator after {stuck_for} s in stopping", details={"stuck_s": stuck_for})
+
+
 def holding(instance: Instance) -> bool:
     return instance.state in HOLDING_STATES
+
+
+# --- spot preemption -------------------------------------------------------------
+
+DEFAULT_NOTICE = timedelta(minutes=2)
+
+
+@transaction.atomic
+def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DEFAULT_NOTICE, reason: str = "",
+                            now: datetime | None = None) -> PreemptionNotice:
+    """Warn a spot instance's team that the platform takes it back at now + notice."""
+    from console.live import publish_on_commit, team_group
+
+    now = now or timezone.now()
+    if not timedelta(0) <= notice <= timedelta(hours=1):
+        raise ValidationError({"notice_seconds": "The notice is between 0 seconds and one hour."})
+    instance = _locked(instance)
+    if instance.pricing_model != PricingModel.SPOT:
+        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
+    if instance.state != State.RUNNING:
+        raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a running instance can be preempted.")
+    if PreemptionNotice.objects.filter(instance=instance, status=NoticeStatus.PENDING).exists():
+        raise LifecycleError(f"Instance {instance.name} already has a pending preemption notice.")
+    item = PreemptionNotice.objects.create(instance=instance, team_id=instance.team_id, notice_at=now,
+                                           preempt_at=now + notice, reason=reason[:200] or "capacity needed",
+                                           issued_by=actor if getattr(actor, "is_authenticated", False) else None)
+    record_event(actor=actor, action="billing.preemption.notice", target=instance, team=instance.team_id,
+                 details={"preempt_at": item.preempt_at, "reason": item.reason, "notice_s": int(notice.total_seconds())})
+    publish_on_commit([team_group(instance.team_id)], "preemption", {
+        "team": instance.team_id, "instance": instance.pk, "name": instance.name,
+        "preempt_at": item.preempt_at.isoformat(), "seconds": int(notice.total_seconds()), "reason": item.reason,
+    })
+    return item
+
+
+def preempt_due(*, now: datetime | None = None) -> list[PreemptionNotice]:
+    """Preempt each instance whose notice has run out. Each notice is its own
+    transaction: one that cannot be carried out is marked failed (and audited), and the
+    rest go on."""
+    now = now or timezone.now()
+    done = []
+    for pk in PreemptionNotice.objects.filter(status=NoticeStatus.PENDING, preempt_at__lte=now).values_list("pk", flat=True):
+        try:
+            item = _preempt_one(pk, now)
+        except LifecycleError as exc:
+            item = _notice_failed(pk, now, str(exc))
+        if item is not None:
+            done.append(item)
+    return done
+
+
+@transaction.atomic
+def _preempt_one(pk: int, now: datetime) -> PreemptionNotice | None:
+    item = PreemptionNotice.objects.select_for_update().select_related("instance").get(pk=pk)
+    if item.status != NoticeStatus.PENDING:
+        return None
+    if item.instance.state == State.RUNNING:
+        preempt_instance(actor="system", instance=item.instance, reason=f"spot capacity reclaimed: {item.reason}", at=now)
+        item.status = NoticeStatus.DONE
+    else:
+        item.status = NoticeStatus.MOOT
+    item.done_at = now
+    item.save(update_fields=["status", "done_at"])
+    record_event(actor="system", action="billing.preemption.done", target=item.instance, team=item.team_id,
+                 details={"notice": item.pk, "status": item.status})
+    return item
+
+
+@transaction.atomic
+def _notice_failed(pk: int, now: datetime, why: str) -> PreemptionNotice:
+    item = PreemptionNotice.objects.select_for_update().select_related("instance").get(pk=pk)
+    item.status, item.done_at = NoticeStatus.FAILED, now
+    item.save(update_fields=["status", "done_at"])
+    record_event(actor="system", action="billing.preemption.done", target=item.instance, team=item.team_id,
+                 outcome=Outcome.FAILURE, details={"notice": item.pk, "status": item.status, "error": why[:200]})
+    return item
 
 
 # --- inventory (operators) -------------------------------------------------------
@@ -378,6 +500,35 @@ def add_gpu(*, actor, host: Host, index: int, uuid: str, model: GpuModel, memory
     gpu = Gpu.objects.create(host=host, index=index, uuid=uuid, model=model, memory_total=memory_total, pci_bus_id=pci_bus_id)
     record_event(actor=actor, action="gpu.register", target=gpu, details={"host": host.name, "index": index, "uuid": uuid, "model": model.name})
     return gpu
+
+
+@transaction.atomic
+def register_gpu_model(*, actor, name: str, memory_gb: int, power_limit_w: int, reported_as: str = "") -> GpuModel:
+    """A GPU model first seen in a host's inventory. It has no price, so nothing can be
+    launched on it until an operator prices it (launch answers 409 ``no_price``)."""
+    model, created = GpuModel.objects.get_or_create(
+        name=name, defaults={"memory_gb": memory_gb, "power_limit_w": power_limit_w}
+    )
+    if created:
+        record_event(actor=actor, action="gpu_model.register", target=model,
+                     details={"name": name, "memory_gb": memory_gb, "power_limit_w": power_limit_w,
+                              "reported_as": reported_as, "priced": False})
+    return model
+
+
+@transaction.atomic
+def register_slice_profile(*, actor, gpu_model: GpuModel, kind: str, name: str, memory_gb: int,
+                           slices_per_gpu: int) -> SliceProfile:
+    """A MIG/vGPU profile first seen in a host's inventory; unpriced until an operator
+    prices its SKU."""
+    profile, created = SliceProfile.objects.get_or_create(
+        gpu_model=gpu_model, kind=kind, name=name, defaults={"memory_gb": memory_gb, "slices_per_gpu": slices_per_gpu}
+    )
+    if created:
+        record_event(actor=actor, action="slice_profile.register", target=profile,
+                     details={"sku": profile.sku, "memory_gb": memory_gb, "slices_per_gpu": slices_per_gpu,
+                              "priced": False})
+    return profile
 
 
 def _announce(instance: Instance) -> None:

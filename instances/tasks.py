@@ -5,6 +5,10 @@ from celery import shared_task
 from . import services
 from .models import Instance, State
 
+SCHEDULE = {
+    "instances.preempt-due": (10, "instances.tasks.preempt_due"),
+}
+
 
 @shared_task
 def provision_instance(instance_id: int) -> None:
@@ -18,3 +22,9 @@ def finish_stop(instance_id: int) -> None:
     instance = Instance.objects.filter(pk=instance_id, state=State.STOPPING).first()
     if instance is not None:
         services.finish_stop(actor="system", instance=instance)
+
+
+@shared_task
+def preempt_due() -> int:
+    """Preempt the spot instances whose notice ran out."""
+    return len(services.preempt_due())

@@ -153,7 +153,7 @@ def _update_gpu(host: Host, gpu: Gpu, info: GpuInfo) -> None:
 def _register_gpu(host: Host, info: GpuInfo) -> Gpu:
     gpu = instance_services.add_gpu(
         actor=host, host=host, index=info.index, uuid=info.uuid,
-        model=gpu_model_for(info.name, info.memory_total, info.power_limit_mw),
+        model=gpu_model_for(info.name, info.memory_total, info.power_limit_mw, actor=host),
         memory_total=info.memory_total, pci_bus_id=info.pci_bus_id,
     )
     GpuEvent.objects.create(
@@ -170,7 +170,7 @@ def _register_slices(host: Host, gpu: Gpu, info: GpuInfo, result: HelloResult) -
     for s in info.slices:
         if s.uuid in known:
             continue
-        profile = _slice_profile(gpu.model, s.profile or "unknown", s.memory_total)
+        profile = _slice_profile(gpu.model, s.profile or "unknown", s.memory_total, actor=host)
         piece = GpuSlice.objects.create(gpu=gpu, profile=profile, uuid=s.uuid, gpu_instance_id=s.gpu_instance_id)
         record_event(actor=host, action="gpu_slice.register", target=piece,
                      details={"host": host.name, "gpu": gpu.uuid, "uuid": s.uuid, "profile": profile.name})
@@ -180,9 +180,10 @@ def _register_slices(host: Host, gpu: Gpu, info: GpuInfo, result: HelloResult) -
 _FAMILY = re.compile(r"([A-Z]+\d+[A-Z]*)")
 
 
-def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None) -> GpuModel:
+def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None, *, actor="system") -> GpuModel:
     """The catalog model for what NVML calls ``name`` (e.g. "NVIDIA H200"), matched on its
-    family and memory size; a model the catalog lacks is added."""
+    family and memory size; a model the catalog lacks is registered (audited, unpriced:
+    it cannot be launched until an operator prices it)."""
     exact = GpuModel.objects.filter(name=name).first()
     if exact is not None:
         return exact
@@ -192,21 +193,19 @@ def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None) -> G
     for model in GpuModel.objects.filter(name__istartswith=family):
         if gib and abs(model.memory_gb - gib) <= 0.1 * model.memory_gb:
             return model
-    model, _ = GpuModel.objects.get_or_create(
-        name=f"{family}-{round(gib)}GB",
-        defaults={"memory_gb": max(1, round(gib)), "power_limit_w": (power_limit_mw or 700_000) // 1000},
+    return instance_services.register_gpu_model(
+        actor=actor, name=f"{family}-{round(gib)}GB", memory_gb=max(1, round(gib)),
+        power_limit_w=(power_limit_mw or 700_000) // 1000, reported_as=name,
     )
-    return model
 
 
-def _slice_profile(model: GpuModel, name: str, memory_total: int | None) -> SliceProfile:
-    kind = SliceKind.MIG
+def _slice_profile(model: GpuModel, name: str, memory_total: int | None, *, actor) -> SliceProfile:
     existing = SliceProfile.objects.filter(gpu_model=model, name=name).first()
     if existing is not None:
         return existing
     memory_gb = max(1, round((memory_total or 0) / 2**30))
-    return SliceProfile.objects.create(
-        gpu_model=model, kind=kind, name=name[:40], memory_gb=memory_gb,
+    return instance_services.register_slice_profile(
+        actor=actor, gpu_model=model, kind=SliceKind.MIG, name=name[:40], memory_gb=memory_gb,
         slices_per_gpu=max(1, min(7, model.memory_gb // memory_gb)),
     )
 

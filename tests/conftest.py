@@ -2,6 +2,8 @@
 alice (Acme admin), bob (Acme member), charlie (Globex admin), audrey (auditor of
 both teams) and ops (operator)."""
 
+from datetime import UTC, datetime
+
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
@@ -113,7 +115,20 @@ def fleet(db):
             if kind == HostKind.MIG:
                 for k in range(7):
                     GpuSlice.objects.create(gpu=gpu, profile=mig, uuid=f"MIG-{name}-{index}-{k}", gpu_instance_id=k + 1)
+    _price_list(["H100-80GB", "A100-80GB", "H200-141GB", "A100-80GB:mig:1g.10gb"], spot=["H100-80GB", "A100-80GB", "H200-141GB"])
     return {"region": region, "h100": h100, "a100": a100, "h200": h200, "mig": mig, "hosts": hosts}
+
+
+def _price_list(skus, spot):
+    """A launch needs a price in effect: a flat list since 2000 (tests of billing set
+    their own catalog from 2026, which cuts this one there)."""
+    from billing import services as billing_services
+
+    since = datetime(2000, 1, 1, tzinfo=UTC)
+    for sku in skus:
+        billing_services.set_price(actor="system", sku=sku, kind="on_demand", hourly="1.00", effective_from=since, now=since)
+    for sku in spot:
+        billing_services.set_spot_price(actor="system", sku=sku, hourly="0.40", now=since)
 
 
 @pytest.fixture

@@ -79,6 +79,11 @@ def _stopped(world: World):
     return instance_services.finish_stop(instance=instance)
 
 
+def _stopping(world: World):
+    instance = _running(world)
+    return instance_services.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
+
+
 def _token(world: World):
     return console_services.create_api_token(
         actor=world.users["bob"], user=world.users["bob"], name="walk"
@@ -308,6 +313,15 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             ("instance.terminate",),
             "bob",
             prepare=_running,
+            team="acme",
+        )
+    },
+    "POST /api/v1/instances/<pk>/force-stop/": {
+        "": Recipe(
+            _json("post", "/api/v1/instances/{p.pk}/force-stop/"),
+            ("instance.force_stop",),
+            "ops",
+            prepare=_stopping,
             team="acme",
         )
     },

@@ -8,6 +8,7 @@ import pytest
 from billing_support import CATALOG_START, DEC, NOV, ON_DEMAND, SPOT, THREE_YEAR
 
 from billing import services
+from billing.models import Price, SpotPrice
 from instances import services as instance_services
 
 
@@ -19,6 +20,9 @@ def _fast_passwords(settings):
 
 @pytest.fixture
 def prices(fleet, ops):
+    # Billing tests work from this catalog alone, not the fleet's flat one.
+    Price.objects.all().delete()
+    SpotPrice.objects.all().delete()
     for sku, hourly in ON_DEMAND.items():
         services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=CATALOG_START,
                            now=CATALOG_START)

@@ -28,5 +28,23 @@ def test_metering_is_audited(play, bob, acme):
     from audit.models import AuditEvent
 
     play(bob, acme, runs=[(at(3, 10), at(3, 11), "terminate")])
+    MeterState.objects.create(id=1, metered_until=at(3, 11))
     services.meter_recent(now=at(3, 12))
     assert AuditEvent.objects.filter(action="billing.meter").count() == 1
+
+
+def test_a_long_catch_up_runs_a_day_at_a_time_and_moves_the_mark_each_day(play, bob, acme, monkeypatch):
+    play(bob, acme, runs=[(at(3, 10), None, "")])
+    MeterState.objects.create(id=1, metered_until=at(3, 11))
+    marks = []
+    real = services.meter_window
+
+    def spy(**kwargs):
+        marks.append((kwargs["start"], kwargs["end"], MeterState.objects.get().metered_until))
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "meter_window", spy)
+    services.meter_recent(now=at(6, 11))  # three days missed
+    assert [(s, e) for s, e, _ in marks] == [(at(3, 9), at(4)), (at(4), at(5)), (at(5), at(6)), (at(6), at(6, 11))]
+    assert [m for _, _, m in marks] == [at(3, 11), at(4), at(5), at(6)]
+    assert sum(c.billed_cost for c in Charge.objects.all()) == Decimal("146.00")

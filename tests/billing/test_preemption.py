@@ -5,9 +5,10 @@ import pytest
 from billing_support import at
 
 from audit.models import AuditEvent
-from billing import services
-from billing.models import Charge, NoticeStatus, PreemptionNotice
+from billing.models import Charge
 from console import live
+from instances import services
+from instances.models import NoticeStatus, PreemptionNotice
 
 
 @pytest.fixture
@@ -48,17 +49,15 @@ def test_a_run_preempted_after_its_notice_within_the_first_hour_is_free(spot_job
 
 
 def test_an_instance_stopped_before_its_notice_runs_out_is_left_alone(spot_job, ops, bob):
-    from instances import services as instance_services
-
     services.issue_preemption_notice(actor=ops, instance=spot_job, now=at(3, 10, 20))
-    instance_services.terminate_instance(actor=bob, instance=spot_job, at=at(3, 10, 21))
+    services.terminate_instance(actor=bob, instance=spot_job, at=at(3, 10, 21))
     services.preempt_due(now=at(3, 10, 25))
     assert PreemptionNotice.objects.get().status == NoticeStatus.MOOT
 
 
 def test_only_running_spot_instances_get_a_notice(play, bob, acme, ops):
     on_demand = play(bob, acme, runs=[(at(3, 10), None, "")])
-    with pytest.raises(services.BillingConflict, match="only spot instances"):
+    with pytest.raises(services.LifecycleError, match="only spot instances"):
         services.issue_preemption_notice(actor=ops, instance=on_demand)
 
 
@@ -74,3 +73,22 @@ def test_a_team_sees_its_own_notices_only(spot_job, api, ops, alice, charlie):
     services.issue_preemption_notice(actor=ops, instance=spot_job)
     assert api(alice).get("/api/v1/preemption-notices/").json()["count"] == 1
     assert api(charlie).get("/api/v1/preemption-notices/").json()["count"] == 0
+
+
+def test_one_notice_that_cannot_be_carried_out_does_not_stop_the_others(play, bob, acme, ops, monkeypatch):
+    first = play(bob, acme, name="first", runs=[(at(3, 10), None, "")], pricing="spot")
+    second = play(bob, acme, name="second", runs=[(at(3, 10), None, "")], pricing="spot")
+    for job in (first, second):
+        services.issue_preemption_notice(actor=ops, instance=job, now=at(3, 10, 20))
+    real = services.preempt_instance
+
+    def broken(*, instance, **kwargs):
+        if instance.name == "first":
+            raise services.LifecycleError("the host refused")
+        return real(instance=instance, **kwargs)
+
+    monkeypatch.setattr(services, "preempt_instance", broken)
+    services.preempt_due(now=at(3, 10, 22))
+    statuses = dict(PreemptionNotice.objects.values_list("instance__name", "status"))
+    assert statuses == {"first": NoticeStatus.FAILED, "second": NoticeStatus.DONE}
+    assert AuditEvent.objects.filter(action="billing.preemption.done", outcome="failure").count() == 1

@@ -43,7 +43,7 @@ def test_a_price_never_changes_what_was_already_metered(prices, play, meter, ops
 def test_setting_a_price_is_audited(prices, ops):
     services.set_price(actor=ops, sku="A100-80GB", kind="on_demand", hourly=Decimal("1.10"),
                        effective_from=at(10), now=at(1))
-    events = AuditEvent.objects.filter(action="billing.price.set")
+    events = AuditEvent.objects.filter(action="billing.price.set", actor_name="ops")
     assert [e.details["hourly"] for e in events if e.details["sku"] == "A100-80GB"] == ["1.00", "1.10"]
 
 

@@ -8,14 +8,33 @@ from billing import services
 from billing.models import SpotPrice
 
 
-def test_the_market_moves_within_bounds_and_keeps_history(prices):
+def test_the_simulated_market_moves_within_bounds_and_keeps_history(prices):
+    SpotPrice.objects.all().delete()  # no operator price: the demo's market sets them
     rng = random.Random(7)
     for hour in range(48):
         services.move_spot_market(now=at(3, 0).replace(hour=0) + hour * (at(3, 1) - at(3, 0)), rng=rng)
     h100 = list(SpotPrice.objects.filter(sku="H100-80GB").values_list("hourly", flat=True))
-    assert len(h100) == 49
+    assert len(h100) == 48
     assert all(Decimal("0.50") <= p <= Decimal("1.80") for p in h100)
     assert len(set(h100)) > 10
+
+
+def test_the_simulated_market_never_overwrites_an_operators_price(prices):
+    rng = random.Random(7)
+    for hour in range(5):
+        services.move_spot_market(now=at(3, hour), rng=rng)
+    assert list(SpotPrice.objects.filter(sku="H100-80GB").values_list("hourly", "source")) == [
+        (Decimal("0.72"), "operator")
+    ]
+
+
+def test_the_simulated_market_is_not_scheduled_unless_a_demo_asks(settings):
+    from billing import tasks
+
+    settings.SPOT_MARKET_SIMULATION = False
+    assert "billing.spot-market" not in tasks.schedule()
+    settings.SPOT_MARKET_SIMULATION = True
+    assert tasks.schedule()["billing.spot-market"] == (900, "billing.tasks.move_spot_market")
 
 
 def test_an_operator_sets_a_spot_price_and_it_is_audited(prices, api, ops):

@@ -3,7 +3,7 @@ from console import schedule
 
 def test_billing_periodic_work_is_scheduled_and_resolves():
     entries = schedule.entries()
-    for name in ("billing.meter", "billing.issue-invoices", "billing.spot-market", "billing.preempt-due"):
+    for name in ("billing.meter", "billing.issue-invoices", "instances.preempt-due"):
         seconds, path = entries[name]
         assert seconds > 0 and callable(schedule._resolve(path))
 

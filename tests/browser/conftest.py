@@ -36,10 +36,12 @@ BIN = Path(sys.executable).parent
 # of history for every GPU and a billing history: a minute of work the tests never read.)
 SEED = """
 import math
+from billing import demo as billing_demo
 from console import demo as console_demo
 from instances import demo as instances_demo
 users = console_demo.seed()
 instances_demo.seed_fleet(actor=users["ops"])
+billing_demo.seed_catalog(users=users)  # a launch needs a price
 instances_demo.seed_instances(users=users)
 from datetime import timedelta
 from django.utils import timezone

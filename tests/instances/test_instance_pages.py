@@ -87,8 +87,7 @@ def test_logout_needs_post(logged_in, bob):
 
 
 def test_a_pending_preemption_notice_shows_on_the_instance_page(logged_in, bob, launch, acme, ops):
-    from billing.services import issue_preemption_notice
-    from instances.services import mark_running
+    from instances.services import issue_preemption_notice, mark_running
 
     spot = mark_running(instance=launch(bob, acme, name="cheap", pricing="spot"))
     issue_preemption_notice(actor=ops, instance=spot, reason="capacity needed")

@@ -59,7 +59,7 @@ def test_restart_fails_with_a_reason_when_capacity_is_gone(launch, bob, acme):
 
 
 def test_short_on_demand_capacity_gives_spot_instances_notice(launch, bob, alice, acme):
-    from billing.models import PreemptionNotice
+    from instances.models import PreemptionNotice
 
     for n in range(2):
         services.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
@@ -70,10 +70,21 @@ def test_short_on_demand_capacity_gives_spot_instances_notice(launch, bob, alice
 
 
 def test_spot_launches_never_preempt_other_spot(launch, bob, acme):
-    from billing.models import PreemptionNotice
+    from instances.models import PreemptionNotice
 
     for n in range(2):
         services.mark_running(instance=launch(bob, acme, name=f"spot-{n}", count=8, pricing="spot"))
     with pytest.raises(services.PlacementError):
         launch(bob, acme, name="more-spot", count=1, pricing="spot")
     assert not PreemptionNotice.objects.exists()
+
+
+def test_a_second_launch_short_of_the_same_room_preempts_nothing_more(launch, bob, alice, acme):
+    from instances.models import PreemptionNotice
+
+    for n in range(2):
+        services.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
+    for name in ("urgent", "also-urgent"):
+        with pytest.raises(services.PlacementError):
+            launch(bob, acme, name=name, count=4)
+    assert PreemptionNotice.objects.count() == 1

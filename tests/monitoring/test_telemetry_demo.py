@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from billing import demo as billing_demo
 from console import demo as console_demo
 from instances import demo as instances_demo
 from monitoring import demo, services
@@ -21,6 +22,7 @@ def seeded(db, settings, tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "HISTORY", timedelta(hours=3))  # the demo keeps two days
     users = console_demo.seed()
     instances_demo.seed_fleet(actor=users["ops"])
+    billing_demo.seed_catalog(users=users)  # a launch needs a price
     instances_demo.seed_instances(users=users)
     demo.seed(users=users)
     return users

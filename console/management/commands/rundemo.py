@@ -1,5 +1,6 @@
 """python manage.py rundemo — serve the console and start the demo's agents."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -31,7 +32,9 @@ class Command(BaseCommand):
                 "--websocket-max-message-size", str(512 * 1024),
                 "--access-log", str(settings.VAR_DIR / "access.log"),
                 "console.asgi:application",
-            ]
+            ],
+            # the demo's spot prices come from the simulated market (off by default)
+            env={"SPOT_MARKET_SIMULATION": "true", **os.environ},
         )
         children = [server]
         try:

@@ -21,6 +21,7 @@ class Command(BaseCommand):
         users = console_demo.seed()
         bar.update(1)
         instances_demo.seed_fleet(actor=users["ops"])
+        billing_demo.seed_catalog(users=users)  # a launch needs a price
         bar.update(1)
         instances_demo.seed_instances(users=users)
         bar.update(1)

@@ -1,0 +1,69 @@
+"""python manage.py import_spot_prices FILE — spot prices from a feed (CSV or JSON).
+
+CSV: a header with ``sku,hourly[,time]``; JSON: a list of {"sku", "hourly", "time"}
+objects (or {"prices": [...]}). ``time`` is ISO 8601 with a zone and not in the past
+(omitted: now). The file is checked whole before anything is written; one audit event
+records the import."""
+
+import csv
+import json
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from billing import services
+
+MAX_BYTES = 10 * 1024 * 1024
+
+
+class Command(BaseCommand):
+    help = "Import spot prices from a CSV or JSON file (validated as a whole, audited)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="a .csv or .json file, or - for JSON on stdin")
+        parser.add_argument("--format", choices=["csv", "json"], help="default: from the file's extension")
+
+    def handle(self, *args, file, format=None, **options):
+        text, name = self._read(file)
+        fmt = format or ("csv" if name.lower().endswith(".csv") else "json")
+        rows = _csv_rows(text) if fmt == "csv" else _json_rows(text)
+        try:
+            made = services.import_spot_prices(actor="system", rows=rows, source=f"import_spot_prices {name}")
+        except ValidationError as exc:
+            raise CommandError("nothing imported:\n  " + "\n  ".join(exc.message_dict.get("rows", exc.messages))) from None
+        self.stdout.write(self.style.SUCCESS(f"imported {len(made)} spot price{'s' if len(made) != 1 else ''} from {name}"))
+
+    def _read(self, file: str) -> tuple[str, str]:
+        if file == "-":
+            import sys
+
+            return sys.stdin.read(MAX_BYTES + 1), "stdin"
+        path = Path(file)
+        if not path.is_file():
+            raise CommandError(f"{file}: no such file")
+        if path.stat().st_size > MAX_BYTES:
+            raise CommandError(f"{file}: larger than {MAX_BYTES // 2**20} MiB")
+        try:
+            return path.read_text(encoding="utf-8"), path.name
+        except UnicodeDecodeError:
+            raise CommandError(f"{file}: not UTF-8 text") from None
+
+
+def _csv_rows(text: str) -> list[dict]:
+    reader = csv.DictReader(text.splitlines())
+    if not reader.fieldnames or not {"sku", "hourly"} <= {f.strip() for f in reader.fieldnames}:
+        raise CommandError("a CSV needs a header with the columns sku,hourly and optionally time")
+    return [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+
+
+def _json_rows(text: str) -> list:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"not JSON: {exc}") from None
+    if isinstance(data, dict):
+        data = data.get("prices")
+    if not isinstance(data, list):
+        raise CommandError('JSON must be a list of {"sku", "hourly", "time"} objects (or {"prices": [...]})')
+    return data

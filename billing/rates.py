@@ -1,0 +1,157 @@
+"""What things cost per hour now: each billable instance's price per hour and each
+team's run rate (billable instances plus reservations, which are billed used or not).
+The same rules as metering, applied to one instant: reservations (oldest first) cover
+a team's running reserved whole GPUs of their model, oldest run first; the rest is
+on-demand; spot pays the spot price in effect. Also the registered ``PriceBook`` that
+lets instances refuse an unpriced launch and show costs without importing billing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Max, Q, Sum
+
+from instances.catalog import InstanceCost
+from instances.models import Instance, LifecycleEvent, PricingModel, State
+from instances.services import is_stuck
+
+from . import pricing
+from .models import Charge, MeterState, Price, PriceKind, Reservation, SpotPrice
+
+BILLED_STATES = (State.RUNNING, State.STOPPING)
+
+
+@dataclass
+class RunRate:
+    """Per hour, now: ``instances`` {id: price of its billable GPUs}, ``unused``
+    {team id: reserved GPUs no instance uses × their price}, ``unpriced`` ids of
+    billable instances with no price in effect (their usage is held, not billed)."""
+
+    instances: dict[int, Decimal] = field(default_factory=dict)
+    unused: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    teams: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    unpriced: set[int] = field(default_factory=set)
+
+    def team(self, team_id: int) -> Decimal:
+        return (self.teams.get(team_id, Decimal(0)) + self.unused.get(team_id, Decimal(0))).quantize(pricing.CENT)
+
+
+def on_demand_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
+    rows = (
+        Price.objects.filter(sku__in=set(skus), kind=PriceKind.ON_DEMAND, effective_from__lte=at)
+        .filter(Q(effective_until__isnull=True) | Q(effective_until__gt=at))
+        .values_list("sku", "hourly")
+    )
+    return dict(rows)
+
+
+def spot_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
+    out = {}
+    for sku in sorted(set(skus)):
+        price = SpotPrice.objects.filter(sku=sku, time__lte=at).order_by("-time").values_list("hourly", flat=True).first()
+        if price is not None:
+            out[sku] = price
+    return out
+
+
+def _sku(instance: Instance) -> str:
+    return instance.slice_profile.sku if instance.slice_profile_id else instance.gpu_model.name
+
+
+def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate:
+    """Prices per hour now of the billable instances and reservations of ``team_ids``
+    (every team when None)."""
+    billable = Instance.objects.filter(state__in=BILLED_STATES).select_related("gpu_model", "slice_profile__gpu_model")
+    reservations = Reservation.objects.filter(start__lte=now, end__gt=now)
+    if team_ids is not None:
+        team_ids = list(team_ids)
+        billable = billable.filter(team_id__in=team_ids)
+        reservations = reservations.filter(team_id__in=team_ids)
+    billable = [i for i in billable if not stuck_past_grace(i, now)]
+    skus = {_sku(i) for i in billable}
+    listed = on_demand_prices(skus, now)
+    spot = spot_prices({_sku(i) for i in billable if i.pricing_model == PricingModel.SPOT}, now)
+    out = RunRate()
+    reserved = [i for i in billable if i.pricing_model == PricingModel.RESERVED and not i.slice_profile_id]
+    covered = _cover(reserved, list(reservations.order_by("start", "id")), now, out)
+    for instance in billable:
+        sku = _sku(instance)
+        price = spot.get(sku) if instance.pricing_model == PricingModel.SPOT else listed.get(sku)
+        if price is None or (instance.pricing_model == PricingModel.SPOT and sku not in listed):
+            out.unpriced.add(instance.pk)
+            continue
+        held = covered.get(instance.pk, (0, Decimal(0)))
+        hourly = held[1] + price * (instance.gpu_count - held[0])
+        out.instances[instance.pk] = hourly
+        out.teams[instance.team_id] += hourly
+    return out
+
+
+def _cover(reserved: list[Instance], reservations: list[Reservation], now: datetime, out: RunRate) -> dict:
+    """{instance id: (GPUs covered, their cost per hour)}; what no instance uses goes to
+    ``out.unused``."""
+    starts = dict(
+        LifecycleEvent.objects.filter(instance__in=reserved, to_state=State.RUNNING, time__lte=now)
+        .values("instance_id").annotate(t=Max("time")).values_list("instance_id", "t")
+    )
+    pools = defaultdict(list)
+    for r in reservations:
+        pools[(r.team_id, r.gpu_model_id)].append([r, r.gpu_count])
+    covered: dict[int, tuple[int, Decimal]] = {}
+    for instance in sorted(reserved, key=lambda i: (starts.get(i.pk, i.state_changed_at), i.pk)):
+        need, cost = instance.gpu_count, Decimal(0)
+        for slot in pools.get((instance.team_id, instance.gpu_model_id), []):
+            take = min(need, slot[1])
+            slot[1] -= take
+            need -= take
+            cost += slot[0].hourly * take
+        covered[instance.pk] = (instance.gpu_count - need, cost)
+    for pool in pools.values():
+        for r, left in pool:
+            out.unused[r.team_id] += r.hourly * left
+    return covered
+
+
+def stuck_past_grace(instance: Instance, now: datetime) -> bool:
+    """A ``stopping`` instance past the grace is not billed any more (metering stops at
+    the grace too)."""
+    return is_stuck(instance, now)
+
+
+def metered_until(now: datetime) -> datetime | None:
+    until = MeterState.objects.filter(id=1).values_list("metered_until", flat=True).first()
+    return None if until is None else min(until, now)
+
+
+class BillingPriceBook:
+    """What ``instances.catalog`` asks of billing."""
+
+    def missing_price(self, *, sku: str, pricing_model: str, at: datetime) -> str | None:
+        if sku not in on_demand_prices([sku], at):
+            return f"{sku} has no on-demand price in effect; an operator must price it before it can be launched."
+        if pricing_model == PricingModel.SPOT and sku not in spot_prices([sku], at):
+            return f"{sku} has no spot price; an operator must set one before spot instances can be launched."
+        return None
+
+    def instance_costs(self, instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
+        instances = list(instances)
+        if not instances:
+            return {}
+        teams = {i.team_id for i in instances}
+        rate = run_rate(team_ids=teams, now=now)
+        month = pricing.month_start(now).date()
+        spent = dict(
+            Charge.objects.filter(instance__in=[i.pk for i in instances], month=month)
+            .values("instance_id").annotate(c=Sum("billed_cents")).values_list("instance_id", "c")
+        )
+        as_of = metered_until(now)
+        return {
+            i.pk: InstanceCost(
+                price_per_hour=rate.instances.get(i.pk), month_to_date=pricing.from_cents(spent.get(i.pk)), as_of=as_of
+            )
+            for i in instances
+        }

@@ -1,0 +1,50 @@
+"""What instances need to know about prices, without importing billing.
+
+Imports point one way (billing -> instances), yet a launch must refuse a SKU nobody has
+priced, and instance pages show what an instance costs. So billing registers a
+``PriceBook`` when the app loads (``billing.apps``); instances ask it through the
+functions here. With no book registered (a deployment without billing) nothing is
+refused and no cost is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class InstanceCost:
+    """``price_per_hour``: what the instance costs per hour now (None: not billed now);
+    ``month_to_date``: its metered cost this month, up to ``as_of``."""
+
+    price_per_hour: Decimal | None
+    month_to_date: Decimal
+    as_of: datetime | None
+
+
+class PriceBook(Protocol):
+    def missing_price(self, *, sku: str, pricing_model: str, at: datetime) -> str | None:
+        """Why ``sku`` cannot be launched under ``pricing_model`` at ``at``, or None."""
+
+    def instance_costs(self, instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
+        """{instance id: its cost} for the given instances, in a few queries."""
+
+
+_book: PriceBook | None = None
+
+
+def register(book: PriceBook | None) -> None:
+    global _book
+    _book = book
+
+
+def missing_price(*, sku: str, pricing_model: str, at: datetime) -> str | None:
+    return None if _book is None else _book.missing_price(sku=sku, pricing_model=pricing_model, at=at)
+
+
+def instance_costs(instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
+    return {} if _book is None else _book.instance_costs(instances, now=now)
