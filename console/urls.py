@@ -20,5 +20,6 @@ urlpatterns += [
     for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls")
 ]
 
+handler400 = "console.views.bad_request"
 handler403 = "console.views.forbidden"
 handler404 = "console.views.not_found"

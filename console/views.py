@@ -93,7 +93,29 @@ def forbidden(request, exception=None):
     return render(request, "console/error.html", {"status": 403, "message": str(exception or "") or "You may not open this page."}, status=403)
 
 
+def _wants_json(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def bad_request(request, exception=None):
+    # Django's own refusals (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields)
+    # reach here before any view runs; API clients get them as JSON like every other error.
+    message = _BAD_REQUEST.get(type(exception).__name__, "The request is malformed.")
+    if _wants_json(request):
+        return JsonResponse({"detail": message, "code": "bad_request"}, status=400)
+    return render(request, "console/error.html", {"status": 400, "message": message}, status=400)
+
+
+_BAD_REQUEST = {
+    "RequestDataTooBig": "The request body is larger than the server accepts.",
+    "TooManyFieldsSent": "The request has more fields than the server accepts.",
+    "TooManyFilesSent": "The request has more files than the server accepts.",
+}
+
+
 def not_found(request, exception=None):
+    if _wants_json(request):
+        return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
     return render(request, "console/error.html", {"status": 404, "message": "No such page, or not yours to see."}, status=404)
 
 

@@ -25,6 +25,7 @@ from django.db import connection
 from audit.context import bind_scope
 from audit.models import Outcome
 from audit.services import record_event
+from console import jsonlimits
 from console.live import FLEET_GROUP, encode, host_group, instance_group, team_group
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
@@ -305,9 +306,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
-            message = json.loads(text_data or "")
-        except ValueError:
-            await self.fail("messages are JSON objects")
+            message = jsonlimits.loads(text_data or "", max_bytes=jsonlimits.MAX_LIVE_MESSAGE_BYTES)
+        except jsonlimits.JsonRefused as exc:
+            await self.fail(exc.message if exc.code != "bad_json" else "messages are JSON objects")
             return
         if not isinstance(message, dict) or len(message) != 1 or next(iter(message)) not in ("subscribe", "unsubscribe"):
             await self.fail('send {"subscribe": {"kind": …, "id": …}} or {"unsubscribe": {…}}')

@@ -7,11 +7,11 @@ are ignored; missing required keys and wrong types are bad frames.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 
+from console import jsonlimits
 from monitoring.agent import protocol as p
 
 MAX_HELLO_BYTES = 64 * 1024
@@ -61,11 +61,9 @@ def parse(text, *, hello_expected: bool = False) -> dict:
         what = "a hello" if hello_expected else "a frame"
         raise FrameError(p.CLOSE_TOO_LARGE, "frame_too_large", f"{what} of {len(text)} bytes exceeds {limit}")
     try:
-        frame = json.loads(text, parse_constant=_no_constants)
-    except FrameError:
-        raise
-    except ValueError as exc:
-        raise bad(f"the frame is not valid JSON ({exc.msg} at character {exc.pos})", "bad_json") from None
+        frame = jsonlimits.loads(text, max_bytes=limit, parse_constant=_no_constants)
+    except jsonlimits.JsonRefused as exc:
+        raise bad(f"the frame is {exc.message}" if exc.code == "bad_json" else exc.message, "bad_json") from None
     if not isinstance(frame, dict):
         raise bad("a frame must be a JSON object", "bad_json")
     if not isinstance(frame.get("type"), str):

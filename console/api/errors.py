@@ -1,6 +1,7 @@
 """One place that turns domain errors into HTTP answers, and audits denials."""
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -17,6 +18,8 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(detail)
+    if isinstance(exc, RequestDataTooBig):  # a form body read by Django's own parser
+        exc = exceptions.ParseError("The request body is larger than the server accepts.", code="too_large")
     if isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     response = drf_exception_handler(exc, context)

@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -195,6 +196,9 @@ class HostLink:
                 log.warning(self._say(f"{exc} (reconnecting in {delay:.1f} s)"))
             except (OSError, TimeoutError, InvalidHandshake) as exc:
                 delay = self.backoff.next_delay()
+                wrong_url = self._wrong_url(exc)
+                if wrong_url:
+                    raise FatalError(self._say(wrong_url)) from None
                 if isinstance(exc, InvalidStatus) and exc.response.status_code in (401, 403):
                     message = f"the server refused the token (HTTP {exc.response.status_code})"
                     if not self.retry_auth:
@@ -212,6 +216,20 @@ class HostLink:
                 log.error(self._say(f"connection failed: {exc!r} (retrying in {delay:.1f} s)"))
                 log.debug("connection failure", exc_info=True)
             await asyncio.sleep(delay)
+
+    def _wrong_url(self, exc: BaseException) -> str | None:
+        """Why retrying cannot help when the handshake was refused for the URL itself: a
+        4xx other than 401/403/429, or a 403 from a path that is not the agent endpoint."""
+        if not isinstance(exc, InvalidStatus):
+            return None
+        status = exc.response.status_code
+        path = urlsplit(self.server).path
+        if status in (401, 429) or status >= 500 or status < 400:
+            return None
+        if status == 403 and path.rstrip("/").endswith("/ws/agent"):
+            return None  # the endpoint itself refused: the token's message applies
+        return (f"{self.server} is not the console's agent endpoint (HTTP {status}); "
+                f"--server should end in /ws/agent/, e.g. wss://console.example/ws/agent/")
 
     def _refused(self, message: str) -> None:
         """Stop the agent, unless --retry-auth asks to keep trying."""
