@@ -131,6 +131,28 @@ class GpuSlice(models.Model):
         return f"{self.gpu} {self.profile.name} #{self.gpu_instance_id}"
 
 
+class GpuHold(models.Model):
+    """One instance's hold on a whole GPU (``slice`` empty) or on one slice, over
+    [start, end); ``end`` is empty while it holds. Telemetry read inside the interval
+    belongs to the instance and its team, whoever holds the device afterwards."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="holds")
+    slice = models.ForeignKey(GpuSlice, null=True, blank=True, on_delete=models.CASCADE, related_name="holds")
+    instance = models.ForeignKey("Instance", on_delete=models.CASCADE, related_name="holds")
+    team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="+")
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["start", "id"]
+        indexes = [models.Index(fields=["gpu", "start"], name="gpuhold_gpu_start")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} holds {self.slice_id or self.gpu_id} from {self.start:%Y-%m-%d %H:%M:%S}"
+
+
 class PricingModel(models.TextChoices):
     ON_DEMAND = "on_demand", "On-demand"
     RESERVED = "reserved", "Reserved"

@@ -18,6 +18,7 @@ from . import catalog
 from .models import (
     HOLDING_STATES,
     Gpu,
+    GpuHold,
     GpuModel,
     GpuSlice,
     Host,
@@ -136,15 +137,21 @@ def place(
     return Placement(host=chosen[0].host, gpus=chosen[:count], slices=[])
 
 
-def _allocate(instance: Instance, placement: Placement) -> None:
+def _allocate(instance: Instance, placement: Placement, at: datetime) -> None:
     Gpu.objects.filter(pk__in=[g.pk for g in placement.gpus]).update(instance=instance, team=instance.team)
     GpuSlice.objects.filter(pk__in=[s.pk for s in placement.slices]).update(instance=instance, team=instance.team)
+    GpuHold.objects.bulk_create(
+        [GpuHold(gpu_id=g.pk, instance=instance, team_id=instance.team_id, start=at) for g in placement.gpus]
+        + [GpuHold(gpu_id=s.gpu_id, slice_id=s.pk, instance=instance, team_id=instance.team_id, start=at)
+           for s in placement.slices]
+    )
     instance.host = placement.host
 
 
-def _release(instance: Instance) -> None:
+def _release(instance: Instance, at: datetime) -> None:
     Gpu.objects.filter(instance=instance).update(instance=None, team=None)
     GpuSlice.objects.filter(instance=instance).update(instance=None, team=None)
+    GpuHold.objects.filter(instance=instance, end__isnull=True).update(end=at)
 
 
 def _transition(
@@ -288,7 +295,7 @@ def _launch(
         created_at=at,
         state_changed_at=at,
     )
-    _allocate(instance, placement)
+    _allocate(instance, placement, at)
     instance.save(update_fields=["host"])
     LifecycleEvent.objects.create(
         instance=instance, time=at, from_state="", to_state=State.PENDING, gpu_count=gpu_count, host=placement.host
@@ -328,7 +335,8 @@ def start_instance(
     placement = place(
         gpu_model=instance.gpu_model, count=instance.gpu_count, slice_profile=instance.slice_profile
     )
-    _allocate(instance, placement)
+    at = at or timezone.now()
+    _allocate(instance, placement, at)
     _transition(instance, State.PENDING, actor=actor, action="instance.start", at=at)
     if provision:
         _after_commit_provision(instance)
@@ -338,8 +346,9 @@ def start_instance(
 @transaction.atomic
 def stop_instance(*, actor, instance: Instance, at: datetime | None = None, finish: bool = True) -> Instance:
     instance = _locked(instance)
+    at = at or timezone.now()
     if instance.state == State.PENDING:
-        _release(instance)
+        _release(instance, at)
         return _transition(instance, State.STOPPED, actor=actor, action="instance.stop", at=at)
     _transition(instance, State.STOPPING, actor=actor, action="instance.stop", at=at)
     if finish:
@@ -352,7 +361,8 @@ def stop_instance(*, actor, instance: Instance, at: datetime | None = None, fini
 @transaction.atomic
 def finish_stop(*, actor="system", instance: Instance, at: datetime | None = None) -> Instance:
     instance = _locked(instance)
-    _release(instance)
+    at = at or timezone.now()
+    _release(instance, at)
     return _transition(instance, State.STOPPED, actor=actor, action="instance.stopped", at=at)
 
 
@@ -361,7 +371,8 @@ def terminate_instance(*, actor, instance: Instance, at: datetime | None = None)
     instance = _locked(instance)
     if instance.state == State.TERMINATED:
         raise LifecycleError(f"Instance {instance.name} is already terminated.")
-    _release(instance)
+    at = at or timezone.now()
+    _release(instance, at)
     return _transition(instance, State.TERMINATED, actor=actor, action="instance.terminate", at=at)
 
 
@@ -372,7 +383,8 @@ def preempt_instance(
     instance = _locked(instance)
     if instance.pricing_model != PricingModel.SPOT:
         raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
-    _release(instance)
+    at = at or timezone.now()
+    _release(instance, at)
     return _transition(
         instance, State.PREEMPTED, actor=actor, action="instance.preempt", reason=reason, by_platform=True, at=at
     )

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record_event
 from instances import services as instance_services
-from instances.models import Gpu, GpuModel, GpuSlice, Host, Instance, SliceKind, SliceProfile, State
+from instances.models import Gpu, GpuHold, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
 
 from . import alerts
 from .agent import protocol as p
@@ -240,25 +240,63 @@ def count_bad_frame(*, host_id: int, message: str) -> None:
 
 
 @dataclass(frozen=True)
-class Holder:
+class Device:
+    """A GPU or slice of the host, as the inventory knows it (no attribution)."""
+
     gpu_uuid: str
     gpu_id: int
     slice_id: int | None
     index: int
-    instance_id: int | None
-    team_id: int | None
-    held_since: datetime | None
+
+
+@dataclass(frozen=True)
+class Hold:
+    start: datetime
+    end: datetime | None
+    instance_id: int
+    team_id: int
+
+
+class Holds:
+    """Who held each device of a host over a span of time, read from ``GpuHold`` for
+    every write: a reading belongs to the hold whose [start, end) contains its own
+    time, so nothing read before a handover reaches the next holder, however late it
+    arrives."""
+
+    def __init__(self, rows):
+        self.by_device: dict[tuple[int, int | None], list[Hold]] = {}
+        for gpu_id, slice_id, start, end, instance_id, team_id in rows:
+            self.by_device.setdefault((gpu_id, slice_id), []).append(Hold(start, end, instance_id, team_id))
+
+    @classmethod
+    def read(cls, host_id: int, first: datetime, last: datetime) -> Holds:
+        rows = (
+            GpuHold.objects.filter(gpu__host_id=host_id, start__lte=last)
+            .filter(Q(end__isnull=True) | Q(end__gt=first))
+            .values_list("gpu_id", "slice_id", "start", "end", "instance_id", "team_id")
+        )
+        return cls(rows)
+
+    def at(self, device: Device, when: datetime) -> tuple[int | None, int | None]:
+        for hold in self.by_device.get((device.gpu_id, device.slice_id), ()):
+            if hold.start <= when and (hold.end is None or when < hold.end):
+                return hold.instance_id, hold.team_id
+        return None, None
 
 
 def refresh_s() -> float:
     return float(getattr(settings, "INGEST_REFRESH_S", 1.0))
 
 
+def max_skew_s() -> float:
+    return float(getattr(settings, "TELEMETRY_MAX_SKEW_S", 120))
+
+
 class Link:
     """What one agent connection keeps between writes.
 
-    - who holds each GPU and slice of the host, re-read at most every
-      ``INGEST_REFRESH_S`` (1 s): a reassignment reaches samples within that time;
+    - the host's GPUs and slices (inventory only: who holds them is read per write,
+      see ``Holds``), re-read at most every ``INGEST_REFRESH_S`` (1 s);
     - each agent session's high mark as this connection last wrote it (the database
       decides when another connection moved it, see ``_advance``);
     - the newest reading per GPU and the agent's counters, written at most every
@@ -272,37 +310,22 @@ class Link:
         self.high: dict[str, tuple[int, int]] = {}  # boot_id -> (session id, high)
         self.latest: dict[str, dict] = {}
         self.counts = {"frames": 0, "samples": 0, "duplicates": 0}
-        self._holders: dict[str, Holder] = {}
+        self._devices: dict[str, Device] = {}
         self._read_at = -math.inf
         self._kept_at = -math.inf
-        self._since: dict[int, datetime | None] = {}
 
-    def holders(self) -> dict[str, Holder]:
+    def devices(self) -> dict[str, Device]:
         if time.monotonic() - self._read_at >= refresh_s():
-            self._holders = self._read_holders()
+            self._devices = self._read_devices()
             self._read_at = time.monotonic()
-        return self._holders
+        return self._devices
 
-    def _read_holders(self) -> dict[str, Holder]:
-        gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index", "instance_id", "team_id")
-        slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list(
-            "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "instance_id", "team_id"
-        )
-        rows = [(u, u, g, None, i, inst, team) for u, g, i, inst, team in gpus] + list(slices)
-        self._learn_since({row[5] for row in rows if row[5] is not None})
-        return {
-            uuid: Holder(gpu_uuid, gpu_id, slice_id, index, inst, team, self._since.get(inst))
-            for uuid, gpu_uuid, gpu_id, slice_id, index, inst, team in rows
-        }
-
-    def _learn_since(self, instance_ids: set[int]) -> None:
-        missing = instance_ids - self._since.keys()
-        if not missing:
-            return
-        since = Instance.objects.filter(pk__in=missing).annotate(
-            since=Max("events__time", filter=Q(events__to_state=State.PENDING))
-        ).values_list("pk", "since")
-        self._since.update(dict(since))
+    def _read_devices(self) -> dict[str, Device]:
+        gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index")
+        slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list("uuid", "gpu__uuid", "gpu_id", "id", "gpu__index")
+        out = {uuid: Device(uuid, gpu_id, None, index) for uuid, gpu_id, index in gpus}
+        out.update({uuid: Device(gpu_uuid, gpu_id, slice_id, index) for uuid, gpu_uuid, gpu_id, slice_id, index in slices})
+        return out
 
     def keep(self, latest: dict[str, dict], frames: int, samples: int, duplicates: int) -> None:
         for device, entry in latest.items():
@@ -363,7 +386,10 @@ def store(*, link: Link, batches: list[Samples]) -> Stored:
 
 
 def _store(link: Link, batches: list[Samples]) -> Stored:
-    holders = link.holders()
+    devices = link.devices()
+    ahead = _clamp_future(link, batches)
+    times = [r.t for batch in batches for r in batch.records]
+    holds = Holds.read(link.host_id, datetime.fromtimestamp(min(times), tz=UTC), datetime.fromtimestamp(max(times), tz=UTC))
     rows, events, newest, acks = [], [], {}, []
     duplicates = discarded = 0
     oldest_t = None
@@ -373,34 +399,58 @@ def _store(link: Link, batches: list[Samples]) -> Stored:
         duplicates += len(batch.records) - len(fresh)
         acks.append((batch.boot_id, link.high[batch.boot_id][1]))
         for record in fresh:
-            device = record.slice or record.gpu
-            holder = holders.get(device)
-            if holder is None or holder.gpu_uuid != record.gpu:
+            device_uuid = record.slice or record.gpu
+            device = devices.get(device_uuid)
+            if device is None or device.gpu_uuid != record.gpu:
                 discarded += 1
                 continue
             when = datetime.fromtimestamp(record.t, tz=UTC)
-            held = holder.held_since is None or when >= holder.held_since
-            instance_id, team_id = (holder.instance_id, holder.team_id) if held else (None, None)
+            instance_id, team_id = holds.at(device, when)
             if record.event is not None:
                 if record.event["kind"] in p.EVENT_KINDS:
-                    events.append((record, holder, when, instance_id, team_id))
+                    events.append((record, device, when, instance_id, team_id))
                 else:
                     discarded += 1
                 continue
-            rows.append(_row(record.m, record.procs, holder, when, instance_id, team_id))
+            rows.append(_row(record.m, record.procs, device, when, instance_id, team_id))
             if oldest_t is None or record.t < oldest_t:
                 oldest_t = record.t
-            kept = newest.get(device)
+            kept = newest.get(device_uuid)
             if kept is None or record.t >= kept[0].t:
-                newest[device] = (record, holder, instance_id, team_id)
-    latest = {device: _live_entry(*kept, link.host_id, link.host_name) for device, kept in newest.items()}
+                newest[device_uuid] = (record, device, instance_id, team_id)
+    latest = {uuid: _live_entry(*kept, link.host_id, link.host_name) for uuid, kept in newest.items()}
     insert_samples(rows)
     _store_events(link.host_id, link.host_name, events)
     _note_late(oldest_t)
+    if ahead:
+        _note_clock_ahead(link.host_id, *ahead)
     link.keep(latest, len(batches), len(rows), duplicates)
     if link.due():
         link.write_kept()
     return Stored(acks=acks, stored=len(rows), duplicates=duplicates, discarded=discarded, latest=latest)
+
+
+def _clamp_future(link: Link, batches: list[Samples]) -> tuple[int, float] | None:
+    """Readings stamped more than ``TELEMETRY_MAX_SKEW_S`` ahead of this server are
+    stored at the time they arrived: a host clock running fast must not park a reading
+    in the future, where it would outrank every later one. Returns (count, most s ahead)."""
+    now = time.time()
+    limit = now + max_skew_s()
+    count, most = 0, 0.0
+    for batch in batches:
+        for record in batch.records:
+            if record.t > limit:
+                count += 1
+                most = max(most, record.t - now)
+                record.t = now
+    return (count, most) if count else None
+
+
+def _note_clock_ahead(host_id: int, count: int, ahead_s: float) -> None:
+    AgentState.objects.filter(host_id=host_id).update(last_error=(
+        f"Host clock ahead: {count} reading(s) stamped up to {ahead_s:.0f} s after this server's time "
+        f"(more than {max_skew_s():.0f} s) were stored at the time they arrived. Check NTP on the host."
+    )[:300])
 
 
 def _advance(link: Link, boot_id: str, last_seq: int) -> int:
@@ -438,9 +488,9 @@ _UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _row(m: dict, procs, holder: Holder, when: datetime, instance_id, team_id) -> list:
+def _row(m: dict, procs, device: Device, when: datetime, instance_id, team_id) -> list:
     row = [
-        when, holder.gpu_id, holder.slice_id, instance_id, team_id,
+        when, device.gpu_id, device.slice_id, instance_id, team_id,
         None if procs is None else _compact(procs),
         *[m.get(name) for name in RAW_METRICS],
     ]
@@ -450,11 +500,11 @@ def _row(m: dict, procs, holder: Holder, when: datetime, instance_id, team_id) -
     return row
 
 
-def _live_entry(record, holder: Holder, instance_id, team_id, host_id, host_name) -> dict:
+def _live_entry(record, device: Device, instance_id, team_id, host_id, host_name) -> dict:
     return {
-        "uuid": record.slice or record.gpu, "host": host_name, "index": holder.index, "instance": instance_id,
+        "uuid": record.slice or record.gpu, "host": host_name, "index": device.index, "instance": instance_id,
         "team": team_id, "t": datetime.fromtimestamp(record.t, tz=UTC).isoformat(), "m": record.m, "stale": False,
-        "_t": record.t, "_host_id": host_id, "_gpu_id": holder.gpu_id, "_slice_id": holder.slice_id,
+        "_t": record.t, "_host_id": host_id, "_gpu_id": device.gpu_id, "_slice_id": device.slice_id,
     }
 
 
@@ -501,10 +551,11 @@ def _upsert_latest(host_id: int, latest: dict[str, dict]) -> None:
                    adapt(datetime.fromtimestamp(e["_t"], tz=UTC)), now, json.dumps(e["m"])]
     table = "monitoring_gpulatest"
     newer = f"{table}.time <= excluded.time"
-    moving = ("host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics")
+    # last_seen is when the reading shown arrived: staleness is judged on this server's
+    # clock, and a reading that is never replaced (stamped ahead, then the host clock
+    # was corrected) turns stale. The agent being alive is AgentState.last_seen_at.
+    moving = ("host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics", "last_seen")
     sets = [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE {table}.{c} END" for c in moving]
-    # An older reading (replayed backlog) still proves the agent is alive.
-    sets.append("last_seen = excluded.last_seen")
     sql = (
         f"INSERT INTO {table} (uuid, host_id, gpu_id, slice_id, instance_id, team_id, time, last_seen, metrics) "
         f"VALUES {', '.join(groups)} ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
@@ -517,15 +568,15 @@ def _store_events(host_id: int, host_name: str, events: list) -> None:
     if not events:
         return
     rows = []
-    for record, holder, when, instance_id, team_id in events:
+    for record, device, when, instance_id, team_id in events:
         e = record.event
         rows.append(GpuEvent(
-            time=when, kind=e["kind"], host_id=host_id, gpu_id=holder.gpu_id, uuid=record.device,
+            time=when, kind=e["kind"], host_id=host_id, gpu_id=device.gpu_id, uuid=record.device,
             code=e.get("code"), message=e.get("message", ""), instance_id=instance_id, team_id=team_id,
             details={"seq": record.seq},
         ))
-        where = dict(host_id=host_id, gpu_id=holder.gpu_id, uuid=record.device, instance_id=holder.instance_id,
-                     team_id=holder.team_id)
+        where = dict(host_id=host_id, gpu_id=device.gpu_id, uuid=record.device, instance_id=instance_id,
+                     team_id=team_id)
         if e["kind"] == "xid":
             alerts.raise_alert(AlertKind.XID, alerts.Condition(
                 key=f"xid:{record.device}:{e['code']}", value=e["code"],

@@ -315,8 +315,8 @@ def instance_panel(request, pk):
         slice_device(s, latest.get(s.uuid), now)
         for s in instance.slices.select_related("profile", "gpu")
     ]
-    procs = {g.uuid: process_rows(g.pk, g.memory_total) for g in instance.gpus.all()} | {
-        s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk)
+    procs = {g.uuid: process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
+        s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk, instance_id=pk)
         for s in instance.slices.select_related("profile")
     }
     if not devices:
@@ -485,13 +485,20 @@ def gpu_detail(request, uuid):
     return render(request, "monitoring/gpu.html", context)
 
 
-def process_rows(gpu_id: int, memory_total: int, *, slice_id: int | None = None) -> list[dict]:
-    """The processes of the device's newest reading that listed them, largest first."""
+def process_rows(
+    gpu_id: int, memory_total: int, *, slice_id: int | None = None, instance_id: int | None = None
+) -> list[dict]:
+    """The processes of the device's newest reading that listed them, largest first.
+
+    With ``instance_id``, only readings attributed to that instance (taken while it held
+    the device): another tenant's processes from before a handover never show."""
+    readings = Sample.objects.filter(
+        gpu_id=gpu_id, slice_id=slice_id, time__gte=timezone.now() - timedelta(hours=1)
+    )
+    if instance_id is not None:
+        readings = readings.filter(instance_id=instance_id)
     newest = (
-        Sample.objects.filter(
-            gpu_id=gpu_id, slice_id=slice_id, time__gte=timezone.now() - timedelta(hours=1)
-        )
-        .exclude(procs=None)
+        readings.exclude(procs=None)
         .order_by("-time")
         .values("procs", "time")
         .first()
