@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('console', '0001_initial'),
-        ('instances', '0001_initial'),
+        ('instances', '0002_preemption_notice_moves_here'),
     ]
 
     operations = [
