@@ -399,7 +399,7 @@ def force_stop(*, actor, instance: Instance, at: datetime | None = None) -> Inst
         raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a stopping instance can be forced.")
     at = at or timezone.now()
     stuck_for = int((at - instance.state_changed_at).total_seconds())
-    _release(instance)
+    _release(instance, at)
     return _transition(instance, State.STOPPED, actor=actor, action="instance.force_stop", at=at,
                        reason=f"forced by an operator after {stuck_for} s in stopping", details={"stuck_s": stuck_for})
 
