@@ -17,7 +17,7 @@ from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, is_operator
 
-from . import costs, exports, pricing, services
+from . import costs, exports, figures, pricing, services
 from .models import (
     Budget,
     BudgetAlert,
@@ -284,7 +284,8 @@ class ExportView(APIView):
 
 
 class CostSummaryView(APIView):
-    """One team's month: spent so far, forecast, idle cost and budget."""
+    """One team's month: spent so far (before and after credits), run rate, forecast,
+    idle cost and budget. The figures are ``billing.figures``', the same on every page."""
 
     @extend_schema(parameters=[OpenApiParameter("team", int, required=True)], responses=OpenApiTypes.OBJECT)
     def get(self, request):
@@ -293,15 +294,22 @@ class CostSummaryView(APIView):
             return Response({"team": ["A team id is required."]}, status=status.HTTP_400_BAD_REQUEST)
         qs, team = _scoped_charges(request, READ_ROLES, int(raw))
         now = timezone.now()
-        outlook = costs.forecast(qs, now)
+        month = figures.team_month(team.pk, now=now)
         start = pricing.month_start(now)
         idle = costs.idle_cost(qs, start, pricing.next_month(start))
         budget = Budget.objects.filter(team=team, month=start.date()).first()
+        outlook = month.forecast
         return Response({
             "team": team.pk, "currency": currency(), "month": f"{start:%Y-%m}",
-            "month_to_date": str(services.month_to_date(team, now)),
-            "forecast": None if outlook is None else {"point": str(outlook.point), "low": str(outlook.low),
-                                                      "high": str(outlook.high)},
+            "month_to_date": str(month.month_to_date),
+            "credits": str(month.credits),
+            "month_to_date_after_credits": str(month.month_to_date_after_credits),
+            "as_of": month.as_of,
+            "run_rate_per_hour": str(month.run_rate_per_hour),
+            "forecast": {"point": str(outlook.point), "low": str(outlook.low), "high": str(outlook.high),
+                         "basis": outlook.basis, "at_run_rate": str(outlook.at_run_rate),
+                         "from_history": None if outlook.from_history is None else str(outlook.from_history),
+                         "history_days": outlook.history_days},
             "idle_cost": str(idle.idle_cost), "cost_without_telemetry": str(idle.unknown_cost),
             "efficiency_pct": None if idle.efficiency_pct is None else str(idle.efficiency_pct),
             "budget": None if budget is None else str(budget.amount),

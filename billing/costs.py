@@ -230,19 +230,21 @@ def month_to_date(qs, now: datetime) -> Decimal:
     return total(in_range(qs, start, pricing.next_month(start)))
 
 
-def forecast(qs, now: datetime) -> forecasting.Forecast | None:
-    """The month-end forecast from the complete days before today (back to 14 days,
-    across the month boundary), or None before 7 days of history."""
+def forecast(qs, now: datetime, run_rate_per_hour: Decimal = Decimal(0),
+             committed_per_hour: Decimal = Decimal(0)) -> forecasting.Forecast:
+    """The month-end forecast (spend before credits): never below spend so far plus the
+    run rate to month end; the complete days before today (back to 14 days, across the
+    month boundary) add to it once there are 7 of them."""
     first = qs.aggregate(f=Min("period_start"))["f"]
     today = pricing.floor_day(now)
-    if first is None:
-        return None
-    start = max(first, today - timedelta(days=forecasting.WINDOW_DAYS))
-    totals = daily_totals(qs, start, today)
-    history = [totals.get(d, Decimal("0.00")) for d in days_between(start, today)]
+    history = []
+    if first is not None:
+        start = max(first, today - timedelta(days=forecasting.WINDOW_DAYS))
+        totals = daily_totals(qs, start, today)
+        history = [totals.get(d, Decimal("0.00")) for d in days_between(start, today)]
     remaining = pricing.seconds(now, pricing.next_month(now))
     # Today's charges run to ``now``; the rest of today is forecast like the days after.
-    return forecasting.month_end(history, month_to_date(qs, now), remaining)
+    return forecasting.month_end(history, month_to_date(qs, now), remaining, run_rate_per_hour, committed_per_hour)
 
 
 @dataclass(frozen=True)

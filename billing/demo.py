@@ -17,7 +17,7 @@ from console.models import Team
 from instances import services as instance_services
 from instances.models import GpuModel, Instance, SliceProfile
 
-from . import pricing, services
+from . import figures, pricing, services
 from .models import Adjustment, Budget, MeterState, Price, Reservation, SpotPrice, SpotSource
 
 HISTORY_MONTHS = 3
@@ -178,9 +178,7 @@ def _budgets_and_credit(users, now: datetime) -> None:
         team = Team.objects.get(name=team_name)
         if Budget.objects.filter(team=team, month=month).exists():
             continue
-        spent = services.month_to_date(team, now)
-        outlook = services.costs.forecast(services.Charge.objects.filter(team=team), now)
-        basis = outlook.point if outlook else spent * 3
+        basis = figures.team_month(team.pk, now=now).forecast.point
         amount = max(Decimal(500), (basis * factor / 100).to_integral_value() * 100)
         services.create_budget(actor=actor, team=team, month=month, amount=amount, now=now)
     acme = Team.objects.get(name="Acme")

@@ -33,11 +33,18 @@ class RunRate:
 
     instances: dict[int, Decimal] = field(default_factory=dict)
     unused: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    committed: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
     teams: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
     unpriced: set[int] = field(default_factory=set)
+    notes: dict[int, str] = field(default_factory=dict)
 
     def team(self, team_id: int) -> Decimal:
+        """The team's run rate: billable instances plus unused reservations, per hour."""
         return (self.teams.get(team_id, Decimal(0)) + self.unused.get(team_id, Decimal(0))).quantize(pricing.CENT)
+
+    def team_committed(self, team_id: int) -> Decimal:
+        """The part reservations bill per hour whatever runs."""
+        return self.committed.get(team_id, Decimal(0))
 
 
 def on_demand_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
@@ -86,9 +93,25 @@ def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate
             continue
         held = covered.get(instance.pk, (0, Decimal(0)))
         hourly = held[1] + price * (instance.gpu_count - held[0])
+        if instance.pricing_model == PricingModel.RESERVED:
+            out.notes[instance.pk] = _reserved_note(instance, held, price)
         out.instances[instance.pk] = hourly
         out.teams[instance.team_id] += hourly
     return out
+
+
+def _reserved_note(instance: Instance, held: tuple[int, Decimal], list_price: Decimal) -> str:
+    gpus, cost = held
+    rest = instance.gpu_count - gpus
+    if instance.slice_profile_id:
+        return "Reservations cover whole GPUs only: this slice instance bills on-demand."
+    if not rest:
+        return f"All {gpus} GPUs are covered by the team's reservations ({cost / gpus:.4g}/h each)."
+    if not gpus:
+        return (f"No reservation has room for it now: all {rest} GPUs bill on-demand ({list_price:.4g}/h each) "
+                "until the team's reserved GPUs of this model free up.")
+    return (f"{gpus} of its {instance.gpu_count} GPUs are covered by the team's reservations "
+            f"({cost / gpus:.4g}/h each); the other {rest} bill on-demand ({list_price:.4g}/h each).")
 
 
 def _cover(reserved: list[Instance], reservations: list[Reservation], now: datetime, out: RunRate) -> dict:
@@ -101,6 +124,7 @@ def _cover(reserved: list[Instance], reservations: list[Reservation], now: datet
     pools = defaultdict(list)
     for r in reservations:
         pools[(r.team_id, r.gpu_model_id)].append([r, r.gpu_count])
+        out.committed[r.team_id] += r.hourly * r.gpu_count
     covered: dict[int, tuple[int, Decimal]] = {}
     for instance in sorted(reserved, key=lambda i: (starts.get(i.pk, i.state_changed_at), i.pk)):
         need, cost = instance.gpu_count, Decimal(0)
@@ -151,7 +175,8 @@ class BillingPriceBook:
         as_of = metered_until(now)
         return {
             i.pk: InstanceCost(
-                price_per_hour=rate.instances.get(i.pk), month_to_date=pricing.from_cents(spent.get(i.pk)), as_of=as_of
+                price_per_hour=rate.instances.get(i.pk), month_to_date=pricing.from_cents(spent.get(i.pk)), as_of=as_of,
+                note=rate.notes.get(i.pk, ""),
             )
             for i in instances
         }

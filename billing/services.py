@@ -22,7 +22,7 @@ from console.models import Membership, Role, Team
 from instances import services as instance_services
 from instances.models import GpuModel, SliceProfile
 
-from . import costs, invoicing, metering, pricing
+from . import costs, figures, invoicing, metering, pricing
 from .models import (
     Adjustment,
     Basis,
@@ -618,11 +618,8 @@ def check_budgets(*, now: datetime | None = None, notify: bool = True) -> list[B
 
 
 def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> list[BudgetAlert]:
-    charges = Charge.objects.filter(team=budget.team)
-    spend = {Basis.ACTUAL: costs.month_to_date(charges, now)}
-    outlook = costs.forecast(charges, now)
-    if outlook is not None:
-        spend[Basis.FORECAST] = outlook.point
+    month = figures.team_month(budget.team_id, now=now)
+    spend = {Basis.ACTUAL: month.month_to_date, Basis.FORECAST: month.forecast.point}
     done = set(BudgetAlert.objects.filter(budget=budget).values_list("basis", "percent"))
     raised = []
     for basis, thresholds in ((Basis.ACTUAL, budget.actual_thresholds), (Basis.FORECAST, budget.forecast_thresholds)):
@@ -661,7 +658,8 @@ def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
 
 
 def month_to_date(team: Team, now: datetime | None = None) -> Decimal:
-    """What ``team`` has spent so far this month (UTC), as metered."""
+    """What ``team`` has spent so far this month (UTC), as metered, before credits
+    (``billing.figures``)."""
     return costs.month_to_date(Charge.objects.filter(team=team), _now(now))
 
 

@@ -20,7 +20,7 @@ from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_o
 from instances import services as instance_services
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
 
-from . import charts, costs, forms, pricing, services
+from . import charts, costs, figures, forms, pricing, services
 from .models import (
     Budget,
     BudgetAlert,
@@ -72,16 +72,16 @@ def cost_explorer(request):
     current = start <= now < end
     sees_bill = _sees_bill(request.user, team)
     days, series = costs.daily_by_category(charges, start, end)
-    spent = sum((sum(v, Decimal(0)) for v in series.values()), Decimal("0.00"))
     idle = costs.idle_cost(charges, start, end)
     budget = Budget.objects.filter(team=team, month=month).first() if sees_bill else None
-    outlook = costs.forecast(charges, now) if current else None
+    figure = figures.team_month(team.pk, month, now=now)
+    outlook = figure.forecast
     cumulative, running = [], Decimal("0.00")
     shown_days = [d for d in days if d <= now.date()]
     for i, _ in enumerate(shown_days):
         running += sum((series[c][i] for c in series), Decimal(0))
         cumulative.append(running)
-    figures = {
+    plots = {
         "daily": charts.daily_cost(days, series, currency()),
         "forecast": charts.forecast(shown_days, cumulative, (end - timedelta(days=1)).date(), outlook,
                                     budget.amount if budget else None, currency()),
@@ -95,8 +95,8 @@ def cost_explorer(request):
     by_category = {r["key"]: r for r in costs.grouped(window, "pricing_category")}
     context = {
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,
-        "spent": spent, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
-        "outlook": outlook, "budget": budget, "idle": idle, "figures": figures, "sees_bill": sees_bill,
+        "spent": figure.month_to_date, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
+        "outlook": outlook, "figure": figure, "budget": budget, "idle": idle, "figures": plots, "sees_bill": sees_bill,
         "currency": currency(), "start": start, "end": end,
         "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).filter(team=team, budget__month=month)
         if sees_bill else [],

@@ -24,6 +24,7 @@ class InstanceCost:
     price_per_hour: Decimal | None
     month_to_date: Decimal
     as_of: datetime | None
+    note: str = ""  # how the price is made up, where that is not obvious (reserved)
 
 
 class PriceBook(Protocol):

@@ -1,9 +1,12 @@
 from django.db.models import Count, Max
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.models import Team
 from console.validators import plain_name
 
+from . import catalog
 from .models import (
     Gpu,
     GpuModel,
@@ -18,7 +21,50 @@ from .models import (
     Region,
     SliceProfile,
 )
-from .services import MAX_GPUS_PER_INSTANCE
+from .services import MAX_GPUS_PER_INSTANCE, is_stuck
+
+
+class CostListSerializer(serializers.ListSerializer):
+    """Costs of a page of instances in a few queries, not a few per instance."""
+
+    def to_representation(self, data):
+        items = list(data.all() if hasattr(data, "all") else data)
+        self.child._costs = catalog.instance_costs(items, now=timezone.now())
+        return super().to_representation(items)
+
+
+class CostFields(serializers.Serializer):
+    """``price_per_hour`` (null: not billed now), ``cost_month_to_date`` (metered, up to
+    ``cost_as_of``) and ``stuck`` (stopping past the grace: billing stopped there)."""
+
+    price_per_hour = serializers.SerializerMethodField()
+    cost_month_to_date = serializers.SerializerMethodField()
+    cost_as_of = serializers.SerializerMethodField()
+    stuck = serializers.SerializerMethodField()
+
+    def _cost(self, obj):
+        costs = getattr(self, "_costs", None)
+        if costs is None or obj.pk not in costs:
+            costs = self._costs = {**(costs or {}), **catalog.instance_costs([obj], now=timezone.now())}
+        return costs.get(obj.pk)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=16, decimal_places=6, allow_null=True))
+    def get_price_per_hour(self, obj) -> str | None:
+        cost = self._cost(obj)
+        return None if cost is None or cost.price_per_hour is None else str(cost.price_per_hour)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True))
+    def get_cost_month_to_date(self, obj) -> str | None:
+        cost = self._cost(obj)
+        return None if cost is None else str(cost.month_to_date)
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_cost_as_of(self, obj):
+        cost = self._cost(obj)
+        return None if cost is None or cost.as_of is None else cost.as_of.isoformat()
+
+    def get_stuck(self, obj) -> bool:
+        return is_stuck(obj)
 
 
 class RegionSerializer(serializers.ModelSerializer):
@@ -94,7 +140,7 @@ class LifecycleEventSerializer(serializers.ModelSerializer):
         fields = ["time", "from_state", "to_state", "gpu_count", "host", "reason", "by_platform"]
 
 
-class InstanceSerializer(serializers.ModelSerializer):
+class InstanceSerializer(CostFields, serializers.ModelSerializer):
     team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
     name = serializers.CharField(max_length=63, validators=[plain_name])
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
@@ -115,9 +161,11 @@ class InstanceSerializer(serializers.ModelSerializer):
         model = Instance
         fields = [
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
-            "state", "host", "gpus", "created_at", "state_changed_at",
+            "state", "host", "gpus", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
+            "cost_as_of", "stuck",
         ]
         read_only_fields = ["state", "created_at", "state_changed_at"]
+        list_serializer_class = CostListSerializer
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

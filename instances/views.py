@@ -1,14 +1,16 @@
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
-from . import services
+from . import catalog, services
 from .forms import LaunchForm
 from .models import Host, Instance, State
 
@@ -30,7 +32,12 @@ def instance_list(request):
     if state in State.values:
         qs = qs.filter(state=state)
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
-    return render(request, "instances/list.html", {"page": page, "states": State.choices, "state": state})
+    costs = catalog.instance_costs(page.object_list, now=timezone.now())
+    for i in page.object_list:
+        i.cost, i.stuck = costs.get(i.pk), services.is_stuck(i)
+    context = {"page": page, "states": State.choices, "state": state,
+               "currency": getattr(settings, "BILLING_CURRENCY", "USD")}
+    return render(request, "instances/list.html", context)
 
 
 @login_required
@@ -40,10 +47,20 @@ def instance_detail(request, pk):
     context = {
         "instance": instance,
         "can_act": can_act,
-        # billing keeps spot preemption notices; a pending one is shown here too
         "preemption": instance.preemption_notices.filter(status="pending").first(),
+        **_cost_context(request, instance),
     }
     return render(request, "instances/detail.html", context)
+
+
+def _cost_context(request, instance: Instance) -> dict:
+    """What the cost block (instances/_cost.html) shows; prices come from billing's book."""
+    cost = catalog.instance_costs([instance], now=timezone.now()).get(instance.pk)
+    return {
+        "cost": cost, "reserved_note": getattr(cost, "note", ""), "stuck": services.is_stuck(instance),
+        "grace_minutes": int(services.stopping_grace().total_seconds() // 60), "is_operator": is_operator(request.user),
+        "currency": getattr(settings, "BILLING_CURRENCY", "USD"),
+    }
 
 
 @login_required
@@ -72,12 +89,14 @@ def launch(request):
 @require_POST
 def instance_action(request, pk, verb):
     instance = get_object_or_404(_instances(request), pk=pk)
-    if verb not in ACTIONS:
+    if verb not in ACTIONS and verb != "force-stop":
         return redirect("instance-detail", pk=pk)
+    if verb == "force-stop" and not is_operator(request.user):
+        raise PermissionDenied("Only operators can force a stop.")
     if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
         raise PermissionDenied(f"Your role does not allow you to {verb} instances.")
     try:
-        ACTIONS[verb](actor=request.user, instance=instance)
+        ACTIONS.get(verb, services.force_stop)(actor=request.user, instance=instance)
     except services.LifecycleError as exc:
         messages.error(request, str(exc))
     else:

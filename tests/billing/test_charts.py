@@ -60,7 +60,8 @@ def test_idle_keeps_unknown_apart_from_idle():
 
 
 def test_the_forecast_chart_draws_interval_and_budget():
-    outlook = Forecast(Decimal("300"), Decimal("250"), Decimal("350"), Decimal("10"), 14)
+    outlook = Forecast(Decimal("300"), Decimal("250"), Decimal("350"), Decimal("10"), 14, Decimal("0.40"), Decimal("280"),
+                       Decimal("300"), "history")
     fig = charts.forecast(DAYS, [Decimal("10"), Decimal("20")], date(2026, 11, 30), outlook, Decimal("280"), "USD")
     assert [t["name"] for t in fig["data"]] == ["Spent (cumulative)", "Forecast interval (80%)", "Forecast", "Budget"]
     assert fig["data"][2]["y"] == ["20.00", "300.00"]

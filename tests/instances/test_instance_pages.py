@@ -93,3 +93,32 @@ def test_a_pending_preemption_notice_shows_on_the_instance_page(logged_in, bob, 
     issue_preemption_notice(actor=ops, instance=spot, reason="capacity needed")
     page = logged_in(bob).get(f"/instances/{spot.pk}/").content.decode()
     assert "will be preempted at" in page and "capacity needed" in page
+
+
+def test_the_instance_page_shows_price_spend_and_a_ticker(logged_in, bob, acme_instance):
+    page = logged_in(bob).get(f"/instances/{acme_instance.pk}/").content.decode()
+    assert 'id="price-per-hour">2.00 USD/h' in page  # 2 × H100 at the fleet's 1.00
+    assert 'id="cost-ticker"' in page and 'data-rate="2.00' in page
+    assert "instances/cost.js" in page
+
+
+def test_the_list_shows_price_and_spend_per_instance(logged_in, bob, acme_instance):
+    page = logged_in(bob).get("/instances/").content.decode()
+    assert "Price/h (USD)" in page and '<td class="num mono">2.00</td>' in page
+
+
+def test_a_stuck_stop_is_flagged_and_operators_can_force_it(logged_in, bob, ops, acme_instance):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from instances.services import stop_instance
+
+    stop_instance(actor=bob, instance=acme_instance, at=timezone.now() - timedelta(minutes=11), finish=False)
+    assert "Stuck in <strong>stopping</strong>" in logged_in(bob).get(f"/instances/{acme_instance.pk}/").content.decode()
+    assert 'id="force-stop"' not in logged_in(bob).get(f"/instances/{acme_instance.pk}/").content.decode()
+    client = logged_in(ops)
+    assert 'id="force-stop"' in client.get(f"/instances/{acme_instance.pk}/").content.decode()
+    client.post(f"/instances/{acme_instance.pk}/force-stop/")
+    acme_instance.refresh_from_db()
+    assert acme_instance.state == "stopped"
