@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from console.api.mixins import TeamScopedViewSetMixin
 from console.api.permissions import TokenScope
-from console.tenancy import AUDIT_ROLES
+from console.tenancy import AUDIT_ROLES, is_operator
 
 from . import access, keys, services
 from .export import FORMATS, async_chunks
@@ -159,10 +159,14 @@ class VerifyView(APIView):
         run = services.run_verification(
             actor=request.user, start=bounds.get("from"), end=bounds.get("to")
         )
-        return Response(verification_body(run))
+        return Response(verification_body(run, request.user))
 
 
-def verification_body(run) -> dict:
+def verification_body(run, user=None) -> dict:
+    """An operator sees the whole report; a team admin or auditor sees whether the log
+    verifies and what concerns the events they may see, nothing about other teams."""
+    if user is not None and not is_operator(user):
+        return _team_view(run, user)
     return {
         "valid": run.valid,
         "checked": run.checked,
@@ -174,6 +178,25 @@ def verification_body(run) -> dict:
         "segments": run.segments,
         "verified_at": run.started_at,
     }
+
+
+def _team_view(run, user) -> dict:
+    visible = access.visible_events(user)
+    if run.first_seq is not None:
+        visible = visible.filter(seq__gte=run.first_seq, seq__lte=run.last_seq)
+    seqs = visible.order_by("seq").values_list("seq", flat=True)
+    broken = run.first_broken_seq
+    mine = broken is not None and access.visible_events(user).filter(seq=broken).exists()
+    reason = (
+        run.reason
+        if mine
+        else ("a record of another team does not verify" if not run.valid else "")
+    )
+    return {
+        "valid": run.valid, "checked": seqs.count(), "first_seq": seqs.first(), "last_seq": seqs.last(),
+        "first_broken_seq": broken if mine else None, "reason": reason, "seconds": round(run.seconds, 3),
+        "verified_at": run.started_at,
+    }  # fmt: skip
 
 
 class PublicKeyView(APIView):

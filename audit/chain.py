@@ -36,6 +36,8 @@ FIELDS = (
     "source_ip",
     "user_agent",
     "request_id",
+    "actor_role",
+    "target_name",
     "details",
 )
 
@@ -64,6 +66,12 @@ def _opt(value) -> str:
     return "null" if value is None else _quote(value)
 
 
+def _since_v2(name: str, value: str) -> str:
+    """``actor_role`` and ``target_name`` came later: hashed only when set, so the events
+    written before them keep their hashes."""
+    return f'"{name}":{_quote(value)},' if value else ""
+
+
 def canonical_text(
     seq,
     time: str,
@@ -78,16 +86,18 @@ def canonical_text(
     source_ip: str | None,
     user_agent: str,
     request_id: str,
+    actor_role: str,
+    target_name: str,
     details_text: str,
 ) -> bytes:
     """The canonical bytes of one event, with ``details`` already as canonical JSON text
     and ``time`` already ``iso_time``-formatted; ``seq``/``team_id`` as ints or digits."""
     return (
         f'{{"action":{_quote(action)},"actor_id":{_quote(actor_id)},'
-        f'"actor_name":{_quote(actor_name)},"actor_type":{_quote(actor_type)},'
+        f'"actor_name":{_quote(actor_name)},{_since_v2("actor_role", actor_role)}"actor_type":{_quote(actor_type)},'
         f'"details":{details_text},"outcome":{_quote(outcome)},'
         f'"request_id":{_quote(request_id)},"seq":{seq},"source_ip":{_opt(source_ip)},'
-        f'"target_id":{_quote(target_id)},"target_type":{_quote(target_type)},'
+        f'"target_id":{_quote(target_id)},{_since_v2("target_name", target_name)}"target_type":{_quote(target_type)},'
         f'"team_id":{"null" if team_id is None else team_id},"time":{_quote(time)},'
         f'"user_agent":{_quote(user_agent)}}}'
     ).encode()  # fmt: skip
@@ -107,12 +117,15 @@ def canonical_row(
     source_ip: str | None,
     user_agent: str,
     request_id: str,
+    actor_role: str,
+    target_name: str,
     details,
 ) -> bytes:
     """The canonical bytes of one event whose ``details`` is a JSON value."""
     return canonical_text(
         int(seq), time, actor_type, actor_id, actor_name, None if team_id is None else int(team_id), action,
-        target_type, target_id, outcome, source_ip, user_agent, request_id, canonical_details(details),
+        target_type, target_id, outcome, source_ip, user_agent, request_id, actor_role, target_name,
+        canonical_details(details),
     )  # fmt: skip
 
 

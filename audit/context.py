@@ -117,3 +117,22 @@ def from_scope(scope) -> RequestContext:
         user_agent=headers.get("user-agent", "")[:400],
         request_id=_request_id(headers.get("x-request-id", "")),
     )
+
+
+# Demo seeding replays past actions: their events carry the time the action is said to
+# have happened. Nothing else sets this; record_event otherwise stamps "now".
+_recorded_at: contextvars.ContextVar = contextvars.ContextVar("audit_recorded_at", default=None)
+
+
+def recorded_time():
+    return _recorded_at.get()
+
+
+@contextmanager
+def recorded_at(moment) -> Iterator[None]:
+    """Events recorded inside carry ``moment`` as their time (demo history only)."""
+    token = _recorded_at.set(moment)
+    try:
+        yield
+    finally:
+        _recorded_at.reset(token)

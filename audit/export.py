@@ -46,6 +46,8 @@ TEXT_COLUMNS = (
     "target_id",
     "user_agent",
     "request_id",
+    "actor_role",
+    "target_name",
 )
 _FORMULA_SQL = "('=', '+', '-', '@', E'\\t', E'\\r', '''')"
 
@@ -184,14 +186,33 @@ def _opt(value) -> str:
 
 
 def jsonl_line(row: list) -> str:
-    _id, seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, details, prev, digest = (
-        row
-    )
+    (
+        _id,
+        seq,
+        t,
+        at,
+        aid,
+        an,
+        team,
+        action,
+        tt,
+        tid,
+        outcome,
+        ip,
+        ua,
+        req,
+        role,
+        tname,
+        details,
+        prev,
+        digest,
+    ) = row
     return (
         f'{{"type":"event","seq":{seq},"time":{_quote(t)},"actor_type":{_quote(at)},"actor_id":{_quote(aid)},'
         f'"actor_name":{_quote(an)},"team_id":{"null" if team is None else team},"action":{_quote(action)},'
         f'"target_type":{_quote(tt)},"target_id":{_quote(tid)},"outcome":{_quote(outcome)},'
-        f'"source_ip":{_opt(ip)},"user_agent":{_quote(ua)},"request_id":{_quote(req)},"details":{details},'
+        f'"source_ip":{_opt(ip)},"user_agent":{_quote(ua)},"request_id":{_quote(req)},'
+        f'"actor_role":{_quote(role)},"target_name":{_quote(tname)},"details":{details},'
         f'"prev_hash":{_quote(prev)},"hash":{_quote(digest)}}}'
     )  # fmt: skip
 

@@ -1,7 +1,10 @@
 from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Cast
 from django.utils import timezone
 
-from console.tenancy import AUDIT_ROLES, TeamScopedQuerySet
+from console.models import Membership
+from console.tenancy import AUDIT_ROLES, TeamScopedQuerySet, team_ids
 
 from . import chain
 from .chain import GENESIS_HASH  # noqa: F401  (re-exported: callers import it from here)
@@ -22,13 +25,24 @@ class ActorType(models.TextChoices):
 
 class AuditEventQuerySet(TeamScopedQuerySet):
     def for_user(self, user, roles=AUDIT_ROLES, *, operators: bool = True):
-        """Team admins and auditors see their teams' events, operators all of them, and
-        everyone their own team-less rows (their logins, their tokens)."""
+        """Team admins and auditors see their teams' events, operators all of them,
+        everyone their own team-less rows (their logins, their tokens), and admins and
+        auditors the sign-ins, failed sign-ins and refusals of their teams' members."""
         scoped = super().for_user(user, roles, operators=operators)
         if not (user and user.is_authenticated and user.is_active) or (operators and user.is_staff):
             return scoped
         own = self.filter(team__isnull=True, actor_type=ActorType.USER, actor_id=str(user.pk))
-        return scoped | own
+        members = (
+            Membership.objects.filter(team_id__in=team_ids(user, roles))
+            .annotate(uid=Cast("user_id", models.CharField()))
+            .values("uid")
+        )
+        access = Q(action__startswith="auth.") | Q(action__endswith=".denied")
+        theirs = self.filter(access, team__isnull=True).filter(
+            Q(actor_type=ActorType.USER, actor_id__in=members)
+            | Q(target_type="auth.user", target_id__in=members)
+        )
+        return scoped | own | theirs
 
 
 class CanonicalJSONField(models.JSONField):
@@ -60,12 +74,16 @@ class AuditEvent(models.Model):
     actor_type = models.CharField(max_length=16, choices=ActorType.choices)
     actor_id = models.CharField(max_length=64, blank=True)
     actor_name = models.CharField(max_length=150, blank=True)
+    # The actor's role in the event's team when it happened ("operator" for staff).
+    actor_role = models.CharField(max_length=32, blank=True, default="")
     team = models.ForeignKey(
         "console.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     action = models.CharField(max_length=64, db_index=True)
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
+    # The target's name as it was when the event was written (names change, ids stay).
+    target_name = models.CharField(max_length=150, blank=True, default="")
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS)
     source_ip = models.GenericIPAddressField(null=True, blank=True)
     user_agent = models.CharField(max_length=400, blank=True)

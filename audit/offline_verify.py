@@ -34,7 +34,10 @@ from datetime import datetime
 
 from audit import chain, merkle, signing
 
-_TEXT = ("actor_id", "actor_name", "action", "target_type", "target_id", "user_agent", "request_id")
+_TEXT = (
+    "actor_id", "actor_name", "action", "target_type", "target_id", "user_agent", "request_id",
+    "actor_role", "target_name",
+)  # fmt: skip
 _MAX_PROBLEMS = 20
 
 

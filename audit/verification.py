@@ -309,6 +309,8 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
             ip,
             ua,
             req,
+            role,
+            tname,
             details,
             prev,
             stored,
@@ -317,7 +319,7 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
         if seg.broken_seq is None:
             if seq != expected_seq:
                 seg.fail(expected_seq, f"gap: events #{expected_seq}..#{seq - 1} are missing")
-            elif link(canonical_text(seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, details), prev) != stored and not _hash_ok(row):  # fmt: skip
+            elif link(canonical_text(seq, t, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, role, tname, details), prev) != stored and not _hash_ok(row):  # fmt: skip
                 seg.fail(seq, partial(_explain_edit, row))  # explained after the stream
             elif expected_prev is not None and prev != expected_prev:
                 seg.fail(seq, partial(_explain_link, seq, prev))

@@ -4,10 +4,14 @@
 2. export them all as a CSV bundle through the API, served by daphne on loopback and streamed,
    against PostgreSQL's own ``COPY (SELECT …) TO STDOUT WITH CSV`` of the same rows;
    daphne's peak memory is read for a 10% export and for the full one (flat = equal);
-3. ``manage.py verify_audit`` over all of them.
+3. ``manage.py verify_audit`` over all of them;
+4. audited appends per second: ``record_event`` each in its own committed transaction,
+   from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
+   workers are), then the whole log verified (one gap-free chain, every head valid).
 
     python bench/audit.py                  # 1,000,000 events, scratch DB gpc_bench_audit
     python bench/audit.py --events 200000  # quicker
+    python bench/audit.py --append-only    # only step 4
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth). Drops and recreates its
 scratch database. Prints a JSON summary on the last line.
@@ -30,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
-COLUMNS = "seq, time, actor_type, actor_id, actor_name, team_id, action, target_type, target_id, outcome, source_ip, user_agent, request_id, details, prev_hash, hash"
+COLUMNS = "seq, time, actor_type, actor_id, actor_name, team_id, action, target_type, target_id, outcome, source_ip, user_agent, request_id, actor_role, target_name, details, prev_hash, hash"
 ACTIONS = [
     "instance.launch",
     "instance.running",
@@ -101,14 +105,16 @@ def load(n: int, every: int) -> None:
             row = (
                 seq, when, "user", str(rng.randint(1, 50)), f"user{rng.randint(1, 50)}", team, rng.choice(ACTIONS),
                 "instances.instance", str(seq % 9000), "success", f"10.0.{seq % 250}.{seq % 200 + 1}",
-                "Mozilla/5.0 (X11; Linux x86_64) bench", secrets.token_hex(16), details,
+                "Mozilla/5.0 (X11; Linux x86_64) bench", secrets.token_hex(16), "", "", details,
             )  # fmt: skip
             digest = chain.link(chain.canonical_row(*row), prev)
-            copy.write_row((*row[:13], chain.canonical_details(details), prev, digest))
+            copy.write_row((*row[:15], chain.canonical_details(details), prev, digest))
             prev = digest
             tree.push(merkle.event_leaf(digest))
             if seq % every == 0 or seq == n:
-                heads.append((seq, digest, [h for _, h in tree.pieces], datetime.fromisoformat(when)))
+                heads.append(
+                    (seq, digest, [h for _, h in tree.pieces], datetime.fromisoformat(when))
+                )
     # The bulk load stands in for a year of appends: the loader (the database owner) sets
     # the head directly, which the app's role could not.
     with connection.cursor() as cursor:
@@ -128,7 +134,8 @@ def api_token() -> str:
     from console import services
 
     ops = User.objects.create_user("bench-ops", password=secrets.token_hex(8), is_staff=True)
-    return services.create_api_token(actor=ops, user=ops, name="bench")[1]
+    scopes = ("read", "audit:export")
+    return services.create_api_token(actor=ops, user=ops, name="bench", scopes=scopes)[1]
 
 
 def free_port() -> int:
@@ -237,12 +244,88 @@ def verify_command(env: dict) -> dict:
     }  # fmt: skip
 
 
+def _append_worker(env: dict, seconds: float, ready, results) -> None:
+    """One writer process: once every writer is set up, append audited events, each in
+    its own committed transaction, for ``seconds``; reports how many."""
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.db import connection, transaction
+
+    from audit.services import record_event
+
+    connection.ensure_connection()
+    pid, count = os.getpid(), 0
+    ready.wait()
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        with transaction.atomic():
+            record_event(
+                actor="system", action="instance.launch", target_type="instances.instance",
+                target_id=str(count), details={"writer": pid, "n": count, "gpu_count": 8, "name": "job"},
+            )  # fmt: skip
+        count += 1
+    connection.close()
+    results.put(count)
+
+
+def append_rate(env: dict, writers: int, seconds: float) -> dict:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, results = ctx.Barrier(writers + 1), ctx.Queue()
+    procs = [ctx.Process(target=_append_worker, args=(env, seconds, ready, results)) for _ in range(writers)]
+    for proc in procs:
+        proc.start()
+    ready.wait()  # every writer set up and connected: the clock starts for all at once
+    total = sum(results.get(timeout=seconds + 120) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return {"writers": writers, "seconds": seconds, "events": total, "events_per_s": round(total / seconds)}
+
+
+def append_bench(env: dict, seconds: float) -> dict:
+    from django.db import connection
+
+    from audit.models import AuditEvent
+    from audit.verification import verify
+
+    single = append_rate(env, 1, seconds)
+    eight = append_rate(env, 8, seconds)
+    connection.close()
+    seqs = AuditEvent.objects.order_by("seq").values_list("seq", flat=True)
+    report = verify()
+    return {
+        "single": single, "eight": eight, "ratio": round(eight["events_per_s"] / single["events_per_s"], 2),
+        "gap_free": seqs.count() == seqs.last(), "valid": report.valid, "cpus": os.cpu_count(),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--db", default="gpc_bench_audit")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--append-only", action="store_true", help="only the concurrent append step"
+    )
+    parser.add_argument("--append-seconds", type=float, default=5.0)
     args = parser.parse_args()
+    if args.append_only:
+        recreate_database(args.db)
+        var_dir = f"/tmp/{args.db}-var"
+        os.makedirs(var_dir, exist_ok=True)
+        env = setup_django(args.db, var_dir)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        appended = append_bench(env, args.append_seconds)
+        _drop(args)
+        _print_append(appended)
+        print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "append": appended}))
+        return
     if args.events < 10_000:
         parser.error("--events must be at least 10000")
     recreate_database(args.db)
@@ -264,26 +347,41 @@ def main() -> None:
         daphne.terminate()
         daphne.wait(10)
     verified = verify_command(env)
+    appended = append_bench(env, args.append_seconds)
     result = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "events": args.events, "export_api_small": small,
         "export_api": full, "copy": copy, "export_vs_copy": round(full["rows_per_s"] / copy["rows_per_s"], 3),
-        "verify": verified,
+        "verify": verified, "append": appended,
     }  # fmt: skip
-    if not args.keep:
-        from django.db import connections
-
-        connections.close_all()
-        subprocess.run(
-            ["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db],
-            check=False,
-        )
+    _drop(args)
     print(
         f"export via API: {full['rows']:,} rows in {full['seconds']} s ({full['rows_per_s']:,}/s), "
         f"COPY: {copy['seconds']} s ({copy['rows_per_s']:,}/s) -> {result['export_vs_copy']}x COPY; "
         f"daphne peak RSS {small['rss_peak_mib']} MiB (10%) vs {full['rss_peak_mib']} MiB (100%); "
         f"verify_audit walk {verified['walk_events_per_s']:,} events/s"
     )
+    _print_append(appended)
     print(json.dumps(result))
+
+
+def _drop(args) -> None:
+    if args.keep:
+        return
+    from django.db import connections
+
+    connections.close_all()
+    subprocess.run(
+        ["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db],
+        check=False,
+    )
+
+
+def _print_append(appended: dict) -> None:
+    print(
+        f"audited appends: 1 writer {appended['single']['events_per_s']:,}/s, "
+        f"8 writers {appended['eight']['events_per_s']:,}/s ({appended['ratio']}x) on {appended['cpus']} CPUs; "
+        f"log gap-free {appended['gap_free']}, verifies {appended['valid']}"
+    )
 
 
 if __name__ == "__main__":

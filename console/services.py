@@ -165,6 +165,8 @@ def record_login(*, user, success: bool, username: str = "", via: str = "page") 
         record_event(
             actor=AnonymousUser() if user is None else user,
             action="auth.login_failed",
+            # The account it tried, if there is one, so its team's admins see the attempt.
+            target=user or User.objects.filter(username=username[:150]).first(),
             outcome="failure",
             details={"username": username[:150], "via": via},
         )

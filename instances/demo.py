@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from audit.context import recorded_at
 from console.models import Team
 
 from . import services
@@ -127,12 +128,13 @@ def seed_instances(*, users) -> None:
         gpu_model = GpuModel.objects.get(name=model)
         slice_profile = SliceProfile.objects.get(gpu_model=gpu_model, name=profile) if profile else None
         start = now - timedelta(hours=hours_ago, minutes=5)
-        instance = services.launch_instance(
-            actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing,
-            slice_profile=slice_profile, at=start, provision=False,
-            # pinned to the replayed GPU so the demo's live chart is real NVML data
-            host=Host.objects.get(name=host_name) if host_name else None,
-        )
+        with recorded_at(start):  # the audit log tells when each seeded action happened
+            instance = services.launch_instance(
+                actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing,
+                slice_profile=slice_profile, at=start, provision=False,
+                # pinned to the replayed GPU so the demo's live chart is real NVML data
+                host=Host.objects.get(name=host_name) if host_name else None,
+            )
         _walk_to(instance, final, start, actor)
 
 
@@ -140,15 +142,20 @@ def _walk_to(instance, final: str, start, actor) -> None:
     step = timedelta(seconds=90)
     if final == "pending":
         return
-    services.mark_running(instance=instance, at=start + step)
+    with recorded_at(start + step):
+        services.mark_running(instance=instance, at=start + step)
     if final == "running":
         return
     if final == "preempted":
-        services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=start + 40 * step)
+        with recorded_at(start + 40 * step):
+            services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=start + 40 * step)
         return
     if final == "terminated":
-        services.terminate_instance(actor=actor, instance=instance, at=start + 100 * step)
+        with recorded_at(start + 100 * step):
+            services.terminate_instance(actor=actor, instance=instance, at=start + 100 * step)
         return
-    services.stop_instance(actor=actor, instance=instance, at=start + 30 * step, finish=False)
+    with recorded_at(start + 30 * step):
+        services.stop_instance(actor=actor, instance=instance, at=start + 30 * step, finish=False)
     if final == "stopped":
-        services.finish_stop(instance=instance, at=start + 31 * step)
+        with recorded_at(start + 31 * step):
+            services.finish_stop(instance=instance, at=start + 31 * step)
