@@ -13,6 +13,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from audit.context import recorded_at
 from console.models import Team
 from instances import services as instance_services
 from instances.models import GpuModel, Instance, SliceProfile
@@ -151,25 +152,32 @@ def _history(users, first: datetime, now: datetime) -> None:
 
 
 def _play(actor, team, name, model, count, pricing_model, profile, runs) -> None:
+    # Each action inside recorded_at(t): the audit log tells when the seeded action happened.
     gpu_model = GpuModel.objects.get(name=model)
     slice_profile = SliceProfile.objects.get(gpu_model=gpu_model, name=profile) if profile else None
     start = runs[0][0]
-    instance = instance_services.launch_instance(
-        actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing_model,
-        slice_profile=slice_profile, at=start - timedelta(seconds=90), provision=False,
-    )
+    with recorded_at(start - timedelta(seconds=90)):
+        instance = instance_services.launch_instance(
+            actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing_model,
+            slice_profile=slice_profile, at=start - timedelta(seconds=90), provision=False,
+        )
     for i, (s, e, how) in enumerate(runs):
         if i:
-            instance_services.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
-                                             provision=False)
-        instance_services.mark_running(instance=instance, at=s)
-        if how == "preempt":
-            instance_services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
-        elif how == "stop" and i < len(runs) - 1:
-            instance_services.stop_instance(actor=actor, instance=instance, at=e, finish=False)
-            instance_services.finish_stop(instance=instance, at=e + timedelta(seconds=45))
-        else:
-            instance_services.terminate_instance(actor=actor, instance=instance, at=e)
+            with recorded_at(s - timedelta(seconds=90)):
+                instance_services.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
+                                                 provision=False)
+        with recorded_at(s):
+            instance_services.mark_running(instance=instance, at=s)
+        with recorded_at(e):
+            if how == "preempt":
+                instance_services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
+            elif how == "stop" and i < len(runs) - 1:
+                instance_services.stop_instance(actor=actor, instance=instance, at=e, finish=False)
+            else:
+                instance_services.terminate_instance(actor=actor, instance=instance, at=e)
+        if how == "stop" and i < len(runs) - 1:
+            with recorded_at(e + timedelta(seconds=45)):
+                instance_services.finish_stop(instance=instance, at=e + timedelta(seconds=45))
 
 
 def _budgets_and_credit(users, now: datetime) -> None:
