@@ -7,11 +7,17 @@ publisher; the live consumer forwards it verbatim (the channel layer copies or p
 string cheaply, and no consumer serialises the same payload again).
 Events: ``gpus`` (coalesced GPU samples), ``alert``, ``instance`` (state change),
 ``budget``, ``preemption``.
+
+Every live socket also joins ``user.<id>`` (``user_group``) and ``session.<hash>`` of its
+login session; ``end_user_sockets`` sends one of them ``{"type": "live.end"}`` and each
+such socket, in whichever server process holds it, closes with 4401 (after a logout,
+a sign-out everywhere or a role change).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Iterable
 
@@ -33,6 +39,19 @@ def host_group(host_id) -> str:
 
 
 FLEET_GROUP = "fleet"
+
+
+def user_group(user_id) -> str:
+    """Every /ws/live/ socket of one user (never subscribed to by the browser)."""
+    return f"user.{user_id}"
+
+
+def session_group(session_key: str) -> str:
+    """The /ws/live/ sockets opened with one login session (a logout ends only those)."""
+    return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+END = {"type": "live.end"}
 
 
 def encode(event: str, data: dict) -> str:
@@ -75,3 +94,17 @@ def publish(groups: Iterable[str], event: str, data: dict) -> None:
 def publish_on_commit(groups: Iterable[str], event: str, data: dict) -> None:
     groups = list(groups)
     transaction.on_commit(lambda: publish(groups, event, data))
+
+
+async def aend_user_sockets(user_id, *, session_key: str | None = None) -> None:
+    """Close every /ws/live/ socket of the user with 4401, in every server process;
+    with ``session_key``, only the sockets opened with that login session."""
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(session_group(session_key) if session_key else user_group(user_id), END)
+
+
+def end_user_sockets(user_id, *, session_key: str | None = None) -> None:
+    """From sync code. Inside a transaction it waits for the commit (a rolled-back
+    logout or role change ends nothing); outside one it sends at once."""
+    transaction.on_commit(lambda: async_to_sync(aend_user_sockets)(user_id, session_key=session_key))

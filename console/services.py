@@ -14,6 +14,7 @@ from django.utils.text import slugify
 
 from audit.services import record_event
 
+from .live import end_user_sockets
 from .models import ApiToken, Membership, Role, Scope, Team, hash_secret
 from .tenancy import AUDIT_ROLES, is_operator
 
@@ -46,6 +47,7 @@ def change_role(*, actor, membership: Membership, role: str) -> Membership:
         team=membership.team_id,
         details={"user": membership.user.username, "from": before, "to": role},
     )
+    end_user_sockets(membership.user_id)  # its live subscriptions were checked against the old role
     return membership
 
 
@@ -58,6 +60,7 @@ def remove_member(*, actor, membership: Membership) -> None:
         team=membership.team_id,
         details={"user": membership.user.username, "role": membership.role},
     )
+    end_user_sockets(membership.user_id)
     membership.delete()
 
 
@@ -172,5 +175,8 @@ def record_login(*, user, success: bool, username: str = "", via: str = "page") 
         )
 
 
-def record_logout(*, user) -> None:
+def record_logout(*, user, session_key: str | None = None) -> None:
+    """Audits the logout and closes the live sockets of that session (of every session
+    of the user when the key is not known)."""
     record_event(actor=user, action="auth.logout", target=user)
+    end_user_sockets(user.pk, session_key=session_key)

@@ -32,7 +32,7 @@ class LoginView(auth_views.LoginView):
 @require_POST
 def logout_view(request):
     if request.user.is_authenticated:
-        services.record_logout(user=request.user)
+        services.record_logout(user=request.user, session_key=request.session.session_key)
     logout(request)
     return redirect("login")
 

@@ -26,7 +26,15 @@ from audit.context import bind_scope
 from audit.models import Outcome
 from audit.services import record_event
 from console import jsonlimits
-from console.live import FLEET_GROUP, encode, host_group, instance_group, team_group
+from console.live import (
+    FLEET_GROUP,
+    encode,
+    host_group,
+    instance_group,
+    session_group,
+    team_group,
+    user_group,
+)
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 from monitoring.agent import protocol as p
@@ -294,13 +302,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def connect(self):
         self.joined: set[str] = set()
+        self.own_groups: list[str] = []
         await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        # console.live.end_user_sockets reaches this socket through its user's group.
+        self.own_groups = [user_group(user.pk)]
+        session = self.scope.get("session")
+        if session is not None and session.session_key:
+            self.own_groups.append(session_group(session.session_key))
+        for group in self.own_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
 
     async def disconnect(self, code):
-        for group in self.joined:
+        for group in [*self.joined, *self.own_groups]:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.joined.clear()
 
@@ -345,6 +362,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def send_event(self, event: str, data: dict):
         await self.send(text_data=encode(event, data))
+
+    async def live_end(self, message):
+        # The user logged out or lost a role: what this socket was allowed may be gone.
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.
