@@ -100,15 +100,28 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = redis_url("REDIS_URL")
+# Every Redis client's read timeout. channels-redis waits for a websocket's next message
+# with a blocking pop of 5 s; a read timeout at or under that (redis-py 8 defaults to 5 s)
+# cuts every idle socket with 1011. Longer than the pop, yet finite: a Redis that went
+# away still surfaces as an error instead of a hang.
+REDIS_SOCKET_TIMEOUT_S = envint("REDIS_SOCKET_TIMEOUT_S", 30, minimum=10)
+REDIS_CLIENT = {"socket_timeout": REDIS_SOCKET_TIMEOUT_S, "socket_connect_timeout": 5, "socket_keepalive": True}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 30},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, **REDIS_CLIENT}], "capacity": 5000, "expiry": 30},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": dict(REDIS_CLIENT),
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = dict(REDIS_CLIENT)
     CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
