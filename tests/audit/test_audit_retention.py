@@ -3,10 +3,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from audit import services
+from audit import offline_verify, services, signing
 from audit.models import AuditEvent, Checkpoint
 from audit.tasks import SCHEDULE
 from audit.verification import verify
+
+
+@pytest.fixture(autouse=True)
+def _archive_dir(settings, tmp_path):
+    settings.AUDIT_ARCHIVE_DIR = str(tmp_path / "audit-archive")
 
 
 @pytest.fixture
@@ -83,3 +88,46 @@ def test_checkpoints_survive_retention(aged, settings):
     aged(4, days=400)
     services.apply_retention()
     assert Checkpoint.objects.filter(seq=4).exists()
+
+
+def test_old_events_are_archived_in_a_bundle_that_verifies_offline_before_they_go(
+    aged, settings, tmp_path, capsys
+):
+    settings.AUDIT_RETENTION_DAYS = 365
+    settings.AUDIT_ARCHIVE_DIR = str(tmp_path / "archive")
+    aged(4, days=400)
+    aged(3, days=10)
+    services.apply_retention()
+    (archive,) = (tmp_path / "archive").iterdir()
+    assert archive.name == "audit-archive-1-4.jsonl"
+    key = tmp_path / "audit.pem"
+    key.write_text(signing.public_pem(signing.load_private(settings.AUDIT_SIGNING_KEY.encode())))
+    assert offline_verify.main([str(archive), "--public-key", str(key)]) == 0
+    assert "summary: valid: 4 events (#1..#4), 4 inclusion proofs" in capsys.readouterr().out
+    event = AuditEvent.objects.get(action="audit.retention")
+    assert event.details["archive"] == archive.name and len(event.details["archive_sha256"]) == 64
+
+
+def test_a_second_archive_continues_from_the_first(aged, settings, tmp_path, monkeypatch):
+    settings.AUDIT_RETENTION_DAYS = 365
+    settings.AUDIT_ARCHIVE_DIR = str(tmp_path)
+    aged(4, days=500)
+    aged(3, days=400)
+    services.apply_retention(batch=4)
+    services.apply_retention()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["audit-archive-1-4.jsonl", "audit-archive-5-7.jsonl"]
+    second = offline_verify.verify_bundle(str(tmp_path / names[1]))
+    assert second.ok and second.proofs_checked == 3, second.problems
+    assert verify().valid
+
+
+def test_nothing_goes_when_the_archive_cannot_be_written(aged, settings, tmp_path):
+    settings.AUDIT_RETENTION_DAYS = 365
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    settings.AUDIT_ARCHIVE_DIR = str(blocker)
+    aged(4, days=400)
+    with pytest.raises(OSError):
+        services.apply_retention()
+    assert AuditEvent.objects.count() == 4
