@@ -24,7 +24,7 @@ from audit.services import record_event
 from instances import services as instance_services
 from instances.models import Gpu, GpuHold, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
 
-from . import alerts
+from . import alerts, partitions
 from .agent import protocol as p
 from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
 from .frames import GpuInfo, Hello, Samples
@@ -520,10 +520,14 @@ def _copy_line(row) -> str:
 
 
 def insert_samples(rows: list[tuple]) -> None:
-    """Append raw rows (SAMPLE_COLUMNS order): COPY on PostgreSQL, executemany elsewhere."""
+    """Append raw rows (SAMPLE_COLUMNS order): COPY on PostgreSQL, executemany elsewhere.
+
+    On PostgreSQL the day partitions the rows need are made first if missing."""
     if not rows:
         return
     table = "monitoring_sample"
+    if partitions.partitioned(table):
+        partitions.ensure(table, {row[0].astimezone(UTC).date() for row in rows})
     columns = ", ".join(connection.ops.quote_name(c) for c in SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":

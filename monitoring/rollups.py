@@ -22,6 +22,7 @@ from django.db.models import Avg, Count, Max, Min, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
+from . import partitions
 from .catalog import COUNTERS, GAUGES, STATES
 from .models import GpuEvent, Rollup1h, Rollup1m, RollupCursor, Sample
 
@@ -71,7 +72,7 @@ def _gauges(row: dict) -> dict:
     return {f"{name}_{stat}": row[f"{name}_{stat}"] for name in GAUGES for stat in ("min", "avg", "max")}
 
 
-def build_1m(start: datetime, end: datetime) -> int:
+def build_1m(start: datetime, end: datetime, *, now: datetime | None = None) -> int:
     """Rebuild the 1-minute buckets in [start, end); returns how many rows."""
     size = TIERS["1m"][1]
     rows = _raw_buckets(start, end, "minute")
@@ -95,7 +96,8 @@ def build_1m(start: datetime, end: datetime) -> int:
             **{f"{n}_max": row[f"{n}_max"] for n in STATES},
         ))
     with transaction.atomic():
-        Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end).delete()
+        out = _replace(Rollup1m, start, end, out, now=now)
+        partitions.ensure_rows("monitoring_rollup1m", {r.bucket for r in out})
         Rollup1m.objects.bulk_create(out, batch_size=500)
     return len(out)
 
@@ -114,7 +116,7 @@ def _previous_counters(start: datetime) -> dict[tuple, dict]:
     return out
 
 
-def build_1h(start: datetime, end: datetime) -> int:
+def build_1h(start: datetime, end: datetime, *, now: datetime | None = None) -> int:
     """Rebuild the 1-hour buckets in [start, end) from raw samples and 1-minute sums."""
     rows = _raw_buckets(start, end, "hour")
     sums = {}
@@ -140,9 +142,24 @@ def build_1h(start: datetime, end: datetime) -> int:
             **{f"{n}_max": row[f"{n}_max"] for n in STATES},
         ))
     with transaction.atomic():
-        Rollup1h.objects.filter(bucket__gte=start, bucket__lt=end).delete()
+        out = _replace(Rollup1h, start, end, out, now=now)
         Rollup1h.objects.bulk_create(out, batch_size=500)
     return len(out)
+
+
+def _replace(model, start: datetime, end: datetime, out: list, *, now: datetime | None) -> list:
+    """Clear the buckets of [start, end) that ``out`` rebuilds; returns what to insert.
+
+    Before the raw retention horizon other GPUs' samples may already be gone, so a
+    rebuild there (late samples, e.g. a spool replayed after days offline) only fills
+    the buckets a GPU has none of and leaves every built bucket as it is."""
+    horizon = (now or timezone.now()) - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
+    stale = model.objects.filter(bucket__gte=start, bucket__lt=end)
+    if start >= horizon:
+        stale.delete()
+        return out
+    built = set(stale.values_list("bucket", "gpu_id", "slice_id"))
+    return [r for r in out if (r.bucket, r.gpu_id, r.slice_id) not in built]
 
 
 BUILDERS = {"1m": build_1m, "1h": build_1h}
@@ -172,7 +189,7 @@ def run(tier: str, *, now: datetime | None = None, max_buckets: int | None = Non
         end = min(limit, start + max_buckets * size)
         if end <= start:
             return 0
-        BUILDERS[tier](start, end)
+        BUILDERS[tier](start, end, now=now)
         dirty = cursor.dirty_from
         cursor.dirty_from = end if dirty is not None and cursor.done_until and end < cursor.done_until else None
         cursor.done_until = max(end, cursor.done_until or end)
@@ -199,34 +216,59 @@ def _start(cursor: RollupCursor, size: timedelta) -> datetime | None:
 
 
 def expire(*, now: datetime | None = None, max_hours: int = 24) -> dict[str, int]:
-    """Delete what is past retention, at most ``max_hours`` of raw samples per run.
+    """Remove what is past retention.
 
     Raw samples go after ``RAW_RETENTION_HOURS`` (default 48) but never before the
-    1-hour rollup has covered them; 1-minute rollups after ``ROLLUP_1M_RETENTION_DAYS``
-    (30), 1-hour rollups after ``ROLLUP_1H_RETENTION_DAYS`` (400), GPU events after
-    ``GPU_EVENT_RETENTION_DAYS`` (90).
+    1-hour rollup has covered them (late samples that made rollups dirty included);
+    1-minute rollups after ``ROLLUP_1M_RETENTION_DAYS`` (30), 1-hour rollups after
+    ``ROLLUP_1H_RETENTION_DAYS`` (400), GPU events after ``GPU_EVENT_RETENTION_DAYS`` (90).
+
+    On PostgreSQL raw samples and 1-minute rollups leave a whole day partition at a
+    time (counted in ``raw_days`` and ``1m_days``; a day goes once all of it is past
+    retention); elsewhere rows are deleted, at most ``max_hours`` of raw samples per run.
     """
     now = now or timezone.now()
-    cutoff = now - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
-    built = RollupCursor.objects.filter(name="1h").values_list("done_until", flat=True).first()
-    cutoff = min(cutoff, built) if built else None
-    removed = {"raw": 0}
-    if cutoff is not None:
-        oldest = Sample.objects.order_by("time").values_list("time", flat=True).first()
-        step = timedelta(hours=1)
-        for _ in range(max_hours):
-            if oldest is None or oldest >= cutoff:
-                break
-            upto = min(cutoff, floor(oldest, step) + step)
-            removed["raw"] += Sample.objects.filter(time__lt=upto).delete()[0]
-            oldest = upto if upto < cutoff else None
-    removed["1m"] = Rollup1m.objects.filter(
-        bucket__lt=now - timedelta(days=setting("ROLLUP_1M_RETENTION_DAYS", 30))
-    ).delete()[0]
+    partitions.maintain(now=now)  # rows waiting in a default partition get their day first
+    cutoff = _raw_cutoff(now)
+    removed = {"raw": 0, "raw_days": 0, "1m": 0, "1m_days": 0}
+    if cutoff is not None and partitions.partitioned("monitoring_sample"):
+        removed["raw_days"] = len(partitions.drop_before("monitoring_sample", cutoff))
+    elif cutoff is not None:
+        removed["raw"] = _delete_raw(cutoff, max_hours)
+    minute_cutoff = now - timedelta(days=setting("ROLLUP_1M_RETENTION_DAYS", 30))
+    if partitions.partitioned("monitoring_rollup1m"):
+        removed["1m_days"] = len(partitions.drop_before("monitoring_rollup1m", minute_cutoff))
+    else:
+        removed["1m"] = Rollup1m.objects.filter(bucket__lt=minute_cutoff).delete()[0]
     removed["1h"] = Rollup1h.objects.filter(
         bucket__lt=now - timedelta(days=setting("ROLLUP_1H_RETENTION_DAYS", 400))
     ).delete()[0]
     removed["events"] = GpuEvent.objects.filter(
         time__lt=now - timedelta(days=setting("GPU_EVENT_RETENTION_DAYS", 90))
     ).delete()[0]
+    return removed
+
+
+def _raw_cutoff(now: datetime) -> datetime | None:
+    """Raw samples before this moment may go: past retention, and rolled up into
+    hours with no rebuild pending."""
+    cutoff = now - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
+    marks = list(RollupCursor.objects.filter(name__in=("1m", "1h")).values_list("name", "done_until", "dirty_from"))
+    built = next((done for name, done, _ in marks if name == "1h"), None)
+    if built is None:
+        return None
+    pending = [dirty for _, _, dirty in marks if dirty is not None]
+    return min([cutoff, built, *pending])
+
+
+def _delete_raw(cutoff: datetime, max_hours: int) -> int:
+    removed = 0
+    oldest = Sample.objects.order_by("time").values_list("time", flat=True).first()
+    step = timedelta(hours=1)
+    for _ in range(max_hours):
+        if oldest is None or oldest >= cutoff:
+            break
+        upto = min(cutoff, floor(oldest, step) + step)
+        removed += Sample.objects.filter(time__lt=upto).delete()[0]
+        oldest = upto if upto < cutoff else None
     return removed

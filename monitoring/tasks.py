@@ -5,12 +5,13 @@ Each run is bounded and idempotent, so a missed or repeated run costs nothing bu
 
 from celery import shared_task
 
-from . import alerts, fanout, rollups
+from . import alerts, fanout, partitions, rollups
 
 SCHEDULE = {
     "monitoring.rollup_1m": (30, "monitoring.tasks.rollup_1m"),
     "monitoring.rollup_1h": (300, "monitoring.tasks.rollup_1h"),
     "monitoring.retention": (600, "monitoring.tasks.retention"),
+    "monitoring.partitions": (3600, "monitoring.tasks.make_partitions"),
     "monitoring.alerts": (15, "monitoring.tasks.evaluate_alerts"),
     "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
 }
@@ -29,6 +30,11 @@ def rollup_1h() -> int:
 @shared_task
 def retention() -> dict:
     return rollups.expire()
+
+
+@shared_task
+def make_partitions() -> dict:
+    return partitions.maintain()
 
 
 @shared_task

@@ -1,0 +1,213 @@
+"""Day partitions of raw samples and 1-minute rollups on PostgreSQL.
+
+On PostgreSQL ``monitoring_sample`` (by ``time``) and ``monitoring_rollup1m`` (by
+``bucket``) are declaratively partitioned by range, one partition per UTC day named
+``<table>_YYYYMMDD``, plus a ``<table>_default`` partition that takes any row no day
+partition holds, so an insert never fails for want of a partition. Retention drops
+whole day partitions; nothing deletes rows there. SQLite keeps plain tables and this
+module does nothing on it.
+
+Where rows go:
+- the periodic task (``maintain``) creates today's partition and the next
+  ``PARTITION_DAYS_AHEAD`` (default 3) ahead of time;
+- the writers (ingest, the rollup builder) call ``ensure`` with the days they are
+  about to write; a missing day is created on demand, so a late sample (an agent's
+  spool replayed after days offline) or one ahead of the server's clock lands in its
+  own day and leaves with it;
+- a row written by any other path into a day without a partition waits in the default
+  partition; creating that day's partition (``maintain`` does it for every day found
+  there) moves those rows into it first.
+
+The primary key of a partitioned table must hold the partition key, so the database's
+key is ``(id, time)`` (``(id, bucket)`` for rollups). ``id`` still comes from one
+sequence per table, so it stays unique and Django's ``pk`` lookups by ``id`` hold;
+the database no longer enforces that uniqueness across days.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+DAY = timedelta(days=1)
+# table -> the column it is partitioned on
+TABLES = {"monitoring_sample": "time", "monitoring_rollup1m": "bucket"}
+
+_known: dict[str, set[date]] = {table: set() for table in TABLES}
+_partitioned: dict[tuple[str, str], bool] = {}
+
+
+def _setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+def retention(table: str) -> timedelta:
+    """How long ``table`` keeps rows: retention never drops a younger day."""
+    if table == "monitoring_sample":
+        return timedelta(hours=_setting("RAW_RETENTION_HOURS", 48))
+    return timedelta(days=_setting("ROLLUP_1M_RETENTION_DAYS", 30))
+
+
+def name_of(table: str, day: date) -> str:
+    return f"{table}_{day:%Y%m%d}"
+
+
+def day_of(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
+
+
+def start_of(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=UTC)
+
+
+def partitioned(table: str) -> bool:
+    """Whether ``table`` is a partitioned table in this database (never on SQLite)."""
+    if connection.vendor != "postgresql":
+        return False
+    key = (connection.settings_dict["NAME"], table)
+    if key not in _partitioned:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [table])
+            row = cursor.fetchone()
+        _partitioned[key] = bool(row and row[0])
+    return _partitioned[key]
+
+
+def forget() -> None:
+    """Drop what this process remembers (after a migration or in tests)."""
+    _partitioned.clear()
+    for days in _known.values():
+        days.clear()
+
+
+def days(table: str) -> list[date]:
+    """The days that have a partition, oldest first."""
+    pattern = re.compile(rf"^{re.escape(table)}_(\d{{8}})$")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%s)",
+            [table],
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    found = [datetime.strptime(m.group(1), "%Y%m%d").date() for m in map(pattern.match, names) if m]
+    return sorted(found)
+
+
+def ensure(table: str, wanted: set[date], *, now: datetime | None = None) -> list[date]:
+    """Create the partitions of ``wanted`` days that ``table`` lacks; returns those made.
+
+    A day this process saw made is trusted without asking while retention cannot
+    have dropped it; an older day is looked up each time."""
+    if not wanted or not partitioned(table):
+        return []
+    now = now or timezone.now()
+    safe_from = day_of(now - retention(table)) + DAY
+    known = _known[table]
+    missing = {d for d in wanted if d not in known or d < safe_from}
+    if not missing:
+        return []
+    made = []
+    with transaction.atomic():
+        _lock(table)
+        present = set(days(table))
+        for day in sorted(missing - present):
+            _create(table, day)
+            made.append(day)
+    known.update(d for d in missing if d >= safe_from)
+    return made
+
+
+def _lock(table: str) -> None:
+    # One creator at a time per table: two writers missing the same day would
+    # otherwise race to create it.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"partitions:{table}"])
+
+
+def _create(table: str, day: date) -> None:
+    """Create ``day``'s partition, moving in any rows of that day the default
+    partition holds (attaching fails while the default holds rows of its range)."""
+    name, key, default = name_of(table, day), TABLES[table], f"{table}_default"
+    lo, hi = start_of(day), start_of(day + DAY)
+    q = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {q(name)} (LIKE {q(table)} INCLUDING DEFAULTS)")
+        # The check lets ATTACH skip scanning the new table to prove its range.
+        cursor.execute(
+            f"ALTER TABLE {q(name)} ADD CONSTRAINT {q(name + '_range')} "
+            f"CHECK ({q(key)} IS NOT NULL AND {q(key)} >= %s AND {q(key)} < %s)",
+            [lo, hi],
+        )
+        cursor.execute(
+            f"WITH moved AS (DELETE FROM {q(default)} WHERE {q(key)} >= %s AND {q(key)} < %s RETURNING *) "
+            f"INSERT INTO {q(name)} SELECT * FROM moved",
+            [lo, hi],
+        )
+        cursor.execute(f"ALTER TABLE {q(table)} ATTACH PARTITION {q(name)} FOR VALUES FROM (%s) TO (%s)", [lo, hi])
+        cursor.execute(f"ALTER TABLE {q(name)} DROP CONSTRAINT {q(name + '_range')}")
+
+
+def ensure_rows(table: str, moments) -> list[date]:
+    """``ensure`` for the days of ``moments`` (the partition key of rows to write)."""
+    if not partitioned(table):
+        return []
+    return ensure(table, {day_of(m) for m in moments})
+
+
+def maintain(*, now: datetime | None = None) -> dict[str, list[str]]:
+    """The periodic task: create today's partition and the days ahead, and give every
+    day found in a default partition its own partition (moving its rows there)."""
+    now = now or timezone.now()
+    ahead = _setting("PARTITION_DAYS_AHEAD", 3)
+    made: dict[str, list[str]] = {}
+    for table in TABLES:
+        if not partitioned(table):
+            continue
+        wanted = {day_of(now) + i * DAY for i in range(ahead + 1)} | _default_days(table)
+        made[table] = [name_of(table, d) for d in ensure(table, wanted, now=now)]
+    return made
+
+
+def _default_days(table: str) -> set[date]:
+    q = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT ({q(TABLES[table])} AT TIME ZONE 'UTC')::date FROM {q(table + '_default')}"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def drop_before(table: str, cutoff: datetime) -> list[str]:
+    """Drop every day partition of ``table`` that ends at or before ``cutoff``.
+
+    Rows of the day that holds ``cutoff`` stay until that whole day is past it, so on
+    PostgreSQL retention keeps up to one day more than its setting. Gives up for this
+    run (returns what it dropped) rather than wait more than a few seconds for a lock
+    that a long query holds."""
+    if not partitioned(table):
+        return []
+    dropped = []
+    q = connection.ops.quote_name
+    for day in days(table):
+        if start_of(day + DAY) > cutoff:
+            break
+        name = name_of(table, day)
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '5s'")
+                # Rows written earlier in an enclosing transaction leave deferred
+                # foreign-key checks behind, and a table with those cannot be dropped.
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                cursor.execute(f"DROP TABLE {q(name)}")
+        except Exception as exc:  # lock_not_available: try again on the next run
+            if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "55P03":
+                raise
+            break
+        _known[table].discard(day)
+        dropped.append(name)
+    return dropped
