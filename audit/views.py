@@ -11,6 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from console.tenancy import is_operator
+
 from . import access, services
 from .export import FORMATS
 from .filters import AuditEventFilter
@@ -54,6 +56,7 @@ def events(request):
     query = request.GET.copy()
     query.pop("before", None)
     now = timezone.now()
+    verification = Verification.objects.first()
     context = {
         "filter": filterset,
         "form": filterset.form,
@@ -66,7 +69,11 @@ def events(request):
             (label, (now - delta).strftime("%Y-%m-%dT%H:%M")) for label, delta in QUICK_RANGES
         ],
         "formats": list(FORMATS),
-        "verification": Verification.objects.first(),
+        "verification": verification,
+        "full_report": is_operator(request.user),
+        "broken_is_yours": verification is not None
+        and verification.first_broken_seq is not None
+        and access.visible_events(request.user).filter(seq=verification.first_broken_seq).exists(),
     }
     return render(request, "audit/events.html", context, status=200 if valid else 400)
 
@@ -84,13 +91,21 @@ def verify(request):
     _require_auditor(request)
     run = services.run_verification(actor=request.user)
     if run.valid:
-        messages.success(
-            request, f"The audit log verifies: {run.checked} events, every segment valid."
+        counted = (
+            f": {run.checked} events, every segment valid" if is_operator(request.user) else ""
         )
-    else:
+        messages.success(request, f"The audit log verifies{counted}.")
+    elif (
+        is_operator(request.user)
+        or access.visible_events(request.user).filter(seq=run.first_broken_seq).exists()
+    ):
         messages.error(
             request,
             f"The audit log does NOT verify: first broken record #{run.first_broken_seq} ({run.reason}).",
+        )
+    else:
+        messages.error(
+            request, "The audit log does NOT verify: a record of another team is broken."
         )
     # Back to the same filters; re-encoded, so the value can only ever be a query string.
     query = QueryDict(request.POST.get("query", "")[:2000]).urlencode()

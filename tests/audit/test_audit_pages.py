@@ -50,8 +50,8 @@ def test_verify_now_records_the_result_and_shows_it(logged_in, audrey, events):
     assert b"The audit log verifies" in response.content and response.context["verification"] == run
 
 
-def test_a_broken_chain_shows_invalid_with_the_record(logged_in, audrey, events, tamper):
-    events(3)
+def test_a_broken_chain_shows_invalid_with_the_record(logged_in, audrey, acme, events, tamper):
+    events(3, team=acme)
     tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 2")
     html = logged_in(audrey).post("/audit/verify/", follow=True).content.decode()
     assert "INVALID" in html and 'href="/audit/2/"' in html
@@ -82,3 +82,21 @@ def test_verify_now_keeps_the_filters(logged_in, audrey, events):
         "/audit/verify/", {"query": "action=auth.%2A&outcome=failure"}
     )
     assert response.url == "/audit/?action=auth.%2A&outcome=failure"
+
+
+def test_a_team_admin_sees_the_verdict_but_not_the_whole_logs_counts(
+    logged_in, alice, acme, globex, events, tamper
+):
+    events(2, team=acme)
+    events(3, team=globex)
+    tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 4")
+    response = logged_in(alice).post("/audit/verify/", follow=True)
+    body = response.content.decode()
+    assert "a record of another team is broken" in body and "#4" not in body
+    assert "segment" not in body.lower().replace("segments</summary>", "")
+
+
+def test_an_operator_sees_the_whole_report(logged_in, ops, events):
+    events(3)
+    body = logged_in(ops).post("/audit/verify/", follow=True).content.decode()
+    assert "3 events, every segment valid" in body and "Segments" in body
