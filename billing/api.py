@@ -267,7 +267,8 @@ class ExportView(APIView):
     @extend_schema(
         parameters=[ExportQuerySerializer],
         responses={(200, "text/csv"): OpenApiTypes.STR},
-        description="CSV (format=csv) or FOCUS 1.2 (format=focus) rows, one per charge (instance or reservation, UTC day, price).",
+        description="CSV (format=csv) or FOCUS 1.2 (format=focus) rows, one per charge (instance or reservation, UTC day, "
+                    "price), then one per credit, adjustment or correction on the invoices of the months starting in range.",
     )
     def get(self, request):
         query = ExportQuerySerializer(data=request.query_params)
@@ -276,7 +277,10 @@ class ExportView(APIView):
         start, end = costs.parse_range(data.get("start"), data.get("end"))
         qs, team = _scoped_charges(request, BILL_ROLES, data.get("team"))
         services.record_export(actor=request.user, fmt=data["format"], start=start, end=end, team=team)
-        response = StreamingHttpResponse(exports.stream(costs.in_range(qs, start, end), data["format"]),
+        invoices = Invoice.objects.for_user(request.user, BILL_ROLES).filter(period_start__gte=start, period_start__lt=end)
+        if team is not None:
+            invoices = invoices.filter(team=team)
+        response = StreamingHttpResponse(exports.stream(costs.in_range(qs, start, end), data["format"], invoices),
                                          content_type="text/csv; charset=utf-8")
         name = f"costs-{data['format']}-{start:%Y%m%d}-{end:%Y%m%d}.csv"
         response["Content-Disposition"] = f'attachment; filename="{name}"'

@@ -1,19 +1,29 @@
 """Exports of rated charges as CSV or FOCUS 1.2 columns, streamed: rows come from a
 database iterator and leave as text in chunks, so memory does not grow with the range.
-One row per charge (instance or reservation, UTC day, price); BilledCost is the same
+One row per charge (instance or reservation, UTC day, price), then one per credit,
+adjustment or correction on the invoices of the months in range. BilledCost is the same
 cent-rounded amount invoices add up, so an export of a month sums to its invoice."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 
 from . import pricing
-from .models import ChargeType, Invoice, InvoiceStatus, PricingCategory, currency
+from .models import (
+    ChargeType,
+    Invoice,
+    InvoiceLine,
+    InvoiceStatus,
+    LineKind,
+    PricingCategory,
+    currency,
+)
 
 CHUNK_ROWS = 500
 QUANTITY = Decimal("0.000001")
@@ -38,6 +48,7 @@ CSV_COLUMNS = [
 ]
 FIELDS = [
     "id", "team_id", "team__name", "team__slug", "instance_id", "instance__name", "instance__pricing_model",
+    "instance__labels",
     "reservation_id", "reservation__gpu_count", "reservation__term", "sku", "region", "month", "period_start",
     "period_end", "charge_type", "pricing_category", "consumed_seconds", "priced_seconds", "unit_price",
     "list_unit_price", "list_cents", "billed_cents", "note",
@@ -62,32 +73,87 @@ def _hours(seconds: int) -> str:
     return str((Decimal(seconds) / pricing.SECONDS_PER_HOUR).quantize(QUANTITY, rounding=ROUND_HALF_UP))
 
 
-def stream(qs, fmt: str) -> Iterator[str]:
-    """CSV text, header first, in chunks of ``CHUNK_ROWS`` rows."""
+def stream(qs, fmt: str, invoices=None) -> Iterator[str]:
+    """CSV text, header first, in chunks of ``CHUNK_ROWS`` rows: the charges of ``qs``,
+    then the credits, adjustments and corrections on ``invoices`` (the invoices of the
+    same teams whose months start in the range)."""
     writer = csv.writer(_Echo(), lineterminator="\n")
-    columns, build = (FOCUS_COLUMNS, _focus_row) if fmt == "focus" else (CSV_COLUMNS, _csv_row)
+    columns, build, build_line = (
+        (FOCUS_COLUMNS, _focus_row, _focus_line) if fmt == "focus" else (CSV_COLUMNS, _csv_row, _csv_line)
+    )
     yield writer.writerow(columns)
-    invoices = _invoice_numbers(qs)
+    numbers = _invoice_numbers(qs, invoices)
     chunk = []
     rows = qs.order_by("period_start", "team_id", "id").values(*FIELDS)
     for row in rows.iterator(chunk_size=2000):
-        chunk.append(writer.writerow(build(row, invoices)))
+        chunk.append(writer.writerow(build(row, numbers)))
         if len(chunk) >= CHUNK_ROWS:
             yield "".join(chunk)
             chunk = []
+    for line in _credit_lines(invoices):
+        chunk.append(writer.writerow(build_line(line)))
     if chunk:
         yield "".join(chunk)
 
 
-def _invoice_numbers(qs) -> dict:
+def _invoice_numbers(qs, invoices) -> dict:
     months = qs.values("team_id", "month").distinct().order_by()
     teams = {m["team_id"] for m in months}
-    return {
-        (t, m): n
-        for t, m, n in Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.ISSUED).values_list(
-            "team_id", "month", "number"
-        )
+    issued = Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.ISSUED)
+    if invoices is not None:
+        issued = issued | invoices.filter(status=InvoiceStatus.ISSUED)
+    return {(t, m): n for t, m, n in issued.values_list("team_id", "month", "number")}
+
+
+def _credit_lines(invoices) -> Iterable[dict]:
+    if invoices is None:
+        return []
+    return (
+        InvoiceLine.objects.filter(invoice__in=invoices, kind__in=[LineKind.ADJUSTMENT, LineKind.CORRECTION])
+        .order_by("invoice__month", "invoice__team_id", "position")
+        .values("kind", "description", "amount", "invoice__status", "invoice__number", "invoice__month",
+                "invoice__team__name", "invoice__team__slug", "refers_to__number")
+    )
+
+
+def _line_category(line: dict) -> str:
+    """FOCUS ChargeCategory of an invoice line: a negative adjustment is a Credit."""
+    return "Credit" if line["kind"] == LineKind.ADJUSTMENT and line["amount"] < 0 else "Adjustment"
+
+
+def _csv_line(line: dict) -> list:
+    start = pricing.month_start(line["invoice__month"])
+    return [
+        _iso(start), _iso(pricing.next_month(start)), line["invoice__team__name"], "", "", "", "", "", "",
+        _line_category(line).lower() if line["kind"] == LineKind.ADJUSTMENT else "correction", "", "", "", "",
+        "0.00", line["amount"], currency(), line["description"],
+    ]
+
+
+def _focus_line(line: dict) -> list:
+    start = pricing.month_start(line["invoice__month"])
+    provider = getattr(settings, "BILLING_PROVIDER_NAME", "GPU Console")
+    correction = line["kind"] == LineKind.CORRECTION
+    number = line["invoice__number"] if line["invoice__status"] == InvoiceStatus.ISSUED else ""
+    amount = line["amount"]
+    values = {
+        "BilledCost": amount, "EffectiveCost": amount, "ListCost": "0.00", "ContractedCost": "0.00",
+        "BillingCurrency": currency(), "PricingCurrency": currency(),
+        "BillingAccountId": getattr(settings, "BILLING_ACCOUNT_ID", "gpu-console"), "BillingAccountName": provider,
+        "BillingAccountType": "Billing Account", "BillingPeriodStart": _iso(start),
+        "BillingPeriodEnd": _iso(pricing.next_month(start)), "ChargeCategory": _line_category(line),
+        "ChargeClass": "Correction" if correction else "", "ChargeDescription": line["description"],
+        "ChargeFrequency": "One-Time", "ChargePeriodStart": _iso(start), "ChargePeriodEnd": _iso(pricing.next_month(start)),
+        "InvoiceId": number, "InvoiceIssuerName": provider, "ProviderName": provider, "PublisherName": provider,
+        "ServiceCategory": "Compute", "ServiceName": "GPU Instances", "ServiceSubcategory": "Virtual Machines",
+        "SubAccountId": line["invoice__team__slug"], "SubAccountName": line["invoice__team__name"],
+        "SubAccountType": "Team", "Tags": "{}", "x_Note": f"corrects {line['refers_to__number']}" if correction else "",
     }
+    return [values.get(column, "") for column in FOCUS_COLUMNS]
+
+
+def _tags(labels) -> str:
+    return json.dumps(labels or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _csv_row(row: dict, invoices: dict) -> list:
@@ -135,5 +201,6 @@ def _focus_row(row: dict, invoices: dict) -> list:
         "Compute", "GPU Instances", "Virtual Machines", row["sku"],
         f"{row['sku']}:{row['pricing_category']}:{row['unit_price'] if row['unit_price'] is not None else 'spot'}",
         unit.replace("-", " "),
-        row["team__slug"], row["team__name"], "Team", "{}", row["instance__pricing_model"] or "reserved", row["note"],
+        row["team__slug"], row["team__name"], "Team", _tags(row["instance__labels"]),
+        row["instance__pricing_model"] or "reserved", row["note"],
     ]

@@ -123,6 +123,7 @@ class InstanceViewSet(
             pricing_model=data["pricing_model"],
             slice_profile=data["slice_profile"],
             region=data.get("region"),
+            labels=data.get("labels"),
         )
 
     def _act(self, request, verb, what):

@@ -197,6 +197,8 @@ class Instance(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     state_changed_at = models.DateTimeField(default=timezone.now)
+    # {key: value} strings the team attaches (cost centre, project); exported as FOCUS Tags.
+    labels = models.JSONField(default=dict, blank=True)
 
     objects = TeamScopedQuerySet.as_manager(team_path="team")
 

@@ -156,12 +156,16 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
     )
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpus = serializers.SlugRelatedField(slug_field="uuid", many=True, read_only=True)
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=255, allow_blank=True), required=False,
+        help_text="Up to 20 {key: value} strings (cost centre, project); exported as FOCUS Tags.",
+    )
 
     class Meta:
         model = Instance
         fields = [
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
-            "state", "host", "gpus", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
+            "state", "host", "gpus", "labels", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
             "cost_as_of", "stuck",
         ]
         read_only_fields = ["state", "created_at", "state_changed_at"]

@@ -3,6 +3,7 @@ each writes its lifecycle event and audit event in the same transaction."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -53,6 +54,25 @@ class NoPriceError(LifecycleError):
     """The SKU has no price in effect: nothing is launched until an operator prices it."""
 
     code = "no_price"
+
+
+MAX_LABELS = 20
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,62}$")
+
+
+def check_labels(labels) -> dict[str, str]:
+    """Labels: up to 20 {key: value} strings; keys like ``cost-centre`` (letters,
+    digits, ``_.:/-``, at most 63), values at most 255 characters."""
+    if not isinstance(labels, dict):
+        raise ValidationError({"labels": "Labels are an object of {key: value} strings."})
+    if len(labels) > MAX_LABELS:
+        raise ValidationError({"labels": f"At most {MAX_LABELS} labels."})
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise ValidationError({"labels": f"{key!r} is not a label key (letters, digits, _.:/-, at most 63)."})
+        if not isinstance(value, str) or len(value) > 255 or "\x00" in value:
+            raise ValidationError({"labels": f"The value of {key!r} must be a string of at most 255 characters."})
+    return dict(labels)
 
 
 def stopping_grace() -> timedelta:
@@ -274,7 +294,9 @@ def _launch(
     host: Host | None = None,
     at: datetime | None = None,
     provision: bool = True,
+    labels: dict | None = None,
 ) -> Instance:
+    labels = check_labels(labels or {})
     if pricing_model not in PricingModel.values:
         raise LifecycleError(f"Unknown pricing model {pricing_model!r}.")
     if not 1 <= gpu_count <= MAX_GPUS_PER_INSTANCE:
@@ -294,6 +316,7 @@ def _launch(
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
         created_at=at,
         state_changed_at=at,
+        labels=labels,
     )
     _allocate(instance, placement, at)
     instance.save(update_fields=["host"])
@@ -311,6 +334,7 @@ def _launch(
             "gpu_count": gpu_count,
             "pricing_model": pricing_model,
             "host": placement.host.name,
+            "labels": labels,
         },
     )
     if provision:

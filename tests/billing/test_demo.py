@@ -31,6 +31,10 @@ def test_the_demo_bills_acme_and_globex_across_all_pricing_models(demo):
     assert Charge.objects.filter(note__contains="first hour").exists()
     assert Invoice.objects.filter(status="issued").count() >= 6
     _reconciles_to_the_cent()
+    out = io.StringIO()
+    call_command("reconcile_costs", stdout=out)  # raises CommandError on any cent of difference
+    assert "team-months reconcile to the cent" in out.getvalue()
+    assert out.getvalue().count(" ok\n") >= 8
 
 
 def _reconciles_to_the_cent():

@@ -1,0 +1,48 @@
+"""python manage.py reconcile_costs [--month YYYY-MM] — does every page, API and export
+read the same money? For every team and month (or the one given): the cost explorer,
+the summary, the overview, the invoice, the CSV and the FOCUS export. Exits non-zero on
+any cent of difference."""
+
+from datetime import date
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from billing import reconcile
+from console.models import Team
+
+
+class Command(BaseCommand):
+    help = "Compare every cost figure of every team and month; exit 1 on any difference."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--month", help="YYYY-MM (default: every month with charges or an invoice)")
+
+    def handle(self, *args, month=None, **options):
+        wanted = _month(month) if month else None
+        now = timezone.now()
+        checked, failed = 0, []
+        for team in Team.objects.order_by("name"):
+            for m in [wanted] if wanted else reconcile.months_of(team):
+                result = reconcile.check_month(team, m, now=now)
+                checked += 1
+                before = next(iter(result.before.values()))
+                after = next(iter(result.after.values()))
+                status = "ok" if not result.differences else "DIFFERENT"
+                self.stdout.write(f"{team.name:20} {m:%Y-%m}  before credits {before:>12}  after credits {after:>12}  "
+                                  f"{status}")
+                for line in result.differences:
+                    self.stdout.write(f"    {line}")
+                if result.differences:
+                    failed.append(f"{team.name} {m:%Y-%m}")
+        if failed:
+            raise CommandError(f"{len(failed)} of {checked} team-months differ: {', '.join(failed)}")
+        self.stdout.write(self.style.SUCCESS(f"{checked} team-months reconcile to the cent."))
+
+
+def _month(text: str) -> date:
+    try:
+        year, month = (int(x) for x in text.split("-"))
+        return date(year, month, 1)
+    except ValueError:
+        raise CommandError(f"--month {text!r} is not YYYY-MM") from None
