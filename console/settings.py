@@ -129,8 +129,10 @@ else:
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
-# Without a broker, periodic tasks run on a thread of the serving process.
+# Without a broker, periodic tasks run on a thread of the serving process. Either way one
+# scheduler per deployment sends them: the holder of console.schedule's lease.
 INPROCESS_SCHEDULER = envbool("INPROCESS_SCHEDULER", not REDIS_URL)
+CELERY_BEAT_SCHEDULER = "console.schedule:LeasedBeatScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -14,7 +14,8 @@ from monitoring.demo import agent_commands
 
 
 class Command(BaseCommand):
-    help = "Serve the console with daphne on 127.0.0.1 and run the demo agents until Ctrl-C."
+    help = ("Serve the console with daphne on 127.0.0.1 and run the demo agents until Ctrl-C "
+            "(with REDIS_URL, also a Celery worker and beat).")
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
@@ -37,6 +38,14 @@ class Command(BaseCommand):
             env={"SPOT_MARKET_SIMULATION": "true", **os.environ},
         )
         children = [server]
+        if settings.REDIS_URL:
+            # With Redis, tasks and periodic work (rollups, audit checkpoints) need a
+            # Celery worker and beat, as in production.
+            celery = [sys.executable, "-m", "celery", "-A", "console"]
+            children += [
+                subprocess.Popen([*celery, "worker", "--loglevel", "WARNING", "--concurrency", "2"]),
+                subprocess.Popen([*celery, "beat", "--loglevel", "WARNING"]),
+            ]
         try:
             if not _wait_for(base + "/healthz", server):
                 raise CommandError(f"the console did not start on {base}")
