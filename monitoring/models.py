@@ -161,6 +161,12 @@ class Sample(_Attributed):
 
     time = models.DateTimeField()
     procs = models.JSONField(null=True, blank=True)
+    # Lookups by GPU or instance use the (gpu, time) and (instance, time) indexes, so
+    # these keys have no index of their own: two fewer in every day partition.
+    gpu = models.ForeignKey("instances.Gpu", on_delete=models.CASCADE, related_name="+", db_index=False)
+    instance = models.ForeignKey(
+        "instances.Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
 
     class Meta:
         indexes = [
@@ -201,6 +207,12 @@ def _add_rollup_fields(model) -> None:
 
 
 class Rollup1m(_Rollup):
+    # As for samples: the (gpu, bucket) and (instance, bucket) indexes serve these keys.
+    gpu = models.ForeignKey("instances.Gpu", on_delete=models.CASCADE, related_name="+", db_index=False)
+    instance = models.ForeignKey(
+        "instances.Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+
     class Meta:
         indexes = [
             models.Index(fields=["gpu", "bucket"], name="rollup1m_gpu_bucket"),

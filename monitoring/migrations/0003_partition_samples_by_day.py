@@ -77,7 +77,9 @@ def _run(schema_editor, *, partition: bool) -> None:
         return
     with schema_editor.connection.cursor() as cursor:
         for table, key in TABLES.items():
-            rebuild(cursor, table, key, partition=partition)
+            cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", [table])
+            if cursor.fetchone()[0] != partition:  # already in the wanted shape: nothing to do
+                rebuild(cursor, table, key, partition=partition)
     from monitoring import partitions
 
     partitions.forget()

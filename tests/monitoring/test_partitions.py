@@ -206,3 +206,13 @@ def test_the_periodic_task_makes_them(db):
     assert SCHEDULE["monitoring.partitions"] == (3600, "monitoring.tasks.make_partitions")
     make_partitions()
     assert partitions.day_of(timezone.now()) + timedelta(days=1) in days()
+
+
+def test_each_day_holds_one_index_per_lookup(gpu):
+    add_samples(gpu, NOW, [{"gpu_util": 1}])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s",
+                       [partitions.name_of("monitoring_sample", TODAY)])
+        columns = sorted(row[0].split(" USING btree ")[1] for row in cursor.fetchall())
+    assert columns == ['("time")', '(gpu_id, "time")', '(id, "time")', '(instance_id, "time")', "(slice_id)",
+                       "(team_id)"]
