@@ -2,9 +2,10 @@ from datetime import timedelta
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth import forms as auth_forms
 from django.utils import timezone
 
-from .models import Scope, Team
+from .models import Role, Scope, Team
 from .validators import plain_name
 
 
@@ -38,3 +39,38 @@ class TokenForm(forms.Form):
     @property
     def expires_at(self):
         return timezone.now() + timedelta(days=self.cleaned_data["days"])
+
+
+class CodeForm(forms.Form):
+    code = forms.CharField(
+        max_length=16, label="Code",
+        help_text="The 6-digit code from your authenticator app, or one of your recovery codes.",
+        widget=forms.TextInput(attrs={"autocomplete": "one-time-code", "inputmode": "text", "autofocus": True}),
+    )
+
+
+class PasswordChangeForm(auth_forms.PasswordChangeForm):
+    """Django's, whose new password goes through AUTH_PASSWORD_VALIDATORS."""
+
+
+class InviteForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    email = forms.EmailField(max_length=254)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args, teams=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if teams is not None:
+            self.fields["team"].queryset = teams
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class SignUpForm(auth_forms.UserCreationForm):
+    """A new account from an invitation: Django's form, so the password goes through
+    AUTH_PASSWORD_VALIDATORS."""
+
+    class Meta(auth_forms.UserCreationForm.Meta):
+        fields = ("username",)

@@ -125,3 +125,48 @@ class UserSession(models.Model):
 
     def __str__(self) -> str:
         return f"session of {self.user_id} since {self.created_at:%Y-%m-%d %H:%M}"
+
+
+def default_invite_expiry():
+    return timezone.now() + timedelta(days=settings.INVITE_DAYS)
+
+
+INVITE_PREFIX = "gpi_"
+
+
+class Invitation(models.Model):
+    """A one-time link that makes whoever opens it a member of ``team`` with ``role``,
+    until it expires. Only the link's SHA-256 is kept."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    key_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=default_invite_expiry)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.team_id} ({self.role})"
+
+    @staticmethod
+    def generate() -> str:
+        return INVITE_PREFIX + secrets.token_urlsafe(32)
+
+    @property
+    def status(self) -> str:
+        if self.accepted_at:
+            return "accepted"
+        if self.cancelled_at:
+            return "cancelled"
+        return "expired" if self.expires_at <= timezone.now() else "pending"

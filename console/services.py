@@ -15,7 +15,7 @@ from django.utils.text import slugify
 from audit.services import record_event
 
 from .live import end_user_sockets
-from .models import ApiToken, Membership, Role, Scope, Team, hash_secret
+from .models import ApiToken, Invitation, Membership, Role, Scope, Team, UserSession, hash_secret
 from .tenancy import AUDIT_ROLES, is_operator
 
 
@@ -37,15 +37,21 @@ def add_member(*, actor, team: Team, user: User, role: str = Role.MEMBER) -> Mem
 
 @transaction.atomic
 def change_role(*, actor, membership: Membership, role: str) -> Membership:
+    """A role taken away takes effect at once: the member's sessions and live sockets end
+    (they sign in again with what they now hold)."""
     before = membership.role
+    if before == role:
+        return membership
+    _keep_an_admin(membership, leaving=before == Role.ADMIN)
     membership.role = role
     membership.save(update_fields=["role"])
+    ended = _end_sessions_of(membership.user, actor)
     record_event(
         actor=actor,
         action="member.change_role",
         target=membership,
         team=membership.team_id,
-        details={"user": membership.user.username, "from": before, "to": role},
+        details={"user": membership.user.username, "from": before, "to": role, "signed_out": ended},
     )
     end_user_sockets(membership.user_id)  # its live subscriptions were checked against the old role
     return membership
@@ -53,15 +59,126 @@ def change_role(*, actor, membership: Membership, role: str) -> Membership:
 
 @transaction.atomic
 def remove_member(*, actor, membership: Membership) -> None:
+    """The member leaves the team at once: their sessions and live sockets end, and their
+    API tokens lose the team (a token limited to it alone is revoked)."""
+    _keep_an_admin(membership, leaving=membership.role == Role.ADMIN)
+    user, team = membership.user, membership.team
+    revoked = []
+    for token in ApiToken.objects.live().filter(user=user, teams=team).prefetch_related("teams"):
+        if len(token.teams.all()) == 1:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            revoked.append(token.prefix)
+        else:
+            token.teams.remove(team)
+    ended = _end_sessions_of(user, actor)
     record_event(
         actor=actor,
         action="member.remove",
         target=membership,
         team=membership.team_id,
-        details={"user": membership.user.username, "role": membership.role},
+        details={"user": user.username, "role": membership.role, "revoked_tokens": revoked, "signed_out": ended},
     )
     end_user_sockets(membership.user_id)
     membership.delete()
+
+
+def _keep_an_admin(membership: Membership, *, leaving: bool) -> None:
+    if leaving and not Membership.objects.filter(team_id=membership.team_id, role=Role.ADMIN).exclude(pk=membership.pk).exists():
+        raise ValidationError({"role": "A team keeps at least one admin: make someone else admin first."})
+
+
+def _end_sessions_of(user: User, actor) -> int:
+    from .sessions import end_sessions
+
+    # An admin changing their own role keeps the session they are using. The live
+    # sockets are ended by the caller, for everyone.
+    return 0 if user == actor else end_sessions(user, sockets=False)
+
+
+# --- invitations ------------------------------------------------------------------
+
+
+class InvitationRefused(Exception):
+    """An invitation link that cannot be used (unknown, used, cancelled or expired)."""
+
+
+@transaction.atomic
+def invite_member(*, actor, team: Team, email: str, role: str, accept_url) -> tuple[Invitation, str]:
+    """A one-time link for ``email``, mailed once the transaction commits;
+    ``accept_url(raw)`` makes the absolute link. Returns the invitation and the raw key."""
+    from django.core.mail import send_mail
+
+    raw = Invitation.generate()
+    invitation = Invitation.objects.create(
+        team=team, email=email, role=role, key_hash=hash_secret(raw),
+        invited_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    record_event(
+        actor=actor, action="member.invite", target=invitation, team=team,
+        details={"email": email, "role": role, "expires_at": invitation.expires_at.isoformat()},
+    )
+    link = accept_url(raw)
+    inviter = getattr(actor, "username", "An admin")
+    body = (
+        f"{inviter} invites you to the team {team.name} on GPU Console as {role}.\n\n"
+        f"Open this link to join (it works once, until {invitation.expires_at:%Y-%m-%d %H:%M} UTC):\n{link}\n"
+    )
+    transaction.on_commit(lambda: send_mail(f"Join {team.name} on GPU Console", body, None, [email]))
+    return invitation, raw
+
+
+def find_invitation(raw: str) -> Invitation:
+    """The usable invitation for ``raw``; InvitationRefused says why not."""
+    invitation = (
+        Invitation.objects.select_related("team", "invited_by").filter(key_hash=hash_secret(raw[:200])).first()
+    )
+    if invitation is None:
+        raise InvitationRefused("This invitation link is not valid.")
+    if invitation.accepted_at is not None:
+        raise InvitationRefused("This invitation link was already used.")
+    if invitation.cancelled_at is not None:
+        raise InvitationRefused("This invitation was cancelled.")
+    if invitation.expires_at <= timezone.now():
+        raise InvitationRefused(f"This invitation expired at {invitation.expires_at:%Y-%m-%d %H:%M} UTC; ask for a new one.")
+    return invitation
+
+
+@transaction.atomic
+def accept_invitation(*, raw: str, user: User) -> Membership:
+    invitation = find_invitation(raw)
+    invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+    if invitation.accepted_at is not None:  # a second tab won the race
+        raise InvitationRefused("This invitation link was already used.")
+    existing = Membership.objects.filter(team=invitation.team, user=user).first()
+    if existing is not None:
+        raise InvitationRefused(f"You are already in {invitation.team.name} (as {existing.role}).")
+    invitation.accepted_at, invitation.accepted_by = timezone.now(), user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    record_event(
+        actor=user, action="member.accept_invite", target=invitation, team=invitation.team,
+        details={"email": invitation.email, "user": user.username, "role": invitation.role},
+    )
+    return add_member(actor=user, team=invitation.team, user=user, role=invitation.role)
+
+
+@transaction.atomic
+def cancel_invitation(*, actor, invitation: Invitation) -> Invitation:
+    invitation.cancelled_at = timezone.now()
+    invitation.save(update_fields=["cancelled_at"])
+    record_event(
+        actor=actor, action="member.cancel_invite", target=invitation, team=invitation.team_id,
+        details={"email": invitation.email, "role": invitation.role},
+    )
+    return invitation
+
+
+@transaction.atomic
+def sign_up(*, username: str, email: str, password: str) -> User:
+    """A new account from an invitation link (the password passed the validators)."""
+    user = User.objects.create_user(username=username, email=email, password=password)
+    record_event(actor=user, action="auth.sign_up", target=user, details={"username": username, "email": email})
+    return user
 
 
 class TokenRefused(Exception):
@@ -173,6 +290,34 @@ def record_login(*, user, success: bool, username: str = "", via: str = "page") 
             outcome="failure",
             details={"username": username[:150], "via": via},
         )
+
+
+@transaction.atomic
+def change_password(*, actor, user: User, password: str, request=None) -> int:
+    """Set a new password; every other session of the user ends (and its live sockets).
+    With ``request``, its own session stays signed in. Returns how many ended."""
+    from django.contrib.auth import update_session_auth_hash
+
+    from .sessions import end_sessions
+
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    keep = request.session.session_key if request is not None else None
+    ended = end_sessions(user, keep=keep)
+    if request is not None:
+        update_session_auth_hash(request, user)  # a new session key for this one
+        UserSession.objects.filter(session_key=keep).update(session_key=request.session.session_key)
+    record_event(actor=actor, action="auth.password_change", target=user, details={"signed_out": ended})
+    return ended
+
+
+@transaction.atomic
+def sign_out_everywhere(*, actor, user: User) -> int:
+    from .sessions import end_sessions
+
+    ended = end_sessions(user)
+    record_event(actor=actor, action="auth.sessions_ended", target=user, details={"signed_out": ended})
+    return ended
 
 
 def record_logout(*, user, session_key: str | None = None) -> None:

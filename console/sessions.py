@@ -11,13 +11,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.signals import user_logged_in, user_logged_out
-from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
 from audit import context
 from audit.services import record_event
 
+from . import live
 from .models import UserSession
 
 STARTED = "_started_at"
@@ -55,9 +55,10 @@ def _note_logout(sender, request, user, **kwargs):
         UserSession.objects.filter(session_key=key).delete()
 
 
-def end_sessions(user, *, keep: str | None = None) -> int:
-    """End every browser session of ``user`` (but ``keep``, a session key), and their
-    live sockets once the transaction commits. Returns how many sessions ended."""
+def end_sessions(user, *, keep: str | None = None, sockets: bool = True) -> int:
+    """End every browser session of ``user`` but ``keep`` (a session key), and, unless
+    ``sockets`` is false, their live sockets once the transaction commits (all of the
+    user's, or those of the ended sessions when one is kept). Returns how many ended."""
     rows = UserSession.objects.filter(user=user)
     if keep:
         rows = rows.exclude(session_key=keep)
@@ -65,15 +66,12 @@ def end_sessions(user, *, keep: str | None = None) -> int:
     for key in keys:
         _store(key).delete()
     rows.delete()
-    user_id = user.pk
-    transaction.on_commit(lambda: _end_sockets(user_id))
+    if sockets and keep:
+        for key in keys:
+            live.end_user_sockets(user.pk, session_key=key)
+    elif sockets:
+        live.end_user_sockets(user.pk)
     return len(keys)
-
-
-def _end_sockets(user_id: int) -> None:
-    from . import live
-
-    live.end_user_sockets(user_id)
 
 
 def ended_why(session) -> str | None:

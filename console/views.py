@@ -1,18 +1,31 @@
+import time
+
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
-from django.http import JsonResponse
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from django_otp import login as otp_login
 
 from audit.models import Outcome
 from audit.services import record_event
 
-from . import services
-from .forms import TokenForm
-from .models import ApiToken, Membership
+from . import services, twofactor
+from .forms import CodeForm, InviteForm, PasswordChangeForm, RoleForm, SignUpForm, TokenForm
+from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
+from .tenancy import ADMIN_ROLES, is_operator
+
+# Between the password and the second factor: who, how, where to, since when.
+PENDING = "_signin_pending"
+PENDING_SECONDS = 300
+PENDING_TRIES = 5
 
 
 class LoginView(auth_views.LoginView):
@@ -20,13 +33,188 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def form_valid(self, form):
+        user = form.get_user()
+        if twofactor.enrolled(user) or twofactor.required_for(user):
+            return begin_second_factor(self.request, user, self.get_success_url())
         response = super().form_valid(form)
-        services.record_login(user=form.get_user(), success=True)
+        services.record_login(user=user, success=True)
         return response
 
     def form_invalid(self, form):
         services.record_login(user=None, success=False, username=form.data.get("username", ""))
         return super().form_invalid(form)
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(**kwargs) | {"sso": sso_context(self.request)}
+
+
+def sso_context(request) -> dict | None:
+    if not settings.OIDC_ISSUER:
+        return None
+    return {"name": settings.OIDC_PROVIDER_NAME, "failed": request.GET.get("sso") == "failed"}
+
+
+def begin_second_factor(request, user, next_url: str):
+    """The password was right; nobody is signed in until the second factor is too."""
+    request.session.cycle_key()
+    request.session[PENDING] = {
+        "user": user.pk, "backend": user.backend, "at": time.time(), "next": next_url, "tries": 0,
+    }
+    return redirect("login-verify" if twofactor.enrolled(user) else "login-enrol")
+
+
+def _pending(request):
+    pending = request.session.get(PENDING)
+    if not pending or time.time() - pending["at"] > PENDING_SECONDS:
+        return None, None
+    user = User.objects.filter(pk=pending["user"], is_active=True).first()
+    return (user, pending) if user is not None else (None, None)
+
+
+def _finish_sign_in(request, user, pending, device) -> None:
+    del request.session[PENDING]
+    auth_login(request, user, backend=pending["backend"])
+    otp_login(request, device)
+    services.record_login(user=user, success=True, via="page+2fa")
+
+
+def _start_again(request, text="Sign in again: the sign-in was not finished in time."):
+    request.session.pop(PENDING, None)
+    messages.info(request, text)
+    return redirect("login")
+
+
+def login_verify(request):
+    user, pending = _pending(request)
+    if user is None:
+        return _start_again(request)
+    if not twofactor.enrolled(user):
+        return redirect("login-enrol")
+    form = CodeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        device = twofactor.verify(user=user, code=form.cleaned_data["code"])
+        if device is not None:
+            _finish_sign_in(request, user, pending, device)
+            left = twofactor.recovery_codes_left(user)
+            if device.persistent_id.startswith("otp_static"):
+                messages.warning(request, f"You signed in with a recovery code; {left} left. Make new ones on your account page.")
+            return redirect(pending["next"])
+        pending["tries"] += 1
+        request.session[PENDING] = pending
+        if pending["tries"] >= PENDING_TRIES:
+            return _start_again(request, "Too many wrong codes: sign in again.")
+        form.add_error("code", "Wrong or already used code.")
+    return render(request, "console/login_verify.html", {"form": form, "who": user.username})
+
+
+def login_enrol(request):
+    """A role that requires two-factor sign-in, and no authenticator yet: enrol now."""
+    user, pending = _pending(request)
+    if user is None:
+        return _start_again(request)
+    if twofactor.enrolled(user):
+        return redirect("login-verify")
+    form = CodeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            codes = twofactor.confirm_enrolment(actor=user, user=user, code=form.cleaned_data["code"])
+        except twofactor.TwoFactorError as exc:
+            form.add_error("code", str(exc))
+        else:
+            next_url = pending["next"]
+            _finish_sign_in(request, user, pending, twofactor.totp_device(user))
+            return render(request, "console/recovery_codes.html", {"codes": codes, "next": next_url})
+    return render(request, "console/enrol.html", _enrol_context(user, form, during_sign_in=True))
+
+
+def _enrol_context(user, form, during_sign_in: bool) -> dict:
+    device = twofactor.pending_device(user)
+    return {
+        "form": form, "qr": twofactor.qr_svg(device), "secret": twofactor.secret_base32(device),
+        "during_sign_in": during_sign_in, "who": user.username,
+    }
+
+
+@login_required
+def account(request):
+    user = request.user
+    password_form = PasswordChangeForm(user)
+    if request.method == "POST" and "password" in request.POST:
+        password_form = PasswordChangeForm(user, request.POST)
+        if password_form.is_valid():
+            ended = services.change_password(
+                actor=user, user=user, password=password_form.cleaned_data["new_password1"], request=request
+            )
+            messages.success(request, f"Password changed; {ended} other session(s) signed out.")
+            return redirect("account")
+    context = {
+        "password_form": password_form if user.has_usable_password() else None,
+        "enrolled": twofactor.enrolled(user),
+        "required": twofactor.required_for(user),
+        "codes_left": twofactor.recovery_codes_left(user),
+        "sessions": UserSession.objects.filter(user=user),
+        "current": request.session.session_key,
+        "idle_minutes": settings.SESSION_IDLE_SECONDS // 60,
+        "absolute_hours": round(settings.SESSION_ABSOLUTE_SECONDS / 3600, 1),
+    }
+    return render(request, "console/account.html", context)
+
+
+@login_required
+def account_enrol(request):
+    if twofactor.enrolled(request.user):
+        return redirect("account")
+    form = CodeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            codes = twofactor.confirm_enrolment(actor=request.user, user=request.user, code=form.cleaned_data["code"])
+        except twofactor.TwoFactorError as exc:
+            form.add_error("code", str(exc))
+        else:
+            otp_login(request, twofactor.totp_device(request.user))
+            return render(request, "console/recovery_codes.html", {"codes": codes, "next": "/account/"})
+    return render(request, "console/enrol.html", _enrol_context(request.user, form, during_sign_in=False))
+
+
+@login_required
+@require_POST
+def account_two_factor(request):
+    """Remove the second factor, or make new recovery codes; both ask for a current code."""
+    form = CodeForm(request.POST)
+    if not form.is_valid() or twofactor.verify(user=request.user, code=form.cleaned_data["code"], via="account") is None:
+        messages.error(request, "Wrong or already used code: nothing changed.")
+        return redirect("account")
+    try:
+        if request.POST.get("action") == "remove":
+            twofactor.remove(actor=request.user, user=request.user)
+            messages.success(request, "Two-factor sign-in removed.")
+        else:
+            codes = twofactor.new_recovery_codes(actor=request.user, user=request.user)
+            return render(request, "console/recovery_codes.html", {"codes": codes, "next": "/account/"})
+    except twofactor.TwoFactorError as exc:
+        messages.error(request, str(exc))
+    return redirect("account")
+
+
+@login_required
+@require_POST
+def sign_out_everywhere(request):
+    services.sign_out_everywhere(actor=request.user, user=request.user)
+    logout(request)
+    messages.info(request, "You were signed out everywhere.")
+    return redirect("login")
+
+
+@login_required
+@require_POST
+def reset_two_factor(request, user_id):
+    """An operator's recovery for someone who lost their authenticator."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators can reset someone's two-factor sign-in.")
+    target = get_object_or_404(User, pk=user_id)
+    twofactor.reset(actor=request.user, user=target)
+    messages.success(request, f"{target.username}'s two-factor sign-in was reset and their sessions ended; they enrol again at the next sign-in.")
+    return redirect("team-members")
 
 
 @require_POST
@@ -74,8 +262,109 @@ def tokens(request):
 
 @login_required
 def team_members(request):
-    rows = Membership.objects.for_user(request.user).select_related("team", "user").order_by("team__name", "user__username")
-    return render(request, "console/members.html", {"memberships": rows})
+    """Members of your teams; team admins (and operators) invite, change roles and remove."""
+    user = request.user
+    managed = Team.objects.for_user(user, ADMIN_ROLES)
+    invite_form = InviteForm(teams=managed)
+    if request.method == "POST":
+        try:
+            response, invite_form = _team_action(request, managed)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            response = redirect("team-members")
+        if response is not None:
+            return response
+    managed_ids = set(managed.values_list("pk", flat=True))
+    teams = []
+    for team in Team.objects.for_user(user).prefetch_related("memberships__user"):
+        can_manage = team.pk in managed_ids
+        invitations = team.invitations.filter(accepted_at__isnull=True, cancelled_at__isnull=True) if can_manage else []
+        teams.append({"team": team, "manage": can_manage, "members": team.memberships.all(), "invitations": invitations})
+    context = {
+        "teams": teams, "invite_form": invite_form if managed_ids else None, "roles": Role.choices,
+        "operator": is_operator(user), "invite_days": settings.INVITE_DAYS,
+    }
+    return render(request, "console/members.html", context)
+
+
+def _team_action(request, managed):
+    """One POST of the team page: (a response, or None to show the page; the invite form)."""
+    user, post = request.user, request.POST
+    action = post.get("action")
+    if action == "invite":
+        form = InviteForm(post, teams=managed)
+        if not form.is_valid():
+            return None, form
+        data = form.cleaned_data
+        services.invite_member(
+            actor=user, team=data["team"], email=data["email"], role=data["role"],
+            accept_url=lambda raw: request.build_absolute_uri(f"/invite/{raw}/"),
+        )
+        messages.success(request, f"Invitation sent to {data['email']}; the link works once, for {settings.INVITE_DAYS} days.")
+    elif action in ("role", "remove"):
+        membership = get_object_or_404(
+            Membership.objects.filter(team__in=managed).select_related("user", "team"), pk=_pk(post, "membership")
+        )
+        if action == "role":
+            form = RoleForm(post)
+            if not form.is_valid():
+                raise ValidationError("Choose a role: member, admin or auditor.")
+            services.change_role(actor=user, membership=membership, role=form.cleaned_data["role"])
+            messages.success(request, f"{membership.user.username} is now {membership.role} of {membership.team.name}.")
+        else:
+            services.remove_member(actor=user, membership=membership)
+            messages.success(request, f"{membership.user.username} left {membership.team.name}; their sessions ended.")
+    elif action == "cancel":
+        invitation = get_object_or_404(
+            Invitation.objects.filter(team__in=managed, accepted_at__isnull=True, cancelled_at__isnull=True),
+            pk=_pk(post, "invitation"),
+        )
+        services.cancel_invitation(actor=user, invitation=invitation)
+        messages.success(request, f"Invitation of {invitation.email} cancelled.")
+    else:
+        raise ValidationError("Unknown action.")
+    return redirect("team-members"), None
+
+
+def _pk(post, name: str) -> int:
+    value = post.get(name, "")
+    if not (value.isdigit() and len(value) < 19):
+        raise Http404(f"No such {name}.")
+    return int(value)
+
+
+def accept_invite(request, key):
+    """An invitation link: join the team (signed in), or make an account first."""
+    try:
+        invitation = services.find_invitation(key)
+    except services.InvitationRefused as exc:
+        return render(request, "console/invite.html", {"refused": str(exc)}, status=410)
+    form = None if request.user.is_authenticated else SignUpForm(initial={"username": invitation.email.split("@")[0]})
+    if request.method == "POST":
+        try:
+            if request.user.is_authenticated:
+                membership = services.accept_invitation(raw=key, user=request.user)
+            else:
+                form = SignUpForm(request.POST)
+                if not form.is_valid():
+                    return render(request, "console/invite.html", {"invitation": invitation, "form": form})
+                with transaction.atomic():
+                    user = services.sign_up(
+                        username=form.cleaned_data["username"], email=invitation.email,
+                        password=form.cleaned_data["password1"],
+                    )
+                    membership = services.accept_invitation(raw=key, user=user)
+                user.backend = "django.contrib.auth.backends.ModelBackend"
+                if twofactor.required_for(user):  # the new role needs a second factor first
+                    return begin_second_factor(request, user, "/")
+                request.login_via = "invitation"
+                auth_login(request, user)
+                services.record_login(user=user, success=True, via="invitation")
+        except services.InvitationRefused as exc:
+            return render(request, "console/invite.html", {"refused": str(exc)}, status=410)
+        messages.success(request, f"Welcome to {membership.team.name}: you are {membership.role}.")
+        return redirect("home")
+    return render(request, "console/invite.html", {"invitation": invitation, "form": form})
 
 
 def healthz(request):

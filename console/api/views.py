@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from console import services
+from console import services, twofactor
 from console.models import ApiToken, Membership, Team
 from console.tenancy import ADMIN_ROLES, is_operator
 
@@ -41,11 +41,29 @@ class ObtainTokenView(APIView):
         if user is None:
             services.record_login(user=None, success=False, username=data["username"], via="api")
             return Response({"detail": "Wrong username or password."}, status=status.HTTP_400_BAD_REQUEST)
+        refusal = second_factor_refusal(user, data["otp"])
+        if refusal is not None:
+            return refusal
         with transaction.atomic():
             services.record_login(user=user, success=True, via="api")
             token, raw = services.create_api_token(actor=user, user=user, name=data["name"], scopes=data["scopes"])
         body = NewApiTokenSerializer(token).data | {"token": raw}
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+def second_factor_refusal(user, code: str) -> Response | None:
+    """Where the user has (or must have) a second factor, the password alone gets no token."""
+    if twofactor.enrolled(user):
+        if not code:
+            return Response({"otp": ["A two-factor code is required for this account."]}, status=status.HTTP_400_BAD_REQUEST)
+        if twofactor.verify(user=user, code=code, via="api") is None:
+            return Response({"otp": ["Wrong or already used code."]}, status=status.HTTP_400_BAD_REQUEST)
+    elif twofactor.required_for(user):
+        return Response(
+            {"detail": "Your role requires two-factor sign-in: enrol on your account page in the browser first."},
+            status=status.HTTP_403_FORBIDDEN,
+        )
+    return None
 
 
 class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

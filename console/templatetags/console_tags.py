@@ -13,6 +13,7 @@ SECTIONS = [
     ("cost-explorer", "Costs", "sees_costs"),
     ("invoice-list", "Invoices", "is_admin"),
     ("audit-events", "Audit", "is_auditor"),
+    ("team-members", "Team", "is_admin"),
 ]
 
 

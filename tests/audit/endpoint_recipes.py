@@ -119,6 +119,59 @@ def _alert(world: World):
     )
 
 
+def _enrolled(world: World):
+    from console import twofactor
+
+    bob = world.users["bob"]
+    device = twofactor.pending_device(bob)
+    twofactor.confirm_enrolment(actor=bob, user=bob, code=_totp(device))
+    return device
+
+
+def _totp(device, steps_ahead=0) -> str:
+    import time
+
+    from django_otp.oath import TOTP
+
+    totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
+    totp.time = time.time() + steps_ahead * device.step
+    return f"{totp.token():06d}"
+
+
+def _second_step(client, world, device):
+    client.post("/login/", {"username": "bob", "password": "demo-password"})
+    return client.post("/login/verify/", {"code": _totp(device, 1)})
+
+
+def _enrol_at_sign_in(client, world, prepared):
+    import time
+
+    from console import twofactor
+    from console.views import PENDING
+
+    bob = world.users["bob"]
+    session = client.session
+    session[PENDING] = {"user": bob.pk, "backend": "django.contrib.auth.backends.ModelBackend",
+                        "at": time.time(), "next": "/", "tries": 0}
+    session.save()
+    client.get("/login/enrol/")
+    return client.post("/login/enrol/", {"code": _totp(twofactor.pending_device(bob))})
+
+
+def _enrol_from_account(client, world, prepared):
+    from console import twofactor
+
+    client.get("/account/two-factor/enrol/")
+    return client.post("/account/two-factor/enrol/", {"code": _totp(twofactor.pending_device(world.users["bob"]))})
+
+
+def _invitation(world: World):
+    return console_services.invite_member(
+        actor=world.users["alice"], team=world.acme, email="dana@example.com", role="member",
+        accept_url=lambda raw: f"/invite/{raw}/",
+    )
+
+
 def _this_month() -> date:
     return timezone.now().date().replace(day=1)
 
@@ -206,6 +259,79 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             "bob",
             login=False,
         )
+    },
+    "POST /login/verify/": {"": Recipe(_second_step, ("auth.login",), "bob", prepare=_enrolled, login=False)},
+    "POST /login/enrol/": {"": Recipe(_enrol_at_sign_in, ("auth.2fa_enrol", "auth.login"), "bob", login=False)},
+    "POST /account/": {
+        "password": Recipe(
+            _form("/account/", {"password": "1", "old_password": "demo-password",
+                                "new_password1": "a-Long-pass-phrase-9", "new_password2": "a-Long-pass-phrase-9"}),
+            ("auth.password_change",),
+            "bob",
+        )
+    },
+    "POST /account/two-factor/enrol/": {"": Recipe(_enrol_from_account, ("auth.2fa_enrol",), "bob")},
+    "POST /account/two-factor/": {
+        "codes": Recipe(
+            _form("/account/two-factor/", lambda w, device: {"action": "codes", "code": _totp(device, 1)}),
+            ("auth.2fa_recovery_codes",),
+            "bob",
+            prepare=_enrolled,
+        )
+    },
+    "POST /account/sessions/end/": {"": Recipe(_form("/account/sessions/end/"), ("auth.sessions_ended",), "bob")},
+    "POST /users/<user_id>/reset-two-factor/": {
+        "": Recipe(
+            _form("/users/{p.user_id}/reset-two-factor/"), ("auth.2fa_reset",), "ops", prepare=_enrolled,
+        )
+    },
+    "POST /team/": {
+        "invite": Recipe(
+            _form("/team/", lambda w, p: {"action": "invite", "team": w.acme.pk, "email": "dana@example.com", "role": "member"}),
+            ("member.invite",),
+            "alice",
+            team="acme",
+        ),
+        "role": Recipe(
+            _form("/team/", lambda w, m: {"action": "role", "membership": m.pk, "role": "auditor"}),
+            ("member.change_role",),
+            "alice",
+            prepare=_membership,
+            team="acme",
+        ),
+        "remove": Recipe(
+            _form("/team/", lambda w, m: {"action": "remove", "membership": m.pk}),
+            ("member.remove",),
+            "alice",
+            prepare=_membership,
+            team="acme",
+        ),
+        "cancel": Recipe(
+            _form("/team/", lambda w, inv: {"action": "cancel", "invitation": inv[0].pk}),
+            ("member.cancel_invite",),
+            "alice",
+            prepare=_invitation,
+            team="acme",
+        ),
+    },
+    "POST /invite/<key>/": {
+        "join": Recipe(
+            lambda client, w, inv: client.post(f"/invite/{inv[1]}/"),
+            ("member.accept_invite", "member.add"),
+            "charlie",
+            prepare=_invitation,
+            team="acme",
+        ),
+        "sign-up": Recipe(
+            lambda client, w, inv: client.post(
+                f"/invite/{inv[1]}/", {"username": "dana", "password1": "a-Long-pass-phrase-9", "password2": "a-Long-pass-phrase-9"}
+            ),
+            ("auth.sign_up", "member.accept_invite", "member.add", "auth.login"),
+            None,
+            prepare=_invitation,
+            login=False,
+            identity=("user", "dana"),
+        ),
     },
     "POST /api/v1/auth/tokens/": {
         "": Recipe(_json("post", "/api/v1/auth/tokens/", {"name": "ci", "scopes": ["read"]}), ("api_token.create",), "bob")
