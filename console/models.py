@@ -170,3 +170,20 @@ class Invitation(models.Model):
         if self.cancelled_at:
             return "cancelled"
         return "expired" if self.expires_at <= timezone.now() else "pending"
+
+
+class ExternalIdentity(models.Model):
+    """A user's identity at the single sign-on provider: once linked, the provider's
+    ``sub`` finds the user even if their email changes."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_login_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_external_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -279,12 +279,13 @@ OIDC_RP_SCOPES = envstr("OIDC_SCOPES", "openid email profile")
 # The claim listing "<team-slug>:<role>" values; empty leaves memberships to team admins.
 OIDC_TEAMS_CLAIM = envstr("OIDC_TEAMS_CLAIM", "")
 OIDC_LOCAL_PASSWORDS = envbool("OIDC_LOCAL_PASSWORDS", True)
+# True when the provider already asks for a second factor; else SSO is followed by ours.
+OIDC_IDP_ENFORCES_MFA = envbool("OIDC_IDP_ENFORCES_MFA", False)
 OIDC_PROVIDER_NAME = envstr("OIDC_PROVIDER_NAME", "single sign-on")
-OIDC_CALLBACK_CLASS = "console.sso.CallbackView"
-OIDC_AUTHENTICATE_CLASS = "console.sso.AuthenticateView"
 OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)
+OIDC_USE_PKCE = True
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "console.sso.Backend"]
 
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)

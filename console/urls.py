@@ -1,7 +1,7 @@
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from . import views
+from . import sso, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -17,6 +17,8 @@ urlpatterns = [
     path("account/tokens/", views.tokens, name="tokens"),
     path("team/", views.team_members, name="team-members"),
     path("invite/<str:key>/", views.accept_invite, name="accept-invite"),
+    path("oidc/authenticate/", sso.AuthenticateView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.CallbackView.as_view(), name="oidc_authentication_callback"),
     path("healthz", views.healthz, name="healthz"),
     path("api/v1/", include("console.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
