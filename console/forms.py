@@ -49,6 +49,12 @@ class CodeForm(forms.Form):
     )
 
 
+class EnrolForm(CodeForm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["code"].help_text = "The 6-digit code your app shows now."
+
+
 class PasswordChangeForm(auth_forms.PasswordChangeForm):
     """Django's, whose new password goes through AUTH_PASSWORD_VALIDATORS."""
 

@@ -18,7 +18,15 @@ from audit.models import Outcome
 from audit.services import record_event
 
 from . import services, twofactor
-from .forms import CodeForm, InviteForm, PasswordChangeForm, RoleForm, SignUpForm, TokenForm
+from .forms import (
+    CodeForm,
+    EnrolForm,
+    InviteForm,
+    PasswordChangeForm,
+    RoleForm,
+    SignUpForm,
+    TokenForm,
+)
 from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
 from .tenancy import ADMIN_ROLES, is_operator
 
@@ -114,7 +122,7 @@ def login_enrol(request):
         return _start_again(request)
     if twofactor.enrolled(user):
         return redirect("login-verify")
-    form = CodeForm(request.POST or None)
+    form = EnrolForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             codes = twofactor.confirm_enrolment(actor=user, user=user, code=form.cleaned_data["code"])
@@ -164,7 +172,7 @@ def account(request):
 def account_enrol(request):
     if twofactor.enrolled(request.user):
         return redirect("account")
-    form = CodeForm(request.POST or None)
+    form = EnrolForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             codes = twofactor.confirm_enrolment(actor=request.user, user=request.user, code=form.cleaned_data["code"])
