@@ -181,6 +181,16 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 HOLDING_STATES = (State.PENDING, State.RUNNING, State.STOPPING)
 
 
+# The console's counts, one definition each, used by every page:
+# - "running" instances are those in state RUNNING (pending and stopping ones hold GPUs
+#   but are not running);
+# - a GPU is "used" when an instance holds it whole or holds any of its MIG/vGPU slices;
+#   every other GPU is "free".
+def gpu_used_q(prefix: str = "") -> models.Q:
+    """Q for a used GPU; ``prefix`` reaches the GPU from another model (e.g. "gpus__")."""
+    return models.Q(**{f"{prefix}instance__isnull": False}) | models.Q(**{f"{prefix}slices__instance__isnull": False})
+
+
 class Instance(models.Model):
     team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="instances")
     name = models.CharField(max_length=63, validators=[plain_name])

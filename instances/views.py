@@ -3,7 +3,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -12,7 +12,7 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import catalog, services
 from .forms import LaunchForm
-from .models import Host, Instance, State
+from .models import Host, Instance, State, gpu_used_q
 
 ACTIONS = {
     "start": services.start_instance,
@@ -109,7 +109,7 @@ def host_list(request):
     if not is_operator(request.user):
         raise PermissionDenied("Only operators can see the fleet inventory.")
     hosts = Host.objects.select_related("region").annotate(
-        gpu_count=Count("gpus"),
-        gpus_used=Count("gpus", filter=Q(gpus__instance__isnull=False)),
+        gpu_count=Count("gpus", distinct=True),
+        gpus_used=Count("gpus", filter=gpu_used_q("gpus__"), distinct=True),
     )
     return render(request, "instances/hosts.html", {"hosts": hosts})

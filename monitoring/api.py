@@ -2,6 +2,7 @@
 alerts, and operators' host tokens."""
 
 from django.db import transaction
+from django.http import JsonResponse
 from django.urls import path
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -171,7 +172,21 @@ routes = [
     ("host-tokens", HostTokenViewSet, "host-token"),
 ]
 
+def agent_allocations(request):
+    """GET with ``Authorization: Bearer <host token>``: what the host's devices are held
+    for now (``services.host_allocations``). For the simulated agent; 401 without a live
+    host token, 405 for anything but GET."""
+    if request.method != "GET":
+        return JsonResponse({"detail": "Only GET is allowed."}, status=405)
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    token = services.authenticate_agent(raw.strip()) if scheme.lower() == "bearer" else None
+    if token is None:
+        return JsonResponse({"detail": "A live host token is required (Authorization: Bearer …)."}, status=401)
+    return JsonResponse(services.host_allocations(token.host))
+
+
 urlpatterns = [
+    path("agent/allocations/", agent_allocations, name="agent-allocations"),
     path("gpus/<str:uuid>/metrics/", GpuMetricsView.as_view(), name="gpu-metrics"),
     path("instances/<int:pk>/metrics/", InstanceMetricsView.as_view(), name="instance-metrics"),
 ]

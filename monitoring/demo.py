@@ -1,5 +1,5 @@
-"""Demo telemetry: agent tokens for the demo fleet, two days of rollup history for the
-GPUs of running instances, and the agent commands ``rundemo`` starts.
+"""Demo telemetry: agent tokens for the demo fleet, two days of rollup history that
+follows the seeded allocations, and the agent commands ``rundemo`` starts.
 
 Raw tokens are written only to files under VAR_DIR, readable by their owner alone:
 ``agent-fleet.json`` (the sim agent's ``--fleet`` file) and ``replay.token``.
@@ -8,7 +8,6 @@ Raw tokens are written only to files under VAR_DIR, readable by their owner alon
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import sys
@@ -17,26 +16,19 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from instances.demo import REPLAY_HOST
-from instances.models import Gpu, GpuSlice, Host, Instance, State
+from instances.models import Gpu, GpuHold, Host, HostKind, Instance, LifecycleEvent, State
 
 from . import services
+from .agent.backends.sim import PROFILES, allocated_kind
 from .catalog import GAUGES
 from .models import Rollup1h, Rollup1m
 
 HISTORY = timedelta(days=2)
 TRACE = Path(settings.BASE_DIR) / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
-
-# instance name -> workload: (utilization, tensor, SM occupancy, DRAM, power share, memory share)
-WORKLOADS = {
-    "train": ((93, 100), (55, 85), (40, 65), (30, 55), (0.80, 0.97), (0.75, 0.92)),
-    "serve": ((15, 80), (8, 40), (8, 35), (10, 35), (0.30, 0.70), (0.45, 0.65)),
-    "render": ((70, 99), (0, 5), (30, 60), (40, 80), (0.55, 0.85), (0.30, 0.60)),
-    "held": ((0, 3), (0, 1), (0, 1), (0, 1), (0.11, 0.15), (0.70, 0.80)),
-}
-
 
 def var_dir() -> Path:
     return Path(settings.VAR_DIR)
@@ -52,7 +44,7 @@ def replay_token_path() -> Path:
 
 def seed(*, users, stdout=None) -> None:
     ops = users["ops"]
-    hosts = list(Host.objects.prefetch_related("gpus__model").order_by("name"))
+    hosts = list(Host.objects.prefetch_related("gpus__model", "gpus__slices__profile").order_by("name"))
     _write_tokens(ops, hosts)
     rows = backfill()
     if stdout is not None:
@@ -72,16 +64,26 @@ def _write_tokens(ops, hosts: list[Host]) -> None:
         if host.name == REPLAY_HOST:
             replay = raw
             continue
-        gpus = [
-            {"uuid": g.uuid, "index": g.index, "name": g.model.name, "memory_total": g.memory_total,
-             "power_limit_mw": g.model.power_limit_w * 1000}
-            for g in sorted(host.gpus.all(), key=lambda g: g.index)
-        ]
+        gpus = [_fleet_gpu(host, g) for g in sorted(host.gpus.all(), key=lambda g: g.index)]
         if gpus:
             fleet.append({"host": host.name, "token": raw, "gpus": gpus})
     _write_private(fleet_path(), json.dumps(fleet, indent=1) + "\n")
     if replay is not None:
         _write_private(replay_token_path(), replay + "\n")
+
+
+def _fleet_gpu(host: Host, gpu: Gpu) -> dict:
+    entry = {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.model.name, "memory_total": gpu.memory_total,
+             "power_limit_mw": gpu.model.power_limit_w * 1000}
+    pieces = sorted(gpu.slices.all(), key=lambda s: s.gpu_instance_id)
+    if host.kind in (HostKind.MIG, HostKind.VGPU) and pieces:
+        entry["mode"] = host.kind
+        entry["slices"] = [
+            {"uuid": s.uuid, "gpu_instance_id": s.gpu_instance_id, "profile": s.profile.name,
+             "memory_total": s.profile.memory_gb * 2**30}
+            for s in pieces
+        ]
+    return entry
 
 
 def _tokens_on_file() -> dict[str, str]:
@@ -109,51 +111,53 @@ def _write_private(path: Path, text: str) -> None:
 # --- history ------------------------------------------------------------------------------
 
 
-def _workload(instance: Instance) -> str:
-    if instance.name.endswith("finetune"):
-        return "finetune"
-    for word, kind in (("train", "train"), ("pretrain", "train"), ("render", "render"), ("spot", "held")):
-        if word in instance.name:
-            return kind
-    return "serve"
+def _running_spans(instance_ids) -> dict[int, list[tuple[datetime, datetime | None]]]:
+    """{instance id: [(from, until), …]} of the times each instance was running."""
+    spans: dict[int, list] = {}
+    for event in LifecycleEvent.objects.filter(instance_id__in=instance_ids).order_by("time", "id"):
+        runs = spans.setdefault(event.instance_id, [])
+        if event.to_state == State.RUNNING:
+            runs.append([event.time, None])
+        elif runs and runs[-1][1] is None:
+            runs[-1][1] = event.time
+    return {k: [tuple(r) for r in v] for k, v in spans.items()}
 
 
-def _devices():
-    """(gpu, slice or None, instance) for every GPU and slice a running instance holds."""
-    running = Instance.objects.filter(state=State.RUNNING)
-    for gpu in Gpu.objects.filter(instance__in=running).select_related("instance__team", "model"):
-        yield gpu, None, gpu.instance
-    for piece in GpuSlice.objects.filter(instance__in=running).select_related("instance__team", "gpu__model"):
-        yield piece.gpu, piece, piece.instance
+def _kind(instance: Instance, runs, at: datetime) -> str:
+    """What the simulated agent runs on the instance's devices at ``at``: its workload
+    while it was running, idle while pending or stopping (sim.allocated_kind's rule)."""
+    running = any(start <= at and (until is None or at < until) for start, until in runs)
+    return allocated_kind(("running" if running else "pending", instance.name))
 
 
-def _minute_values(kind: str, rng: random.Random, at: datetime, limit_mw: int, memory: int) -> dict:
-    hour = at.hour + at.minute / 60
-    if kind == "finetune":
-        # A fine-tuning job that sits on its allocation between runs: billed, idle.
-        kind = "train" if math.sin(hour / 3.0 + at.day) > -0.2 else "held"
-    elif kind == "serve":
-        demand = 0.5 + 0.5 * math.sin((hour - 9) / 24 * 2 * math.pi)
-        kind = "serve" if rng.random() < 0.35 + 0.6 * demand else "held"
-    util, tensor, occupancy, dram, power, mem = WORKLOADS[kind]
+def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: int, mode: str | None) -> dict:
+    """One minute's averages, from the simulated agent's own workload profiles. A slice
+    leaves out what its mode cannot report (MIG: power, temperature, clocks; vGPU: GPM)."""
+    util, mem_util, tensor, occupancy, dram, power, mem = PROFILES[kind]
 
     def pick(bounds):
         return bounds[0] + (bounds[1] - bounds[0]) * rng.random()
 
     share = pick(power)
-    avg = {
-        "gpu_util": pick(util), "mem_util": pick(util) * 0.4, "mem_used": memory * pick(mem),
-        "power_mw": limit_mw * share, "temp_c": 30 + 50 * share, "fan_pct": 30 + 40 * share,
-        "sm_clock_mhz": 1980 - 200 * rng.random() if share > 0.3 else 345, "mem_clock_mhz": 2619,
-        "sm_occupancy_pct": pick(occupancy), "tensor_active_pct": pick(tensor), "dram_bw_util_pct": pick(dram),
-    }
+    busy = kind not in ("idle", "held")
+    avg = {"gpu_util": pick(util), "mem_util": pick(mem_util), "mem_used": memory * pick(mem)}
+    if mode != "vgpu":
+        avg |= {"sm_occupancy_pct": pick(occupancy), "tensor_active_pct": pick(tensor), "dram_bw_util_pct": pick(dram)}
+    if mode is None:
+        avg |= {
+            "power_mw": limit_mw * share, "temp_c": 30 + 50 * share, "fan_pct": 30 + 40 * share,
+            "sm_clock_mhz": 1980 - 200 * rng.random() if busy else 345, "mem_clock_mhz": 2619,
+        }
     return avg
 
 
 def _stats(avg: dict, rng: random.Random) -> dict:
     out = {}
     for name in GAUGES:
-        value = avg[name]
+        value = avg.get(name)
+        if value is None:
+            out |= {f"{name}_min": None, f"{name}_avg": None, f"{name}_max": None}
+            continue
         spread = abs(value) * 0.08 * rng.random()
         low, high = max(0.0, value - spread), value + spread
         if name.endswith("_pct") or name in ("gpu_util", "mem_util"):
@@ -165,34 +169,45 @@ def _stats(avg: dict, rng: random.Random) -> dict:
 @transaction.atomic
 def backfill(now: datetime | None = None) -> int:
     """Two days of 1-minute rollups up to this minute, and 1-hour rollups of the whole
-    hours among them, for the GPUs of running instances; live samples take over from
-    here. Idempotent: a second run adds nothing."""
+    hours among them, for every GPU and slice while an instance held it (``GpuHold``):
+    its workload while running, idle while pending or stopping, nothing while free, from
+    the same profiles the simulated agent runs, so the live data carries on where the
+    history ends. Idempotent: a second run adds nothing."""
     now = now or timezone.now()
     end = now.replace(second=0, microsecond=0)
     full_hours = now.replace(minute=0, second=0, microsecond=0)
     start = full_hours - HISTORY
-    devices = list(_devices())
-    if not devices or Rollup1m.objects.filter(bucket__gte=start, gpu=devices[0][0]).exists():
+    holds = list(
+        GpuHold.objects.filter(start__lt=end).filter(Q(end__isnull=True) | Q(end__gt=start))
+        .select_related("instance", "gpu__model", "gpu__host", "slice__profile")
+    )
+    if not holds or Rollup1m.objects.filter(bucket__gte=start).exists():
         return 0
+    runs = _running_spans({h.instance_id for h in holds})
     minutes, hours = [], []
-    for gpu, piece, instance in devices:
-        rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}")
-        kind = _workload(instance)
-        limit_mw = gpu.model.power_limit_w * 1000 // (7 if piece else 1)
-        memory = gpu.memory_total // (7 if piece else 1)
+    for hold in holds:
+        gpu, piece, instance = hold.gpu, hold.slice, hold.instance
+        rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}")
+        mode = gpu.host.kind if piece else None
+        limit_mw = None if piece else gpu.model.power_limit_w * 1000
+        memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
         energy = rng.randrange(10**9, 10**11)
-        at = max(start, instance.state_changed_at.replace(second=0, microsecond=0) + timedelta(minutes=1))
+        at = max(start, hold.start.replace(second=0, microsecond=0) + timedelta(minutes=1))
+        until = min(end, hold.end) if hold.end else end
         hour_rows: dict[datetime, list[dict]] = {}
-        while at < end:
-            stats = _stats(_minute_values(kind, rng, at, limit_mw, memory), rng)
-            delta = stats["power_mw_avg"] * 60
-            energy += int(delta)
+        while at < until:
+            stats = _stats(_minute_values(_kind(instance, runs.get(instance.pk, ()), at), rng, limit_mw, memory, mode), rng)
             row = dict(bucket=at, gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None), instance_id=instance.pk,
-                       team_id=instance.team_id, samples=60, observed_s=60.0, energy_mj_delta=delta,
-                       energy_mj_last=energy, **stats)
-            minutes.append(row)
+                       team_id=hold.team_id, samples=60, observed_s=60.0)
+            if limit_mw:
+                delta = stats["power_mw_avg"] * 60
+                energy += int(delta)
+                row |= {"energy_mj_delta": delta, "energy_mj_last": energy}
+            else:
+                row |= {"energy_mj_delta": None, "energy_mj_last": None}
+            minutes.append(row | stats)
             if at < full_hours:
-                hour_rows.setdefault(at.replace(minute=0), []).append(row)
+                hour_rows.setdefault(at.replace(minute=0), []).append(minutes[-1])
             at += timedelta(minutes=1)
         hours += [_hour(bucket, rows) for bucket, rows in hour_rows.items()]
     _insert(Rollup1m, minutes)
@@ -221,14 +236,17 @@ def _hour(bucket: datetime, rows: list[dict]) -> dict:
     first = rows[0]
     stats = {}
     for name in GAUGES:
+        if first[f"{name}_avg"] is None:
+            stats |= {f"{name}_min": None, f"{name}_avg": None, f"{name}_max": None}
+            continue
         stats[f"{name}_min"] = min(r[f"{name}_min"] for r in rows)
         stats[f"{name}_avg"] = sum(r[f"{name}_avg"] for r in rows) / len(rows)
         stats[f"{name}_max"] = max(r[f"{name}_max"] for r in rows)
+    energy = None if first["energy_mj_delta"] is None else sum(r["energy_mj_delta"] for r in rows)
     return dict(
         bucket=bucket.astimezone(UTC), gpu_id=first["gpu_id"], slice_id=first["slice_id"],
         instance_id=first["instance_id"], team_id=first["team_id"], samples=60 * len(rows),
-        observed_s=60.0 * len(rows), energy_mj_delta=sum(r["energy_mj_delta"] for r in rows),
-        energy_mj_last=rows[-1]["energy_mj_last"], **stats,
+        observed_s=60.0 * len(rows), energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
     )
 
 
@@ -243,7 +261,8 @@ def agent_commands(base_url: str) -> list[list[str]]:
     spool = var_dir() / "agent-spool"
     commands = []
     if fleet_path().exists():
-        commands.append([*agent, "--backend", "sim", "--fleet", str(fleet_path()), "--spool-dir", str(spool / "sim")])
+        commands.append([*agent, "--backend", "sim", "--fleet", str(fleet_path()), "--follow-allocations",
+                         "--spool-dir", str(spool / "sim")])
     if replay_token_path().exists() and TRACE.exists():
         commands.append([
             *agent, "--backend", "replay", "--trace", str(TRACE), "--host", REPLAY_HOST,

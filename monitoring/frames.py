@@ -21,7 +21,7 @@ MAX_METRICS = 64
 EARLIEST_T = 946_684_800.0  # 2000-01-01
 FUTURE_SLACK_S = 86_400.0
 GPU_UUID = re.compile(r"^GPU-[A-Za-z0-9-]{0,92}$")
-MIG_UUID = re.compile(r"^MIG-[A-Za-z0-9/-]{0,92}$")
+MIG_UUID = re.compile(r"^(MIG|VGPU)-[A-Za-z0-9/-]{0,91}$")  # a MIG slice or a vGPU
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 

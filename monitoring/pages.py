@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance
+from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance, State, gpu_used_q
 
 from . import charts, queries, services
 from .models import (
@@ -145,6 +145,7 @@ def team_context(user) -> dict:
         "instances": [{"instance": i, "devices": devices[i.pk]} for i in instances],
         "alerts": list(alerts[:8]),
         "alert_count": alerts.count(),
+        "running_count": sum(1 for i in instances if i.state == State.RUNNING),
         "gpu_count": len(tiles),
         "mean_util": round(sum(utils) / len(utils)) if utils else None,
         "live": {
@@ -169,7 +170,7 @@ def fleet_context(user) -> dict:
             "instance_id",
             "memory_total",
             "model__power_limit_w",
-        ).annotate(held_slices=Count("slices", filter=Q(slices__instance__isnull=False)))
+        ).annotate(used=Count("id", filter=gpu_used_q(), distinct=True))
     )
     latest = {
         row["gpu_id"]: row
@@ -189,7 +190,7 @@ def fleet_context(user) -> dict:
         row = latest.get(gpu["id"])
         metrics = row["metrics"] if row else {}
         stale = row is None or (now - row["last_seen"]).total_seconds() > after
-        used = gpu["instance_id"] is not None or gpu["held_slices"] > 0
+        used = gpu["used"] > 0
         by_host[gpu["host_id"]].append({"gpu": gpu, "m": metrics, "stale": stale, "used": used})
         model = capacity.setdefault(
             gpu["model__name"], {"model": gpu["model__name"], "used": 0, "free": 0}

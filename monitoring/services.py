@@ -148,3 +148,20 @@ def acknowledge_alert(*, actor, alert: Alert) -> Alert:
 
         announce(alert)
     return alert
+
+
+# --- what a host's devices are held for (the simulated agent follows it) -------------
+
+
+def host_allocations(host: Host) -> dict:
+    """{"host", "devices": {uuid: {"state", "instance"}}} for every GPU and slice of
+    ``host`` an instance holds now. The demo's simulated agent polls it so a launch makes
+    its GPUs busy; a real agent reads the hardware and never needs it."""
+    from instances.models import Gpu, GpuSlice
+
+    devices = {}
+    for model, fields in ((Gpu, "uuid"), (GpuSlice, "uuid")):
+        rows = model.objects.filter(instance__isnull=False, **{"host" if model is Gpu else "gpu__host": host})
+        for uuid, state, name in rows.values_list(fields, "instance__state", "instance__name"):
+            devices[uuid] = {"state": state, "instance": name}
+    return {"host": host.name, "devices": devices}

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, metavar="M", help="sim: GPUs per synthetic host")
     p.add_argument("--fleet", metavar="FILE", help="sim: JSON list of hosts, tokens and GPUs")
     p.add_argument("--seed", type=int, default=0, help="sim: random seed (default 0)")
+    p.add_argument("--follow-allocations", action="store_true",
+                   help="sim with --fleet: devices run what the console says they are held for "
+                   "(polled every 2 s from the server's /api/v1/agent/allocations/)")  # fmt: skip
     p.add_argument("--host", metavar="NAME",
                    help="host name to report (default: this machine's; sim: prefix of the "
                    "synthetic host names, default sim-host)")  # fmt: skip
@@ -215,6 +218,13 @@ def make_source(args) -> Source:
     return source
 
 
+def http_base(server: str) -> str:
+    """The console's base URL from the agent endpoint's: ws(s)://h/ws/agent/ -> http(s)://h."""
+    scheme, _, rest = server.partition("://")
+    base = rest.split("/ws/agent", 1)[0].rstrip("/")
+    return ("https" if scheme == "wss" else "http") + "://" + base
+
+
 def make_sim(args) -> Source:
     from .backends.sim import FleetError, SimSource, load_fleet
 
@@ -223,9 +233,14 @@ def make_sim(args) -> Source:
         if args.hosts is not None or args.gpus is not None or args.host:
             raise UsageError("--fleet gives the hosts and GPUs: drop --hosts, --gpus and --host")
         try:
-            return SimSource.from_fleet(load_fleet(args.fleet), seed=args.seed, **timing)
+            source = SimSource.from_fleet(load_fleet(args.fleet), seed=args.seed, **timing)
         except FleetError as exc:
             raise UsageError(str(exc)) from None
+        if args.follow_allocations:
+            source.follow(http_base(args.server))
+        return source
+    if args.follow_allocations:
+        raise UsageError("--follow-allocations needs --fleet (its hosts' tokens read the allocations)")
     return SimSource.synthetic(
         args.hosts or 1, args.gpus or 8, prefix=args.host or "sim-host", seed=args.seed, **timing
     )
@@ -241,7 +256,7 @@ def plan(argv: list[str] | None, env=os.environ) -> Plan:
         raise UsageError(f"no token: give --token-file PATH, --token TOKEN or set {TOKEN_ENV}")
     if args.backend != "replay" and args.trace:
         raise UsageError("--trace is only for --backend replay")
-    if args.backend != "sim" and (args.fleet or args.hosts or args.gpus):
+    if args.backend != "sim" and (args.fleet or args.hosts or args.gpus or args.follow_allocations):
         raise UsageError("--fleet, --hosts and --gpus are only for --backend sim")
     source = make_source(args)
     hosts = source.hosts()

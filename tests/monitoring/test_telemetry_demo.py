@@ -66,3 +66,24 @@ def test_the_agent_accepts_the_commands(seeded):
     replay = cli.plan(commands[1][3:], env={})
     assert replay.hosts[0].host == "use1-h200-replay"
     assert replay.hosts[0].gpus[0]["uuid"] == instances_demo.REPLAY_GPU_UUID
+
+
+def test_history_follows_the_allocations(seeded):
+    train = Rollup1m.objects.filter(instance__name="acme-train-70b").order_by("-bucket")
+    assert train.first().gpu_util_avg >= 90  # the live sim carries on with training: no cliff
+    pending = Rollup1m.objects.filter(instance__name="acme-new-job")
+    assert pending.exists() and all(r.gpu_util_avg == 0 for r in pending)  # pending idles
+    notebook = Rollup1m.objects.filter(instance__name="acme-notebook")  # a MIG slice
+    assert notebook.exclude(slice=None).count() == notebook.count() > 0
+    assert notebook.first().power_mw_avg is None and notebook.first().gpu_util_avg is not None
+    held = Rollup1m.objects.filter(instance__isnull=True)
+    assert not held.exists()  # free GPUs have no made-up history
+
+
+def test_the_sim_agent_follows_the_allocations_and_reports_slices(seeded, tmp_path):
+    command = demo.agent_commands("http://127.0.0.1:8000")[0]
+    assert "--follow-allocations" in command
+    fleet = {h["host"]: h for h in load_fleet(tmp_path / "agent-fleet.json")}
+    mig = fleet["euw1-a100-mig-01"]["gpus"][0]
+    assert mig["mode"] == "mig" and len(mig["slices"]) == 7
+    assert fleet["euw1-h100-vgpu-01"]["gpus"][0]["mode"] == "vgpu"

@@ -9,14 +9,24 @@ seeded by (seed, GPU UUID), so a fleet replays identically for a given seed:
 - idle.
 Values depend on the tick number, never on the wall clock. The per-GPU step is a
 few dozen arithmetic operations so one process can drive a thousand GPUs at 1 Hz.
+
+With ``follow`` (the demo), a GPU or slice instead runs what the console says it is
+held for, polled from ``/api/v1/agent/allocations/`` with each host's token: free and
+pending devices idle with no processes, a running instance's devices run the workload
+its name suggests (``workload_for``), a stopping one idles. MIG and vGPU slices of a
+fleet file report per-slice readings; what a mode cannot report is left out, never 0
+(a MIG slice has no power, temperature or clocks; a GPU in MIG mode has no
+utilization of its own; a vGPU has no GPM tensor metrics).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import time
+import urllib.request
 from pathlib import Path
 
 from ..protocol import HOST_RE
@@ -55,8 +65,28 @@ XID_CHANCE = 2e-6
 ECC_CHANCE = 1e-5
 
 
+log = logging.getLogger(__name__)
+FOLLOW_EVERY_S = 2.0
+
+
 class FleetError(Exception):
     pass
+
+
+def workload_for(instance_name: str) -> str:
+    """The simulated workload of a running instance, from its name: the demo's seeded
+    history (monitoring/demo.py) uses the same rule, so history and live data agree."""
+    name = instance_name.lower()
+    for words, kind in ((("train", "finetune", "pretrain"), "training"), (("render", "etl"), "copy"),
+                        (("spot", "batch-idle", "notebook-idle"), "held")):
+        if any(w in name for w in words):
+            return kind
+    return "inference"
+
+
+def allocated_kind(alloc: tuple[str, str]) -> str:
+    state, name = alloc
+    return workload_for(name) if state == "running" else "idle"
 
 
 def stable_uuid(*parts: str) -> str:
@@ -68,7 +98,7 @@ class SimGpu:
     __slots__ = (
         "uuid", "index", "name", "memory_total", "power_limit_mw", "rng", "weights", "kind",
         "left", "burst", "temp", "energy_mj", "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx",
-        "ecc", "pid", "mem_frac",
+        "ecc", "pid", "mem_frac", "slices", "mode", "follow", "alloc",
     )  # fmt: skip
 
     def __init__(self, spec: dict, seed: int):
@@ -88,6 +118,10 @@ class SimGpu:
         self.ecc = 0
         self.pid = 0
         self.mem_frac = 0.005
+        self.mode = spec.get("mode")  # None, "mig" or "vgpu"
+        self.slices = [SimSlice(sl, seed, self.mode) for sl in spec.get("slices", ())]
+        self.follow = False
+        self.alloc = ("free", "")
 
     def hello(self) -> dict:
         return {
@@ -96,9 +130,19 @@ class SimGpu:
             "name": self.name,
             "memory_total": self.memory_total,
             "power_limit_mw": self.power_limit_mw,
-            "mig_mode": False,
-            "slices": [],
+            "mig_mode": self.mode == "mig",
+            "slices": [sl.hello() for sl in self.slices if self.mode == "mig"],
         }
+
+    def _follow_phase(self) -> None:
+        kind = allocated_kind(self.alloc)
+        if kind == self.kind and self.left > 0:
+            return
+        self.kind = kind
+        self.left = 10**9
+        lo, hi = PROFILES[kind][6]
+        self.mem_frac = self.rng.uniform(lo, hi)
+        self.pid = _stable_pid(self.alloc[1], self.uuid) if kind != "idle" else 0
 
     def _next_phase(self) -> None:
         rng = self.rng
@@ -111,7 +155,9 @@ class SimGpu:
 
     def step(self, dt: float, slow: bool) -> tuple[dict, list[dict] | None, dict | None]:
         """Advance one tick: (metrics, processes, event or None)."""
-        if self.left <= 0:
+        if self.follow:
+            self._follow_phase()
+        elif self.left <= 0:
             self._next_phase()
         self.left -= 1
         rng = self.rng
@@ -180,6 +226,57 @@ class SimGpu:
         return m, procs, event
 
 
+def _stable_pid(instance: str, uuid: str) -> int:
+    return 1000 + int(hashlib.sha1(f"{instance}/{uuid}".encode()).hexdigest()[:6], 16) % 3_999_000
+
+
+class SimSlice:
+    """A MIG slice or a vGPU of a simulated GPU, with its own workload."""
+
+    def __init__(self, spec: dict, seed: int, mode: str | None):
+        self.uuid = spec["uuid"]
+        self.gpu_instance_id = spec.get("gpu_instance_id", 0)
+        self.profile = spec.get("profile", "")
+        self.memory_total = spec["memory_total"]
+        self.mode = mode
+        self.rng = random.Random(f"{seed}:{self.uuid}")
+        self.alloc = ("free", "")
+        self.kind = "idle"
+        self.mem_frac = 0.0
+        self.pid = 0
+        self.activity = 0.0
+
+    def hello(self) -> dict:
+        return {"uuid": self.uuid, "gpu_instance_id": self.gpu_instance_id, "profile": self.profile,
+                "memory_total": self.memory_total}
+
+    def step(self, slow: bool) -> tuple[dict, list[dict] | None]:
+        kind = allocated_kind(self.alloc)
+        if kind != self.kind:
+            self.kind = kind
+            lo, hi = PROFILES[kind][6]
+            self.mem_frac = self.rng.uniform(lo, hi) if kind != "idle" else 0.0
+            self.pid = _stable_pid(self.alloc[1], self.uuid) if kind != "idle" else 0
+        rand = self.rng.random
+        util_r, memu_r, tens_r, occ_r, dram_r, _, _ = PROFILES[kind]
+        active = 1.0 if kind != "inference" else (1.0 if rand() < 0.4 else 0.15)
+
+        def pick(bounds):
+            return round((bounds[0] + (bounds[1] - bounds[0]) * rand()) * active, 1)
+
+        util = pick(util_r)
+        self.activity = util / 100
+        mem_used = int(self.memory_total * self.mem_frac)
+        m = {"mem_used": mem_used, "mem_total": self.memory_total}
+        if self.mode == "vgpu":
+            m |= {"gpu_util": util, "mem_util": pick(memu_r)}
+        elif slow:  # MIG: GPM per GPU instance, over the slow interval
+            m |= {"gpu_util": util, "tensor_active_pct": pick(tens_r), "sm_occupancy_pct": pick(occ_r),
+                  "dram_bw_util_pct": pick(dram_r)}
+        procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 300_000_000)}] if self.pid else None
+        return m, procs
+
+
 class SimHost:
     def __init__(self, host: str, gpus: list[SimGpu], token: str | None = None):
         self.host = host
@@ -232,6 +329,8 @@ class SimSource(Source):
             records = []
             for gpu in host.gpus:
                 m, procs, event = gpu.step(self.interval, slow)
+                if gpu.slices:
+                    m, procs = self._with_slices(gpu, m, slow, now, records)
                 record = {"t": now, "gpu": gpu.uuid, "m": m}
                 if procs is not None:
                     record["procs"] = procs
@@ -241,7 +340,58 @@ class SimSource(Source):
             out[host.host] = records
         return out
 
+    @staticmethod
+    def _with_slices(gpu: SimGpu, m: dict, slow: bool, now: float, records: list) -> tuple[dict, None]:
+        """Slice records first; the GPU's own reading then follows its slices' load."""
+        used, busy = 0, 0.0
+        for sl in gpu.slices:
+            sm, sprocs = sl.step(slow)
+            record = {"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": sm}
+            if sprocs:
+                record["procs"] = sprocs
+            records.append(record)
+            used += sm["mem_used"]
+            busy += sl.activity / len(gpu.slices)
+        power_frac = 0.10 + 0.8 * busy
+        m = dict(m, mem_used=used + 500_000_000, power_mw=int(gpu.power_limit_mw * power_frac),
+                 sm_clock_mhz=MAX_SM_CLOCK - 100 if busy > 0.05 else IDLE_SM_CLOCK,
+                 clocks_event_reasons=0 if busy > 0.05 else REASON_IDLE)
+        gpu.temp += (28 + 52 * power_frac - gpu.temp) * 0.08
+        m["temp_c"] = int(gpu.temp)
+        if gpu.mode == "mig":
+            # In MIG mode NVML has no utilization of the whole GPU, and GPM is per GPU instance.
+            for name in ("gpu_util", "mem_util", "tensor_active_pct", "sm_occupancy_pct", "dram_bw_util_pct"):
+                m.pop(name, None)
+        else:
+            m["gpu_util"] = int(100 * busy)
+            m.pop("tensor_active_pct", None)  # vGPU hosts: no GPM split per vGPU; the sum is unknown
+        return m, None
+
+    def follow(self, base_url: str) -> None:
+        """Run what the console says each device is held for (see the module doc)."""
+        self.follow_url = base_url.rstrip("/") + "/api/v1/agent/allocations/"
+        for host in self.fleet:
+            for gpu in host.gpus:
+                gpu.follow = True
+
+    def poll_allocations(self) -> None:
+        for host in self.fleet:
+            if not host.token:
+                continue
+            request = urllib.request.Request(self.follow_url, headers={"Authorization": f"Bearer {host.token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    devices = json.loads(response.read())["devices"]
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("allocations of %s cannot be read (%s); keeping the last ones", host.host, exc)
+                continue
+            apply_allocations(host, devices)
+
     def start(self, emit: Emit) -> None:
+        if getattr(self, "follow_url", None):
+            self.poll_allocations()
+            self.spawn(lambda: run_every(self.stop_event, FOLLOW_EVERY_S, self.poll_allocations), "sim-follow")
+
         def step():
             for host, records in self.tick().items():
                 emit(host, records)
@@ -250,6 +400,16 @@ class SimSource(Source):
                 self.stop_event.set()
 
         self.spawn(lambda: run_every(self.stop_event, self.interval, step), "sim")
+
+
+def apply_allocations(host: SimHost, devices: dict) -> None:
+    """``devices``: {uuid: {"state", "instance"}} of the held ones; the rest are free."""
+    for gpu in host.gpus:
+        held = devices.get(gpu.uuid) or {}
+        gpu.alloc = (held.get("state", "free"), held.get("instance", ""))
+        for sl in gpu.slices:
+            held = devices.get(sl.uuid) or {}
+            sl.alloc = (held.get("state", "free"), held.get("instance", ""))
 
 
 def load_fleet(path: str | Path) -> list[dict]:
@@ -296,3 +456,13 @@ def _check_gpu(where: str, gpu, seen: set) -> None:
             raise FleetError(f"{where}.{key} must be a non-negative integer")
     if "name" in gpu and not isinstance(gpu["name"], str):
         raise FleetError(f"{where}.name must be a string")
+    if gpu.get("mode") not in (None, "mig", "vgpu"):
+        raise FleetError(f'{where}.mode must be "mig" or "vgpu"')
+    slices = gpu.get("slices", [])
+    if not isinstance(slices, list) or (slices and gpu.get("mode") is None):
+        raise FleetError(f"{where}.slices must be a list, and needs a mode")
+    for k, sl in enumerate(slices):
+        if not isinstance(sl, dict) or not str(sl.get("uuid", "")).startswith(("MIG-", "VGPU-")):
+            raise FleetError(f"{where}.slices[{k}].uuid must be a string starting with MIG- or VGPU-")
+        if isinstance(sl.get("memory_total"), bool) or not isinstance(sl.get("memory_total"), int):
+            raise FleetError(f"{where}.slices[{k}].memory_total must be an integer")
