@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, is_operator
+from instances.models import Instance
 
 from . import costs, exports, figures, pricing, services
 from .models import (
@@ -138,7 +139,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
         serializer.instance = services.create_budget(
             actor=self.request.user, team=data["team"], month=data["month"], amount=data["amount"],
             currency_code=data.get("currency"), actual_thresholds=data.get("actual_thresholds", [50, 80, 100]),
-            forecast_thresholds=data.get("forecast_thresholds", [100]),
+            forecast_thresholds=data.get("forecast_thresholds", [100]), recurring=data.get("recurring", False),
         )
 
     @extend_schema(request=BudgetUpdateSerializer, responses=BudgetSerializer)
@@ -151,6 +152,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
         services.update_budget(
             actor=request.user, budget=budget, amount=data.get("amount"), currency_code=data.get("currency"),
             actual_thresholds=data.get("actual_thresholds"), forecast_thresholds=data.get("forecast_thresholds"),
+            recurring=data.get("recurring"),
         )
         return Response(BudgetSerializer(budget, context=self.get_serializer_context()).data)
 
@@ -287,6 +289,34 @@ class ExportView(APIView):
         return response
 
 
+class IdleGpuView(APIView):
+    """Idle cost per GPU over [start, end) (default: this month), and the GPUs billed now
+    that sat idle most of the last hour. Operators see the fleet (or one team with
+    ``team``); others their teams."""
+
+    @extend_schema(parameters=[CostQuerySerializer], responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        query = CostQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        start, end = costs.parse_range(data.get("start"), data.get("end"))
+        qs, team = _scoped_charges(request, READ_ROLES, data.get("team"))
+        instances = Instance.objects.for_user(request.user, READ_ROLES)
+        if team is not None:
+            instances = instances.filter(team=team)
+        by_gpu = costs.idle_cost_by_gpu(qs, start, end)
+        now_idle = costs.idle_billed_gpus(instances, timezone.now())
+        return Response({
+            "currency": currency(), "start": start, "end": end,
+            "by_gpu": [{"instance": g.instance_id, "instance_name": g.instance, "team": g.team, "gpu": g.gpu,
+                        "cost": str(g.cost), "idle_cost": str(g.idle_cost), "idle_pct": str(g.idle_pct),
+                        "observed_seconds": g.observed_seconds} for g in by_gpu],
+            "idle_billed_now": [{"instance": g.instance_id, "instance_name": g.instance, "team": g.team, "gpu": g.gpu,
+                                 "idle_pct_last_hour": str(g.idle_pct), "price_per_hour": str(g.price_per_hour)}
+                                for g in now_idle],
+        })
+
+
 class CostSummaryView(APIView):
     """One team's month: spent so far (before and after credits), run rate, forecast,
     idle cost and budget. The figures are ``billing.figures``', the same on every page."""
@@ -334,4 +364,5 @@ urlpatterns = [
     path("costs/", CostView.as_view(), name="costs"),
     path("costs/export/", ExportView.as_view(), name="costs-export"),
     path("costs/summary/", CostSummaryView.as_view(), name="costs-summary"),
+    path("costs/idle-gpus/", IdleGpuView.as_view(), name="costs-idle-gpus"),
 ]

@@ -285,3 +285,93 @@ def savings_hints(usage_qs, now: datetime, days: int = 30) -> list[SavingHint]:
             hints.append(SavingHint(sku, best.gpus, best.on_demand_cost, best.with_reservation, best.saving, reserved))
     return hints
 
+
+
+# --- idle cost per GPU ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdleGpu:
+    """One GPU of an instance: its share of the instance's cost (cost ÷ GPUs) and what
+    of that was paid while it sat below 10% real activity."""
+
+    instance_id: int
+    instance: str
+    team: str
+    gpu: str
+    cost: Decimal
+    idle_cost: Decimal
+    observed_seconds: int
+    idle_seconds: int
+
+    @property
+    def idle_pct(self) -> Decimal:
+        return (Decimal(self.idle_seconds) * 100 / self.observed_seconds).quantize(Decimal("0.1"))
+
+
+def _activity_by_gpu(instance_ids: list[int], start: datetime, end: datetime) -> dict[tuple[int, str], tuple[int, int]]:
+    try:
+        from monitoring.activity import activity_by_gpu
+    except ImportError:
+        return {}
+    return activity_by_gpu(instance_ids, start, end, threshold_pct=10.0)
+
+
+def idle_cost_by_gpu(qs, start: datetime, end: datetime) -> list[IdleGpu]:
+    """Per GPU with telemetry over [start, end): its cost share and idle cost, most idle
+    cost first. GPUs without telemetry are left out (their idle cost is unknown)."""
+    rows = (
+        in_range(qs, start, end).filter(instance__isnull=False)
+        .values("instance_id", "instance__name", "instance__gpu_count", "team__name")
+        .annotate(c=Sum("billed_cents"))
+    )
+    costs = {r["instance_id"]: r for r in rows}
+    activity = _activity_by_gpu(list(costs), start, min(end, timezone.now()))
+    out = []
+    for (iid, uuid), (observed, idle) in activity.items():
+        row = costs[iid]
+        if observed <= 0:
+            continue
+        share = pricing.from_cents(row["c"]) / max(1, row["instance__gpu_count"])
+        wasted = (share * Decimal(min(idle, observed)) / Decimal(observed)).quantize(pricing.CENT)
+        out.append(IdleGpu(iid, row["instance__name"], row["team__name"], uuid, share.quantize(pricing.CENT), wasted,
+                           observed, idle))
+    out.sort(key=lambda g: (-g.idle_cost, g.instance, g.gpu))
+    return out
+
+
+@dataclass(frozen=True)
+class IdleBilledGpu:
+    """A GPU billed now whose last ``window`` was mostly idle."""
+
+    instance_id: int
+    instance: str
+    team: str
+    gpu: str
+    idle_pct: Decimal
+    price_per_hour: Decimal
+
+
+def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hours=1),
+                     min_idle_pct: int = 50) -> list[IdleBilledGpu]:
+    """GPUs of billable ``instances`` (a queryset the caller scoped) idle at least
+    ``min_idle_pct`` of the observed time in the last ``window``, with what each costs
+    per hour: the money burning on GPUs nobody uses, busy neighbours or not."""
+    from . import rates
+
+    billable = list(instances.filter(state__in=rates.BILLED_STATES).select_related("team"))
+    if not billable:
+        return []
+    rate = rates.run_rate(team_ids={i.team_id for i in billable}, now=now)
+    by_id = {i.pk: i for i in billable}
+    out = []
+    for (iid, uuid), (observed, idle) in _activity_by_gpu(list(by_id), now - window, now).items():
+        instance = by_id[iid]
+        price = rate.instances.get(iid)
+        if observed <= 0 or price is None or idle * 100 < observed * min_idle_pct:
+            continue
+        out.append(IdleBilledGpu(iid, instance.name, instance.team.name, uuid,
+                                 (Decimal(idle) * 100 / observed).quantize(Decimal("0.1")),
+                                 (price / instance.gpu_count).quantize(pricing.CENT)))
+    out.sort(key=lambda g: (-g.price_per_hour, -g.idle_pct, g.instance, g.gpu))
+    return out

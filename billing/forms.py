@@ -45,6 +45,8 @@ class BudgetForm(AdminTeamForm):
     amount = forms.DecimalField(max_digits=16, decimal_places=2, min_value=0)
     actual_thresholds = forms.CharField(initial="50, 80, 100", help_text="Alert at these % of actual spend")
     forecast_thresholds = forms.CharField(initial="100", required=False, help_text="…and of the month-end forecast")
+    recurring = forms.BooleanField(required=False, label="Every month",
+                                   help_text="Carry this budget into each next month until changed")
 
     def clean_actual_thresholds(self):
         return _thresholds(self.cleaned_data["actual_thresholds"])

@@ -97,10 +97,13 @@ class BudgetSerializer(serializers.ModelSerializer):
     currency = serializers.CharField(max_length=3, required=False)
     actual_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
     forecast_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    recurring = serializers.BooleanField(required=False, default=False,
+                                         help_text="carried into each next month (same amount and thresholds)")
 
     class Meta:
         model = Budget
-        fields = ["id", "team", "month", "amount", "currency", "actual_thresholds", "forecast_thresholds", "created_at"]
+        fields = ["id", "team", "month", "amount", "currency", "actual_thresholds", "forecast_thresholds", "recurring",
+                  "created_at"]
         read_only_fields = ["created_at"]
 
 
@@ -109,6 +112,7 @@ class BudgetUpdateSerializer(serializers.Serializer):
     currency = serializers.CharField(max_length=3, required=False)
     actual_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
     forecast_thresholds = serializers.ListField(child=serializers.IntegerField(), required=False)
+    recurring = serializers.BooleanField(required=False)
 
 
 class BudgetAlertSerializer(serializers.ModelSerializer):

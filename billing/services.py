@@ -558,26 +558,64 @@ def _check_budget(amount, currency_code: str | None, now: datetime, month: date 
 @transaction.atomic
 def create_budget(
     *, actor, team: Team, month: date, amount, currency_code: str | None = None,
-    actual_thresholds=(50, 80, 100), forecast_thresholds=(100,), now: datetime | None = None,
+    actual_thresholds=(50, 80, 100), forecast_thresholds=(100,), recurring: bool = False, now: datetime | None = None,
 ) -> Budget:
     now = _now(now)
     amount = _check_budget(amount, currency_code, now, month)
     actual = _check_thresholds(list(actual_thresholds), "actual_thresholds")
     forecast = _check_thresholds(list(forecast_thresholds), "forecast_thresholds")
     if Budget.objects.filter(team=team, month=month).exists():
-        raise ValidationError({"month": f"{team.name} already has a budget for {month:%B %Y}."})
+        raise ValidationError({"month": f"{team.name} already has a budget for {month:%B %Y}; change that one."})
     budget = Budget.objects.create(
         team=team, month=month, amount=amount, currency=currency(), actual_thresholds=actual,
-        forecast_thresholds=forecast, created_by=_user(actor), created_at=now,
+        forecast_thresholds=forecast, recurring=bool(recurring), created_by=_user(actor), created_at=now,
     )
     record_event(actor=actor, action="billing.budget.create", target=budget, team=team,
-                 details={"month": f"{month:%Y-%m}", "amount": str(amount), "actual": actual, "forecast": forecast})
+                 details={"month": f"{month:%Y-%m}", "amount": str(amount), "actual": actual, "forecast": forecast,
+                          "recurring": bool(recurring)})
     return budget
+
+
+def save_budget(*, actor, team: Team, month: date, amount, actual_thresholds, forecast_thresholds,
+                recurring: bool = False, now: datetime | None = None) -> Budget:
+    """The budgets page's one form: create the month's budget, or change it if there is one."""
+    existing = Budget.objects.filter(team=team, month=month).first()
+    if existing is None:
+        return create_budget(actor=actor, team=team, month=month, amount=amount, actual_thresholds=actual_thresholds,
+                             forecast_thresholds=forecast_thresholds, recurring=recurring, now=now)
+    return update_budget(actor=actor, budget=existing, amount=amount, actual_thresholds=actual_thresholds,
+                         forecast_thresholds=forecast_thresholds, recurring=recurring, now=now)
+
+
+@transaction.atomic
+def carry_recurring_budgets(*, now: datetime | None = None) -> list[Budget]:
+    """Each team whose latest budget is recurring and has none for this month gets a copy
+    for this month (same amount and thresholds, still recurring), audited."""
+    now = _now(now)
+    month = pricing.month_start(now).date()
+    made = []
+    latest = {}
+    for b in Budget.objects.filter(month__lt=month).order_by("team_id", "month"):
+        latest[b.team_id] = b
+    have = set(Budget.objects.filter(month=month).values_list("team_id", flat=True))
+    for team_id, b in sorted(latest.items()):
+        if not b.recurring or team_id in have:
+            continue
+        budget = Budget.objects.create(
+            team_id=team_id, month=month, amount=b.amount, currency=b.currency, actual_thresholds=b.actual_thresholds,
+            forecast_thresholds=b.forecast_thresholds, recurring=True, created_at=now,
+        )
+        record_event(actor="system", action="billing.budget.create", target=budget, team=team_id,
+                     details={"month": f"{month:%Y-%m}", "amount": str(b.amount), "carried_from": f"{b.month:%Y-%m}",
+                              "recurring": True})
+        made.append(budget)
+    return made
 
 
 @transaction.atomic
 def update_budget(*, actor, budget: Budget, amount=None, currency_code: str | None = None,
-                  actual_thresholds=None, forecast_thresholds=None, now: datetime | None = None) -> Budget:
+                  actual_thresholds=None, forecast_thresholds=None, recurring: bool | None = None,
+                  now: datetime | None = None) -> Budget:
     now = _now(now)
     changes = {}
     if amount is not None or currency_code is not None:
@@ -588,6 +626,8 @@ def update_budget(*, actor, budget: Budget, amount=None, currency_code: str | No
         changes["actual_thresholds"] = _check_thresholds(actual_thresholds, "actual_thresholds")
     if forecast_thresholds is not None:
         changes["forecast_thresholds"] = _check_thresholds(forecast_thresholds, "forecast_thresholds")
+    if recurring is not None and bool(recurring) != budget.recurring:
+        changes["recurring"] = bool(recurring)
     before = {k: str(getattr(budget, k)) for k in changes}
     for k, v in changes.items():
         setattr(budget, k, v)
@@ -610,6 +650,7 @@ def check_budgets(*, now: datetime | None = None, notify: bool = True) -> list[B
     spend has crossed, once: shown in the console, pushed live and mailed to admins."""
     now = _now(now)
     month = pricing.month_start(now).date()
+    carry_recurring_budgets(now=now)
     raised = []
     for budget in Budget.objects.filter(month=month).select_related("team"):
         with transaction.atomic():

@@ -96,6 +96,9 @@ def cost_explorer(request):
     context = {
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,
         "spent": figure.month_to_date, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
+        "idle_gpus": costs.idle_cost_by_gpu(charges, start, end)[:20],
+        "idle_now": costs.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
+        if current else [],
         "outlook": outlook, "figure": figure, "budget": budget, "idle": idle, "figures": plots, "sees_bill": sees_bill,
         "currency": currency(), "start": start, "end": end,
         "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).filter(team=team, budget__month=month)
@@ -177,6 +180,17 @@ def _admin_form(request, form_class, verb, **kwargs):
     return form, None
 
 
+def _editing(request) -> dict | None:
+    """?edit=<id>: the budgets form starts from that budget (saving changes it)."""
+    raw = request.GET.get("edit", "")
+    budget = Budget.objects.for_user(request.user, ADMIN_ROLES).filter(pk=raw).first() if raw.isdigit() else None
+    if budget is None:
+        return None
+    return {"team": budget.team_id, "month": budget.month.strftime("%Y-%m"), "amount": budget.amount,
+            "actual_thresholds": ", ".join(map(str, budget.actual_thresholds)),
+            "forecast_thresholds": ", ".join(map(str, budget.forecast_thresholds)), "recurring": budget.recurring}
+
+
 @login_required
 def budget_list(request):
     if not (is_operator(request.user) or Team.objects.for_user(request.user, BILL_ROLES).exists()):
@@ -184,12 +198,14 @@ def budget_list(request):
     now = timezone.now()
 
     def create(data):
-        return services.create_budget(
+        return services.save_budget(
             actor=request.user, team=data["team"], month=data["month"].replace(day=1), amount=data["amount"],
             actual_thresholds=data["actual_thresholds"], forecast_thresholds=data["forecast_thresholds"],
+            recurring=data["recurring"],
         )
 
-    form, made = _admin_form(request, forms.BudgetForm, create)
+    editing = _editing(request)
+    form, made = _admin_form(request, forms.BudgetForm, create, initial=editing)
     if made is not None:
         messages.success(request, f"Budget for {made.team.name}, {made.month:%B %Y}, saved.")
         return redirect("budget-list")
@@ -199,7 +215,7 @@ def budget_list(request):
                                            pricing.next_month(b.month)))
         b.spent, b.used_pct = spent, (spent * 100 / b.amount).quantize(Decimal("0.1"))
         b.editable = is_operator(request.user) or has_role(request.user, b.team_id, ADMIN_ROLES)
-    context = {"form": form, "budgets": budgets, "can_edit": form.fields["team"].queryset.exists(),
+    context = {"form": form, "budgets": budgets, "can_edit": form.fields["team"].queryset.exists(), "editing": editing,
                "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).select_related("budget__team")[:50],
                "currency": currency(), "now": now}
     return render(request, "billing/budgets.html", context, status=400 if request.method == "POST" else 200)

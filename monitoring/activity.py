@@ -66,3 +66,27 @@ def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
         if entry["t"] is None or row.time.isoformat() > entry["t"]:
             entry["t"] = row.time.isoformat()
     return out
+
+
+def activity_by_gpu(
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """{(instance id, GPU uuid): (observed seconds, idle seconds)} over [start, end), per
+    GPU the instance held: billing's idle cost per GPU (a busy instance can hold an idle
+    GPU). Same rules as ``activity_by_instance``."""
+    totals: dict[tuple[int, str], list[float]] = {}
+    rows = Rollup1m.objects.filter(
+        instance_id__in=list(instance_ids), bucket__gt=start - BUCKET, bucket__lt=end
+    ).values_list(
+        "instance_id", "gpu__uuid", "bucket", "observed_s", "gpu_util_avg", "sm_occupancy_pct_avg",
+        "tensor_active_pct_avg", "dram_bw_util_pct_avg",
+    )
+    for iid, uuid, bucket, observed, util, occupancy, tensor, dram in rows.iterator(chunk_size=5000):
+        inside = (min(end, bucket + BUCKET) - max(start, bucket)) / BUCKET
+        seconds = observed * inside
+        entry = totals.setdefault((iid, uuid), [0.0, 0.0])
+        entry[0] += seconds
+        activity = real_activity(util, occupancy, tensor, dram)
+        if activity is not None and activity < threshold_pct:
+            entry[1] += seconds
+    return {key: (round(observed), round(idle)) for key, (observed, idle) in totals.items()}

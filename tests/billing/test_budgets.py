@@ -1,8 +1,9 @@
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
 from billing_support import at
+from django.utils import timezone
 
 from audit.models import AuditEvent
 from billing import services
@@ -87,3 +88,34 @@ def test_alerts_belong_to_the_team(budget, spending, api, charlie):
     services.check_budgets(now=at(1, 13, month=12), notify=False)
     assert BudgetAlert.objects.count() == 1
     assert api(charlie).get("/api/v1/budget-alerts/").json()["count"] == 0
+
+
+def test_the_budgets_page_changes_a_months_budget_instead_of_refusing(client, alice, acme):
+    client.force_login(alice)
+    month = timezone.now().strftime("%Y-%m")
+    form = {"team": acme.pk, "month": month, "amount": "1000", "actual_thresholds": "50, 100", "forecast_thresholds": "100"}
+    client.post("/budgets/", form)
+    response = client.post("/budgets/", {**form, "amount": "1500", "recurring": "on"})
+    assert response.status_code == 302
+    budget = Budget.objects.get(team=acme)
+    assert (budget.amount, budget.recurring) == (Decimal("1500.00"), True)
+    assert 'value="1500' in client.get(f"/budgets/?edit={budget.pk}").content.decode()
+
+
+def test_a_recurring_budget_is_carried_into_the_next_month(alice, acme):
+    services.create_budget(actor=alice, team=acme, month=date(2026, 11, 1), amount=Decimal("900"), recurring=True,
+                           now=datetime(2026, 11, 2, tzinfo=UTC))
+    services.check_budgets(now=datetime(2026, 12, 1, 0, 5, tzinfo=UTC), notify=False)
+    december = Budget.objects.get(team=acme, month=date(2026, 12, 1))
+    assert (december.amount, december.recurring) == (Decimal("900.00"), True)
+    services.check_budgets(now=datetime(2026, 12, 1, 0, 10, tzinfo=UTC), notify=False)
+    assert Budget.objects.filter(team=acme).count() == 2
+
+
+def test_recurring_is_set_and_changed_through_the_api(api, alice, acme):
+    month = timezone.now().strftime("%Y-%m")
+    made = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": month, "amount": "100.00", "recurring": True},
+                           format="json")
+    assert made.status_code == 201 and made.json()["recurring"] is True
+    changed = api(alice).patch(f"/api/v1/budgets/{made.json()['id']}/", {"recurring": False}, format="json")
+    assert changed.json()["recurring"] is False
