@@ -303,6 +303,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         self.joined: set[str] = set()
         self.own_groups: list[str] = []
+        self.gpus = fanout.SocketMerge(fanout.interval_s(), lambda text: self.send(text_data=text))
         await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -317,6 +318,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
 
     async def disconnect(self, code):
+        self.gpus.close()
         for group in [*self.joined, *self.own_groups]:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.joined.clear()
@@ -366,6 +368,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def live_end(self, message):
         # The user logged out or lost a role: what this socket was allowed may be gone.
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def live_gpus(self, message):
+        # From every server process's coalescer and every group this socket joined:
+        # merged here so the browser gets each reading once, a few messages a second.
+        self.gpus.add(message["gpus"])
 
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.

@@ -5,8 +5,12 @@ Writers hand every stored reading to ``offer``; at most once per ``LIVE_COALESCE
 writes already under way) the newest reading of each GPU goes out as one ``gpus`` event per
 group: ``fleet`` (every GPU), ``host.<id>``, ``team.<id>`` and ``instance.<id>`` (only
 their own GPUs). A browser gets a few messages a second, however many GPUs report.
-Each group's event is serialised once per flush (``console.live.message``) and the
-groups are sent together, one ``group_send`` per group.
+The groups are sent together, one ``group_send`` per group, as ``live.gpus`` messages.
+
+Every server process coalesces the readings its own agents send, so with N ASGI
+workers a group hears from up to N coalescers, and a socket subscribed to a team and
+one of its instances hears each reading twice. So each live socket merges again
+(``SocketMerge``): at most one ``gpus`` message per interval, each reading once.
 """
 
 from __future__ import annotations
@@ -15,15 +19,15 @@ import asyncio
 import weakref
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.utils import timezone
 
 from console.live import (
     FLEET_GROUP,
+    encode,
     host_group,
     instance_group,
-    message,
-    publish,
     send_each,
     team_group,
 )
@@ -49,13 +53,23 @@ def groups_of(entry: dict) -> list[str]:
 
 
 def split(entries: list[dict]) -> dict[str, list[dict]]:
-    """{group: [public entry, …]} for a set of readings."""
+    """{group: [entry as a live socket gets it, …]} for a set of readings: the public
+    keys and ``_t``, the reading's time in seconds, which the socket's merge orders by."""
     by_group: dict[str, list[dict]] = {}
     for entry in entries:
-        shown = public(entry)
+        shown = {**public(entry), "_t": entry["_t"]}
         for group in groups_of(entry):
             by_group.setdefault(group, []).append(shown)
     return by_group
+
+
+def gpus_message(gpus: list[dict]) -> dict:
+    """The channel-layer message of a ``gpus`` event (see ``SocketMerge``)."""
+    return {"type": "live.gpus", "gpus": gpus}
+
+
+def sends(entries: list[dict]) -> list[tuple[str, dict]]:
+    return [(group, gpus_message(gpus)) for group, gpus in split(entries).items()]
 
 
 class Coalescer:
@@ -114,9 +128,9 @@ class Coalescer:
                 pass
         self.last_flush = loop.time()
         batch, self.pending = self.pending, {}
-        sends = [(group, message("gpus", {"gpus": gpus})) for group, gpus in split(list(batch.values())).items()]
-        self.sent += len(sends)
-        await send_each(sends)
+        out = sends(list(batch.values()))
+        self.sent += len(out)
+        await send_each(out)
 
 
 _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -155,9 +169,54 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
     entries = [
         {"uuid": row.uuid, "host": row.host.name, "index": row.gpu.index, "instance": row.instance_id,
-         "team": row.team_id, "t": row.time.isoformat(), "m": row.metrics, "stale": True, "_host_id": row.host_id}
+         "team": row.team_id, "t": row.time.isoformat(), "m": row.metrics, "stale": True, "_host_id": row.host_id,
+         "_t": row.time.timestamp()}
         for row in rows.select_related("host", "gpu")
     ]
-    for group, gpus in split(entries).items():
-        publish([group], "gpus", {"gpus": gpus})
+    if entries:
+        async_to_sync(send_each)(sends(entries))
     return len(entries)
+
+
+class SocketMerge:
+    """What one live socket sends of the ``live.gpus`` messages it hears.
+
+    A reading (GPU, time) goes out once, and only if it is newer than what the socket
+    last sent of that GPU (a stale mark counts as newer than the reading it marks);
+    readings heard within ``interval`` of the last message go out together, newest
+    per GPU, at the end of it. ``send`` takes the browser's text.
+    """
+
+    def __init__(self, interval: float, send):
+        self.interval = interval
+        self.send = send
+        self.pending: dict[str, dict] = {}
+        self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
+        self.last_flush = float("-inf")
+        self.task: asyncio.Task | None = None
+
+    def add(self, gpus: list[dict]) -> None:
+        for gpu in gpus:
+            key = (gpu["_t"], gpu["stale"])
+            if key <= self.shown.get(gpu["uuid"], (float("-inf"), False)):
+                continue
+            kept = self.pending.get(gpu["uuid"])
+            if kept is None or key > (kept["_t"], kept["stale"]):
+                self.pending[gpu["uuid"]] = gpu
+        if self.pending and (self.task is None or self.task.done()):
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, self.last_flush + self.interval - loop.time())
+            self.task = loop.create_task(self._flush_after(delay))
+
+    async def _flush_after(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        self.last_flush = asyncio.get_running_loop().time()
+        batch, self.pending = list(self.pending.values()), {}
+        for gpu in batch:
+            self.shown[gpu["uuid"]] = (gpu["_t"], gpu["stale"])
+        await self.send(encode("gpus", {"gpus": [{k: gpu[k] for k in PUBLIC_KEYS} for gpu in batch]}))
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()

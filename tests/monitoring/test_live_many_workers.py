@@ -1,0 +1,93 @@
+"""With several ASGI workers every process coalesces its own agents' readings, and a
+socket may watch a team and one of its instances: the browser still gets each reading
+once, in at most one ``gpus`` message per interval."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from monitoring import fanout
+from monitoring.routing import websocket_urlpatterns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+APP = URLRouter(websocket_urlpatterns)
+INTERVAL = 0.1
+
+
+def reading(uuid, t, instance, *, stale=False):
+    return {"uuid": uuid, "host": "h", "index": 0, "instance": instance.pk, "team": instance.team_id,
+            "t": f"t{t}", "m": {"gpu_util": t}, "stale": stale, "_host_id": 1, "_t": float(t)}
+
+
+def cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@pytest.fixture
+def watching(settings, bob, acme_instance):
+    settings.LIVE_COALESCE_S = INTERVAL
+
+    async def open_socket():
+        headers = [(b"origin", b"http://testserver"), (b"cookie", await sync_to_async(cookie)(bob))]
+        ws = WebsocketCommunicator(APP, "/ws/live/", headers=headers)
+        assert (await ws.connect())[0]
+        for kind, ident in (("team", acme_instance.team_id), ("instance", acme_instance.pk)):
+            await ws.send_to(text_data=json.dumps({"subscribe": {"kind": kind, "id": ident}}))
+            assert json.loads(await ws.receive_from())["event"] == "subscribed"
+        return ws
+
+    return open_socket
+
+
+async def received(ws) -> list[tuple[float, list[dict]]]:
+    got = []
+    while not await ws.receive_nothing(timeout=1, interval=0.005):
+        message = json.loads(await ws.receive_from())
+        got.append((asyncio.get_running_loop().time(), message["data"]["gpus"]))
+    return got
+
+
+async def test_each_reading_arrives_once_from_two_workers_and_two_groups(watching, acme_instance):
+    ws = await watching()
+    listening = asyncio.ensure_future(received(ws))  # times each message as it comes
+    workers = fanout.Coalescer(INTERVAL), fanout.Coalescer(INTERVAL)  # one per server process
+    for t in range(1, 6):
+        workers[0].offer({"gpu-a": reading("gpu-a", t, acme_instance)})
+        workers[1].offer({"gpu-b": reading("gpu-b", t, acme_instance)})
+        await asyncio.sleep(4 * INTERVAL)
+    messages = await listening
+    readings = [(gpu["uuid"], gpu["t"]) for _, gpus in messages for gpu in gpus]
+    assert sorted(readings) == sorted((uuid, f"t{t}") for uuid in ("gpu-a", "gpu-b") for t in range(1, 6))
+    times = [when for when, _ in messages]
+    assert all(b - a >= 0.9 * INTERVAL for a, b in zip(times, times[1:], strict=False))
+    assert all(set(gpu) == set(fanout.PUBLIC_KEYS) for _, gpus in messages for gpu in gpus)
+    await ws.disconnect()
+
+
+async def test_an_older_reading_heard_late_is_not_sent(watching, acme_instance):
+    ws = await watching()
+    fast, slow = fanout.Coalescer(INTERVAL), fanout.Coalescer(INTERVAL)
+    fast.offer({"gpu-a": reading("gpu-a", 2, acme_instance)})
+    await asyncio.sleep(3 * INTERVAL)
+    slow.offer({"gpu-a": reading("gpu-a", 1, acme_instance)})  # a replayed, older reading
+    messages = await received(ws)
+    assert [gpu["t"] for _, gpus in messages for gpu in gpus] == ["t2"]
+    await ws.disconnect()
+
+
+async def test_a_stale_mark_follows_the_reading_it_marks(watching, acme_instance):
+    ws = await watching()
+    worker = fanout.Coalescer(INTERVAL)
+    worker.offer({"gpu-a": reading("gpu-a", 1, acme_instance)})
+    await asyncio.sleep(3 * INTERVAL)
+    await fanout.send_each(fanout.sends([reading("gpu-a", 1, acme_instance, stale=True)]))
+    messages = await received(ws)
+    assert [(gpu["t"], gpu["stale"]) for _, gpus in messages for gpu in gpus] == [("t1", False), ("t1", True)]
+    await ws.disconnect()
