@@ -33,7 +33,7 @@ class MayAudit(BasePermission):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    team_name = serializers.CharField(source="team.name", default=None, read_only=True)
+    team_name = serializers.CharField(source="team.name", default=None, read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent

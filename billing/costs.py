@@ -14,6 +14,8 @@ from django.db.models import Min, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from console.validators import moment_in_range
+
 from . import forecast as forecasting
 from . import pricing
 from .models import ChargeType, Price, PriceKind, PricingCategory
@@ -44,6 +46,10 @@ def parse_instant(value: str, field: str) -> datetime:
         raise ValidationError({field: f"{value!r} is not a date (YYYY-MM-DD) or an ISO 8601 datetime."})
     if timezone.is_naive(parsed):
         raise ValidationError({field: "Give a time zone (e.g. 2026-11-01T00:00:00Z) or a plain date."})
+    try:
+        moment_in_range(parsed)
+    except ValidationError as exc:
+        raise ValidationError({field: exc.messages}) from None
     return parsed.astimezone(UTC)
 
 

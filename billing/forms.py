@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 
 from console.models import Team
 from console.tenancy import ADMIN_ROLES
+from console.validators import moment_in_range
 from instances.models import GpuModel
 
 from .models import PriceKind, Term
@@ -59,7 +60,7 @@ class ReservationForm(AdminTeamForm):
     gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.all(), to_field_name="name", label="GPU model")
     gpu_count = forms.IntegerField(min_value=1, max_value=100_000, label="GPUs")
     term = forms.ChoiceField(choices=Term.choices)
-    start = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), help_text="UTC")
+    start = forms.DateTimeField(validators=[moment_in_range], widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), help_text="UTC")
 
     def clean_start(self):
         return _utc(self.cleaned_data["start"])
@@ -69,8 +70,8 @@ class PriceForm(forms.Form):
     sku = forms.CharField(max_length=100, label="SKU", help_text="GPU model, or <model>:<mig|vgpu>:<profile>")
     kind = forms.ChoiceField(choices=PriceKind.choices)
     hourly = forms.DecimalField(max_digits=14, decimal_places=6, min_value=0, label="Price per hour")
-    effective_from = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), help_text="UTC")
-    effective_until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    effective_from = forms.DateTimeField(validators=[moment_in_range], widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), help_text="UTC")
+    effective_until = forms.DateTimeField(validators=[moment_in_range], required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
     def clean_effective_from(self):
         return _utc(self.cleaned_data["effective_from"])

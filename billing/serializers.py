@@ -3,6 +3,7 @@ from datetime import date
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console.api.fields import BoundedDateTimeField
 from console.models import Team
 from instances.models import GpuModel
 
@@ -35,7 +36,7 @@ class TeamField(serializers.PrimaryKeyRelatedField):
 class PriceSerializer(serializers.ModelSerializer):
     kind = serializers.ChoiceField(choices=PriceKind.choices, default=PriceKind.ON_DEMAND)
     hourly = serializers.DecimalField(min_value=0, **RATE)
-    effective_until = serializers.DateTimeField(required=False, allow_null=True)
+    effective_until = BoundedDateTimeField(required=False, allow_null=True)
 
     class Meta:
         model = Price
@@ -127,7 +128,7 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
     amount = serializers.DecimalField(**MONEY)
     unit_price = serializers.DecimalField(allow_null=True, **RATE)
     quantity = serializers.DecimalField(max_digits=18, decimal_places=4, coerce_to_string=True, allow_null=True)
-    refers_to = serializers.SlugRelatedField(slug_field="number", read_only=True)
+    refers_to = serializers.SlugRelatedField(slug_field="number", read_only=True, allow_null=True)
 
     class Meta:
         model = InvoiceLine
@@ -183,8 +184,8 @@ class CostRowSerializer(serializers.Serializer):
 
 class CostReportSerializer(serializers.Serializer):
     currency = serializers.CharField()
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+    start = BoundedDateTimeField()
+    end = BoundedDateTimeField()
     group_by = serializers.CharField()
     total = serializers.DecimalField(**MONEY)
     rows = CostRowSerializer(many=True)

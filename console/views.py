@@ -18,6 +18,7 @@ from audit.models import Outcome
 from audit.services import record_event
 
 from . import services, twofactor
+from .edge import HostileRequest
 from .forms import (
     CodeForm,
     EnrolForm,
@@ -245,7 +246,11 @@ def tokens(request):
     raw = None
     if request.method == "POST":
         if "revoke" in request.POST:
-            token = get_object_or_404(ApiToken.objects.live(), pk=request.POST.get("revoke"), user=request.user)
+            pk = _token_id(request.POST["revoke"])
+            if pk is None:
+                messages.error(request, "No such token: choose one of yours to revoke.")
+                return _tokens_page(request, TokenForm(user=request.user), None, status=400)
+            token = get_object_or_404(ApiToken.objects.live(), pk=pk, user=request.user)
             services.revoke_api_token(actor=request.user, token=token)
             messages.success(request, f"Token {token.name} revoked.")
             return redirect("tokens")
@@ -264,8 +269,20 @@ def tokens(request):
                 form = TokenForm(user=request.user)
     else:
         form = TokenForm(user=request.user)
+    return _tokens_page(request, form, raw)
+
+
+def _tokens_page(request, form, raw, status=200):
     rows = ApiToken.objects.filter(user=request.user).prefetch_related("teams")
-    return render(request, "console/tokens.html", {"form": form, "tokens": rows, "raw": raw})
+    return render(request, "console/tokens.html", {"form": form, "tokens": rows, "raw": raw}, status=status)
+
+
+def _token_id(value: str) -> int | None:
+    """A token id from a form: a positive integer that fits the id column, else None."""
+    value = value.strip()
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) < 2**63:
+        return None
+    return int(value)
 
 
 @login_required
@@ -398,6 +415,8 @@ def bad_request(request, exception=None):
     # Django's own refusals (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields)
     # reach here before any view runs; API clients get them as JSON like every other error.
     message = _BAD_REQUEST.get(type(exception).__name__, "The request is malformed.")
+    if isinstance(exception, HostileRequest):
+        message = str(exception)
     if _wants_json(request):
         return JsonResponse({"detail": message, "code": "bad_request"}, status=400)
     return render(request, "console/error.html", {"status": 400, "message": message}, status=400)

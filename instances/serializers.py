@@ -90,7 +90,7 @@ class SliceProfileSerializer(serializers.ModelSerializer):
 class GpuSliceSerializer(serializers.ModelSerializer):
     profile = serializers.CharField(source="profile.name", read_only=True)
     kind = serializers.CharField(source="profile.kind", read_only=True)
-    instance = serializers.PrimaryKeyRelatedField(read_only=True)
+    instance = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
 
     class Meta:
         model = GpuSlice
@@ -100,8 +100,8 @@ class GpuSliceSerializer(serializers.ModelSerializer):
 class GpuSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    instance = serializers.PrimaryKeyRelatedField(read_only=True)
-    team = serializers.PrimaryKeyRelatedField(read_only=True)
+    instance = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+    team = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     slices = GpuSliceSerializer(many=True, read_only=True)
 
     class Meta:
@@ -148,7 +148,7 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
         required=False, allow_null=True, allow_blank=True, write_only=True,
         help_text="MIG or vGPU profile name of the GPU model, e.g. 1g.10gb; omit for whole GPUs.",
     )
-    slice = SliceProfileSerializer(source="slice_profile", read_only=True)
+    slice = SliceProfileSerializer(source="slice_profile", read_only=True, allow_null=True)
     gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_INSTANCE)
     pricing_model = serializers.ChoiceField(choices=PricingModel.choices)
     region = serializers.SlugRelatedField(

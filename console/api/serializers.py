@@ -1,6 +1,7 @@
 from django.contrib.auth.models import User
 from rest_framework import serializers
 
+from console.api.fields import BoundedDateTimeField
 from console.models import ApiToken, Membership, Role, Scope, Team
 from console.validators import no_control_characters, plain_name
 
@@ -84,7 +85,7 @@ class TokenRequestSerializer(serializers.Serializer):
     teams = serializers.PrimaryKeyRelatedField(
         many=True, required=False, queryset=Team.objects.all(), help_text="Limit the token to these teams (default: all yours)."
     )
-    expires_at = serializers.DateTimeField(required=False, help_text="Default: 90 days from now.")
+    expires_at = BoundedDateTimeField(required=False, help_text="Default: 90 days from now.")
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):

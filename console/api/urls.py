@@ -20,5 +20,7 @@ for module in (routes, instances_api, monitoring_api, billing_api, audit_api):
 urlpatterns = [
     path("auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
     *extra,
-    path("", include(router.urls)),
+    # The viewsets' route names (instance-list, host-detail, …) are also the pages' names;
+    # a namespace keeps the API root's links on the API.
+    path("", include((router.urls, "api"))),
 ]
