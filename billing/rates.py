@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.db.models import Max, Q, Sum
 
-from instances.catalog import InstanceCost
+from instances.catalog import InstanceCost, Quote
 from instances.models import Instance, LifecycleEvent, PricingModel, State
 from instances.services import is_stuck
 
@@ -151,6 +151,18 @@ def metered_until(now: datetime) -> datetime | None:
     return None if until is None else min(until, now)
 
 
+ON_DEMAND_LINE = "On-demand: {listed}/h per GPU, billed per second (60-second minimum), stop any time."
+RESERVED_SLICE_LINE = "Reserved covers whole GPUs only: a slice bills on-demand at {listed}/h."
+SPOT_LINE = ("Spot: {spot}/h now (on-demand {listed}/h); the price moves, and the platform may reclaim it with "
+             "2 minutes' notice (a reclaim in the first hour is free).")
+
+
+def _rate(value: Decimal) -> str:
+    text = f"{value.normalize():f}"
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
 class BillingPriceBook:
     """What ``instances.catalog`` asks of billing."""
 
@@ -160,6 +172,42 @@ class BillingPriceBook:
         if pricing_model == PricingModel.SPOT and sku not in spot_prices([sku], at):
             return f"{sku} has no spot price; an operator must set one before spot instances can be launched."
         return None
+
+    def quote(self, *, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote:
+        listed = on_demand_prices([sku], at).get(sku)
+        if listed is None:
+            return Quote(None, None, f"{sku} has no price yet: it cannot be launched until an operator prices it.")
+        if pricing_model == PricingModel.SPOT:
+            spot = spot_prices([sku], at).get(sku)
+            if spot is None:
+                return Quote(None, None, f"{sku} has no spot price yet.")
+            return Quote(spot * count, spot, SPOT_LINE.format(spot=_rate(spot), listed=_rate(listed)))
+        if pricing_model != PricingModel.RESERVED or ":" in sku or team_id is None:
+            note = RESERVED_SLICE_LINE if pricing_model == PricingModel.RESERVED and ":" in sku else ON_DEMAND_LINE
+            return Quote(listed * count, listed, note.format(listed=_rate(listed)))
+        return self._reserved_quote(sku, count, team_id, at, listed)
+
+    def _reserved_quote(self, sku: str, count: int, team_id: int, at: datetime, listed: Decimal) -> Quote:
+        held = list(Reservation.objects.filter(team_id=team_id, gpu_model__name=sku, start__lte=at, end__gt=at)
+                    .order_by("start", "id"))
+        total = sum(r.gpu_count for r in held)
+        used = sum(Instance.objects.filter(
+            team_id=team_id, gpu_model__name=sku, slice_profile=None, pricing_model=PricingModel.RESERVED,
+            state__in=BILLED_STATES).values_list("gpu_count", flat=True))
+        free, cost, need = max(0, total - used), Decimal(0), count
+        left = free
+        for r in held:  # the free part of the oldest reservations first
+            room = min(need, left, r.gpu_count)
+            cost += r.hourly * room
+            need -= room
+            left -= room
+        cost += listed * need
+        if not total:
+            note = f"Reserved: your team has no {sku} reservation now, so all {count} bill on-demand ({_rate(listed)}/h each)."
+        else:
+            note = (f"Reserved: {free} of your team's {total} reserved {sku} GPUs are free now; "
+                    f"{count - need} would be covered at the reservation's price, {need} on-demand ({_rate(listed)}/h).")
+        return Quote(cost, None, note)
 
     def instance_costs(self, instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
         instances = list(instances)

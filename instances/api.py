@@ -1,15 +1,21 @@
 from datetime import timedelta
 
 from django.db.models import Count, Prefetch, Q
+from django.http import Http404
+from django.urls import path
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
+from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
 
-from . import services
+from . import catalog, services
 from .models import (
     Gpu,
     GpuModel,
@@ -27,6 +33,7 @@ from .serializers import (
     HostSerializer,
     InstanceDetailSerializer,
     InstanceSerializer,
+    LaunchQuoteQuery,
     PreemptionNoticeSerializer,
     RegionSerializer,
     SliceProfileSerializer,
@@ -183,6 +190,41 @@ class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, v
         )
 
 
+def _price(value) -> str | None:
+    """An hourly price as text: its own decimals, at least 2 (1.794, 8.00)."""
+    if value is None:
+        return None
+    whole, _, frac = f"{value.normalize():f}".partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
+class LaunchQuoteView(APIView):
+    """What a launch would cost per hour now and whether it fits: the price for the chosen
+    GPU model (or slice), pricing model and count, one line saying how it is made, and
+    the free capacity (in all, and most on one host, since an instance fits on one)."""
+
+    @extend_schema(parameters=[LaunchQuoteQuery], responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        query = LaunchQuoteQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        model, profile = data["gpu_model"], data.get("slice_profile")
+        team_id = data.get("team")
+        if team_id is not None and not Team.objects.for_user(request.user).filter(pk=team_id).exists():
+            raise Http404("No such team, or not yours.")
+        sku = profile.sku if profile is not None else model.name
+        quote = catalog.quote(sku=sku, pricing_model=data["pricing_model"], count=data["gpu_count"], team_id=team_id,
+                              at=timezone.now())
+        free, on_one_host = services.free_capacity(gpu_model=model, slice_profile=profile)
+        return Response({
+            "sku": sku, "pricing_model": data["pricing_model"], "gpu_count": data["gpu_count"],
+            "price_per_hour": _price(getattr(quote, "price_per_hour", None)),
+            "price_per_gpu_hour": _price(getattr(quote, "per_gpu_hour", None)),
+            "note": "" if quote is None else quote.note,
+            "free": free, "free_on_one_host": on_one_host, "fits": on_one_host >= data["gpu_count"],
+        })
+
+
 routes = [
     ("regions", RegionViewSet, "region"),
     ("gpu-models", GpuModelViewSet, "gpu-model"),
@@ -191,4 +233,8 @@ routes = [
     ("gpus", GpuViewSet, "gpu"),
     ("instances", InstanceViewSet, "instance"),
     ("preemption-notices", PreemptionNoticeViewSet, "preemption-notice"),
+]
+
+urlpatterns = [
+    path("launch-quote/", LaunchQuoteView.as_view(), name="launch-quote"),
 ]

@@ -27,7 +27,20 @@ class InstanceCost:
     note: str = ""  # how the price is made up, where that is not obvious (reserved)
 
 
+@dataclass(frozen=True)
+class Quote:
+    """What ``count`` GPUs (or slices) of a SKU under a pricing model would cost per hour
+    if launched now (None: no price), and one line saying how that price is made."""
+
+    price_per_hour: Decimal | None
+    per_gpu_hour: Decimal | None
+    note: str
+
+
 class PriceBook(Protocol):
+    def quote(self, *, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote:
+        """The price of launching now."""
+
     def missing_price(self, *, sku: str, pricing_model: str, at: datetime) -> str | None:
         """Why ``sku`` cannot be launched under ``pricing_model`` at ``at``, or None."""
 
@@ -49,3 +62,9 @@ def missing_price(*, sku: str, pricing_model: str, at: datetime) -> str | None:
 
 def instance_costs(instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
     return {} if _book is None else _book.instance_costs(instances, now=now)
+
+
+def quote(*, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote | None:
+    if _book is None:
+        return None
+    return _book.quote(sku=sku, pricing_model=pricing_model, count=count, team_id=team_id, at=at)

@@ -218,3 +218,22 @@ class PreemptionNoticeSerializer(serializers.ModelSerializer):
         fields = ["id", "instance", "instance_name", "team", "notice_at", "preempt_at", "reason", "status",
                   "notice_seconds", "done_at"]
         read_only_fields = ["team", "notice_at", "preempt_at", "status", "done_at"]
+
+
+class LaunchQuoteQuery(serializers.Serializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    slice_profile = serializers.CharField(required=False, allow_blank=True, help_text="profile name, e.g. 1g.10gb")
+    pricing_model = serializers.ChoiceField(choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_INSTANCE, default=1)
+    team = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, attrs):
+        name = attrs.get("slice_profile") or None
+        attrs["slice_profile"] = None
+        if name:
+            profile = SliceProfile.objects.filter(gpu_model=attrs["gpu_model"], name=name).first()
+            if profile is None:
+                raise serializers.ValidationError(
+                    {"slice_profile": f"{attrs['gpu_model'].name} has no slice profile named {name!r}."})
+            attrs["slice_profile"] = profile
+        return attrs

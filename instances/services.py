@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from audit.models import Outcome
@@ -155,6 +156,19 @@ def place(
     chosen = min(fits, key=len)
     # Prefer GPUs that share an NVLink group: on one host they all do, so lowest indexes.
     return Placement(host=chosen[0].host, gpus=chosen[:count], slices=[])
+
+
+def free_capacity(*, gpu_model: GpuModel, slice_profile: SliceProfile | None = None) -> tuple[int, int]:
+    """(free now in all, most free on one host) of whole GPUs of ``gpu_model`` or of
+    ``slice_profile`` slices: an instance fits only on one host."""
+    if slice_profile is not None:
+        rows = GpuSlice.objects.filter(
+            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True
+        ).values("gpu__host").annotate(n=Count("id")).values_list("n", flat=True)
+    else:
+        rows = _free_whole_gpus(gpu_model).values("host").annotate(n=Count("id")).values_list("n", flat=True)
+    counts = list(rows)
+    return sum(counts), max(counts, default=0)
 
 
 def _allocate(instance: Instance, placement: Placement, at: datetime) -> None:

@@ -12,7 +12,7 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import catalog, services
 from .forms import LaunchForm
-from .models import Host, Instance, State, gpu_used_q
+from .models import GpuModel, Host, Instance, State, gpu_used_q
 
 ACTIONS = {
     "start": services.start_instance,
@@ -82,7 +82,24 @@ def launch(request):
             messages.success(request, f"Instance {instance.name} launched on {instance.host.name}.")
             return redirect("instance-detail", pk=instance.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "instances/launch.html", {"form": form}, status=status)
+    return render(request, "instances/launch.html", {"form": form, "offers": _offers()}, status=status)
+
+
+def _offers() -> list[dict]:
+    """Every SKU on offer with its on-demand and spot price now and its free capacity."""
+    now = timezone.now()
+    rows = []
+    for model in GpuModel.objects.prefetch_related("slice_profiles"):
+        for profile in [None, *model.slice_profiles.all()]:
+            sku = profile.sku if profile else model.name
+            free, on_one_host = services.free_capacity(gpu_model=model, slice_profile=profile)
+            prices = {p: catalog.quote(sku=sku, pricing_model=p, count=1, team_id=None, at=now) for p in ("on_demand", "spot")}
+            rows.append({
+                "sku": sku, "model": model.name, "profile": profile, "free": free, "on_one_host": on_one_host,
+                "on_demand": getattr(prices["on_demand"], "per_gpu_hour", None),
+                "spot": getattr(prices["spot"], "per_gpu_hour", None),
+            })
+    return rows
 
 
 @login_required
