@@ -77,7 +77,7 @@ def manifest(*, generated_at: str, filters: dict, head: dict | None, keys: list[
     return {
         "format": BUNDLE_FORMAT, "generated_at": generated_at, "filters": filters,
         "count": len(records), "columns": list(COLUMNS), "tree_head": head, "public_keys": keys,
-        "records": [[seq, digest] for seq, digest in records],
+        "records": records,  # (seq, hash) pairs, written as JSON arrays
         "nodes": [[lo, hi, digest.hex()] for lo, hi, digest in nodes],
     }  # fmt: skip
 

@@ -16,6 +16,7 @@ Both are checked with the RFC 9162 algorithms, which need nothing but the proof.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -97,24 +98,53 @@ def root_of(leaves: Iterable[bytes]) -> bytes:
 
 class Tree:
     """Leaf hashes ``[base, size)`` and, for ``[0, base)``, the compact range at ``base``
-    (what retention leaves behind). Perfect subtrees are kept level by level, so any
-    node's hash is a lookup or a short walk down the tree's right edge."""
+    (what retention leaves behind). Perfect subtrees are kept level by level, each level
+    one ``bytearray`` of 32-byte hashes, so any node's hash is a slice or a short walk
+    down the tree's right edge, and appending leaves only hashes what they complete."""
 
-    def __init__(self, leaves: Sequence[bytes], *, base: int = 0, frontier: Sequence[bytes] = ()):
-        self.base, self.size = base, base + len(leaves)
+    def __init__(
+        self, leaves: Sequence[bytes] | bytes = (), *, base: int = 0, frontier: Sequence[bytes] = ()
+    ):
+        self.base = self.size = base
         self.pieces: dict[tuple[int, int], bytes] = {}
         lo = 0
         for width, digest in zip(frontier_sizes(base), frontier, strict=True):
             self.pieces[(lo, lo + width)] = digest
             lo += width
-        self.levels: list[tuple[int, list[bytes]]] = [(base, list(leaves))]
-        while len(self.levels[-1][1]) >= 2:
-            first, nodes = self.levels[-1]
-            start = first + (first & 1)  # the first node index whose pair lies inside
-            offset = start - first
-            pairs = [node_hash(nodes[i], nodes[i + 1]) for i in range(offset, len(nodes) - 1, 2)]
-            self.levels.append((start // 2, pairs))
+        # levels[h] = (index of its first node, their hashes back to back)
+        self.levels: list[tuple[int, bytearray]] = [(base, bytearray())]
         self._edge: dict[tuple[int, int], bytes] = {}
+        self.extend(leaves)
+
+    def extend(self, leaves: Sequence[bytes] | bytes) -> None:
+        """Append leaf hashes (a sequence of 32-byte hashes, or them back to back)."""
+        blob = leaves if isinstance(leaves, bytes | bytearray) else b"".join(leaves)
+        if not blob:
+            return
+        self.levels[0][1].extend(blob)
+        self.size += len(blob) // 32
+        self._edge.clear()
+        sha, prefix = hashlib.sha256, b"\x01"
+        height = 0
+        while True:
+            first, nodes = self.levels[height]
+            start = first + (first & 1)  # the first node whose pair lies inside this level
+            offset = (start - first) * 32
+            pairs = (len(nodes) - offset) // 64
+            if pairs <= 0:
+                break
+            if height + 1 == len(self.levels):
+                self.levels.append((start // 2, bytearray()))
+            upper = self.levels[height + 1][1]
+            done = len(upper) // 32
+            view = memoryview(nodes)
+            upper.extend(
+                b"".join(
+                    sha(prefix + view[offset + 64 * i : offset + 64 * i + 64]).digest()
+                    for i in range(done, pairs)
+                )
+            )
+            height += 1
 
     def hash(self, lo: int, hi: int) -> bytes:
         """MTH(D[lo:hi]) for a node of this tree (or a whole tree's range [0, n))."""
@@ -128,8 +158,8 @@ class Tree:
             if level < len(self.levels):
                 first, nodes = self.levels[level]
                 index = lo // width - first
-                if 0 <= index < len(nodes):
-                    return nodes[index]
+                if 0 <= index and 32 * index < len(nodes):
+                    return bytes(nodes[32 * index : 32 * index + 32])
         if width == 1:
             raise KeyError(f"leaf {lo} is not held (retired before {self.base})")
         key = (lo, hi)
@@ -262,9 +292,7 @@ def covering_nodes(indexes: Sequence[int], size: int, mth: Hasher) -> list[tuple
             out.append((lo, hi, mth(lo, hi)))
         elif hi - lo > 1:
             k = lo + split(hi - lo)
-            middle = first
-            while middle < last and indexes[middle] < k:
-                middle += 1
+            middle = bisect_left(indexes, k, first, last)
             walk(lo, k, first, middle)
             walk(k, hi, middle, last)
 

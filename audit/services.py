@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import re
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -215,10 +216,34 @@ def _checkpoint_soon() -> None:
 # --- checkpoints -------------------------------------------------------------------
 
 
+_LEAVES_SQL = (
+    "SELECT string_agg(sha256('\\x00'::bytea || decode(hash, 'hex')), ''::bytea ORDER BY seq) "
+    "FROM audit_auditevent WHERE seq >= %s AND seq <= %s"
+)
+
+
+def leaf_blob(first: int, last: int) -> bytes:
+    """The Merkle leaves of events #first..#last back to back (32 bytes each, the leaf
+    hash of each chain hash); on PostgreSQL hashed by the server in one aggregate."""
+    if last < first:
+        return b""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_LEAVES_SQL, [first, last])
+            blob = bytes(cursor.fetchone()[0] or b"")
+    else:
+        hashes = AuditEvent.objects.filter(seq__gte=first, seq__lte=last).order_by("seq")
+        blob = b"".join(
+            merkle.event_leaf(h) for h in hashes.values_list("hash", flat=True).iterator(10_000)
+        )
+    if len(blob) != 32 * (last - first + 1):
+        raise ValueError(f"events #{first}..#{last}: {len(blob) // 32} found, the log has a gap")
+    return blob
+
+
 def leaf_hashes(first: int, last: int) -> list[bytes]:
-    """The Merkle leaves of events #first..#last (each the leaf hash of the chain hash)."""
-    hashes = AuditEvent.objects.filter(seq__gte=first, seq__lte=last).order_by("seq")
-    return [merkle.event_leaf(h) for h in hashes.values_list("hash", flat=True).iterator(10_000)]
+    blob = leaf_blob(first, last)
+    return [blob[i : i + 32] for i in range(0, len(blob), 32)]
 
 
 def sign_head(*, seq: int, head_hash: str, frontier: list[bytes], time: datetime) -> Checkpoint:
@@ -256,10 +281,14 @@ def write_checkpoint(*, now: datetime | None = None) -> Checkpoint | None:
             report.first_broken_seq, report.reason or "the chain head does not match its event"
         )
         return None
+    try:
+        leaves = leaf_hashes((last.seq + 1) if last else 1, head.seq)
+    except ValueError as exc:
+        _tamper_found((last.seq + 1) if last else 1, f"gap: {exc}")
+        return None
     frontier, size = merkle.extend(
-        last.frontier_bytes() if last else [], last.seq if last else 0,
-        leaf_hashes((last.seq + 1) if last else 1, head.seq),
-    )  # fmt: skip
+        last.frontier_bytes() if last else [], last.seq if last else 0, leaves
+    )
     if size != head.seq:
         _tamper_found(
             size + 1, f"gap: the log holds {size} events up to the chain head #{head.seq}"
@@ -433,18 +462,48 @@ def apply_retention(*, actor="system", now: datetime | None = None, batch: int =
 # --- exports -----------------------------------------------------------------------
 
 
-def load_tree(size: int) -> merkle.Tree:
-    """The Merkle tree of the first ``size`` events, in memory, for proofs. Events that
-    retention retired are stood for by the compact range of the signed head at the edge."""
+_tree_lock = threading.Lock()
+_tree: merkle.Tree | None = None
+
+
+def load_tree(size: int, root: str) -> merkle.Tree:
+    """The Merkle tree of at least the first ``size`` events, in memory, for proofs (it
+    answers for any smaller size too), checked against the signed ``root`` of that size.
+    Events that retention retired are stood for by the compact range of the signed head
+    at the edge. Kept between calls and extended with new leaves only (about 64 bytes a
+    leaf); rebuilt when it no longer matches the signed root."""
+    global _tree
     first = AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first() or 1
     base = min(first - 1, size)
-    frontier: list[bytes] = []
-    if base:
-        anchor = Checkpoint.objects.filter(seq=base).first()
-        if anchor is None:
-            raise ValueError(f"events before #{first} are gone and no signed head stands for them")
-        frontier = anchor.frontier_bytes()
-    return merkle.Tree(leaf_hashes(base + 1, size), base=base, frontier=frontier)
+    with _tree_lock:
+        for fresh in (False, True):
+            tree = _tree
+            if fresh or tree is None or tree.base != base or tree.size > size + 100_000:
+                tree = merkle.Tree(base=base, frontier=_frontier_at(base, first))
+            if tree.size < size:
+                tree.extend(leaf_blob(tree.size + 1, size))
+            _tree = tree
+            if tree.root(size).hex() == root:
+                return tree
+        _tree = None
+    raise ValueError(f"the events do not match the signed tree head #{size} (verify the log)")
+
+
+def _frontier_at(base: int, first: int) -> list[bytes]:
+    if not base:
+        return []
+    anchor = Checkpoint.objects.filter(seq=base).first()
+    if anchor is None:
+        raise ValueError(f"events before #{first} are gone and no signed head stands for them")
+    return anchor.frontier_bytes()
+
+
+def _rows(queryset) -> list[tuple]:
+    """All rows of a values_list queryset, fetched without building one object per row."""
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def proof_material(queryset, checkpoint: Checkpoint | None) -> tuple[list, list]:
@@ -452,13 +511,14 @@ def proof_material(queryset, checkpoint: Checkpoint | None) -> tuple[list, list]
     the tree nodes that, with those, rebuild each one's inclusion proof."""
     if checkpoint is None:
         return [], []
-    records = list(
+    records = _rows(
         queryset.filter(seq__lte=checkpoint.seq).order_by("seq").values_list("seq", "hash")
     )
     if not records or (records[0][0] == 1 and len(records) == checkpoint.seq):
         return records, []  # the whole log: the records are the tree
-    tree = load_tree(checkpoint.seq)
-    nodes = merkle.covering_nodes([seq - 1 for seq, _ in records], checkpoint.seq, tree.hash)
+    tree = load_tree(checkpoint.seq, checkpoint.root)
+    with _tree_lock:
+        nodes = merkle.covering_nodes([seq - 1 for seq, _ in records], checkpoint.seq, tree.hash)
     return records, nodes
 
 
@@ -472,7 +532,9 @@ def consistency(*, first: int, second: int | None = None) -> dict:
         raise ValueError(f"no signed tree head of size {missing}")
     if earlier.seq > later.seq:
         raise ValueError("'first' must not be larger than 'second'")
-    proof = load_tree(later.seq).consistency(earlier.seq, later.seq)
+    tree = load_tree(later.seq, later.root)
+    with _tree_lock:
+        proof = tree.consistency(earlier.seq, later.seq)
     return {
         "first": earlier.as_dict(), "second": later.as_dict(), "proof": [p.hex() for p in proof],
         "public_keys": [k.as_dict() for k in keys.public_keys().values()],

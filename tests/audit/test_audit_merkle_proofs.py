@@ -102,3 +102,12 @@ def test_covering_nodes_rebuild_each_leafs_path(picked):
     for m in picked:
         assert partial.inclusion(m) == _path(m, leaves)
     assert len(nodes) <= len(picked) * 5
+
+
+def test_a_tree_extended_bit_by_bit_is_the_tree_built_at_once():
+    leaves = _leaves(37)
+    tree = merkle.Tree(leaves[:5])
+    for lo, hi in ((5, 6), (6, 17), (17, 37)):
+        tree.extend(leaves[lo:hi])
+    assert tree.size == 37 and tree.root() == _mth(leaves)
+    assert tree.root(20) == _mth(leaves[:20]) and tree.inclusion(3, 20) == _path(3, leaves[:20])
