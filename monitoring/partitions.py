@@ -113,43 +113,21 @@ def ensure(table: str, wanted: set[date], *, now: datetime | None = None) -> lis
         return []
     made = []
     with transaction.atomic():
-        _lock(table)
         present = set(days(table))
         for day in sorted(missing - present):
-            _create(table, day)
-            made.append(day)
+            if _call("monitoring_make_partition", table, day):
+                made.append(day)
     known.update(d for d in missing if d >= safe_from)
     return made
 
 
-def _lock(table: str) -> None:
-    # One creator at a time per table: two writers missing the same day would
-    # otherwise race to create it.
+def _call(function: str, table: str, day: date) -> bool:
+    """Partitions are made and dropped by functions that run with the table owner's
+    rights (the app's role owns nothing; see the migration that defines them). Making
+    one moves in any rows of its day that wait in the default partition."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"partitions:{table}"])
-
-
-def _create(table: str, day: date) -> None:
-    """Create ``day``'s partition, moving in any rows of that day the default
-    partition holds (attaching fails while the default holds rows of its range)."""
-    name, key, default = name_of(table, day), TABLES[table], f"{table}_default"
-    lo, hi = start_of(day), start_of(day + DAY)
-    q = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TABLE {q(name)} (LIKE {q(table)} INCLUDING DEFAULTS)")
-        # The check lets ATTACH skip scanning the new table to prove its range.
-        cursor.execute(
-            f"ALTER TABLE {q(name)} ADD CONSTRAINT {q(name + '_range')} "
-            f"CHECK ({q(key)} IS NOT NULL AND {q(key)} >= %s AND {q(key)} < %s)",
-            [lo, hi],
-        )
-        cursor.execute(
-            f"WITH moved AS (DELETE FROM {q(default)} WHERE {q(key)} >= %s AND {q(key)} < %s RETURNING *) "
-            f"INSERT INTO {q(name)} SELECT * FROM moved",
-            [lo, hi],
-        )
-        cursor.execute(f"ALTER TABLE {q(table)} ATTACH PARTITION {q(name)} FOR VALUES FROM (%s) TO (%s)", [lo, hi])
-        cursor.execute(f"ALTER TABLE {q(name)} DROP CONSTRAINT {q(name + '_range')}")
+        cursor.execute(f"SELECT {function}(%s, %s)", [table, day])
+        return cursor.fetchone()[0]
 
 
 def ensure_rows(table: str, moments) -> list[date]:
@@ -192,7 +170,6 @@ def drop_before(table: str, cutoff: datetime) -> list[str]:
     if not partitioned(table):
         return []
     dropped = []
-    q = connection.ops.quote_name
     for day in days(table):
         if start_of(day + DAY) > cutoff:
             break
@@ -203,7 +180,7 @@ def drop_before(table: str, cutoff: datetime) -> list[str]:
                 # Rows written earlier in an enclosing transaction leave deferred
                 # foreign-key checks behind, and a table with those cannot be dropped.
                 cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-                cursor.execute(f"DROP TABLE {q(name)}")
+                cursor.execute("SELECT monitoring_drop_partition(%s, %s)", [table, day])
         except Exception as exc:  # lock_not_available: try again on the next run
             if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "55P03":
                 raise

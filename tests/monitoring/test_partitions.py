@@ -3,11 +3,12 @@ made on demand for rows outside them, dropped whole by retention, and Django's
 queries on them work as on a plain table."""
 
 import importlib
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from telemetry_wire import add_samples, utc
 
@@ -216,3 +217,31 @@ def test_each_day_holds_one_index_per_lookup(gpu):
         columns = sorted(row[0].split(" USING btree ")[1] for row in cursor.fetchall())
     assert columns == ['("time")', '(gpu_id, "time")', '(id, "time")', '(instance_id, "time")', "(slice_id)",
                        "(team_id)"]
+
+
+@pytest.fixture
+def as_app_role(gpu):
+    """The role production's app connects as: owns nothing, holds the printed grants."""
+    from audit.roles import grant_statements
+
+    role = f"gpc_app_{uuid.uuid4().hex[:8]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE ROLE "{role}" NOLOGIN')  # rolled back with the test
+        for statement in grant_statements(role):
+            cursor.execute(statement)
+        cursor.execute(f'SET LOCAL ROLE "{role}"')
+    yield role
+    with connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+
+
+def test_the_app_role_makes_and_drops_days_only_through_the_functions(gpu, as_app_role):
+    old = NOW - timedelta(days=6)
+    add_samples(gpu, old, [{"gpu_util": 1}] * 2)
+    add_samples(gpu, NOW, [{"gpu_util": 2}])
+    assert old.date() in days()
+    with pytest.raises(DatabaseError, match="must be owner"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE {partitions.name_of('monitoring_sample', old.date())}")
+    hours_rolled_up_to(NOW)
+    rollups.expire(now=NOW)
+    assert old.date() not in days() and list(Sample.objects.values_list("gpu_util", flat=True)) == [2]
