@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from audit.context import bind_scope
 from audit.models import Outcome
@@ -44,6 +45,7 @@ from . import fanout, frames, ingest, services
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
+CLOSE_TOKEN_EXPIRED = 1013  # "try again later": the agent reconnects with the token it now has
 QUEUE_FRAMES = 8  # per connection; a full queue stops reading that agent's socket
 MERGE_FRAMES = 8  # frames one transaction may take from the queue
 
@@ -147,7 +149,18 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "the host token is not valid or was revoked")
             return
         self.host = token.host
-        self.timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._hello_late)
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_later(HELLO_TIMEOUT_S, self._hello_late)
+        # A token that expires (a rotated one, after its grace period) ends its connection;
+        # 1013 makes the agent reconnect, reading its token file again.
+        left = (token.expires_at - timezone.now()).total_seconds()
+        self.expiry = loop.call_later(max(left, 0), self._token_expired)
+
+    def _token_expired(self):
+        if not self.closing:
+            asyncio.ensure_future(
+                self.refuse(CLOSE_TOKEN_EXPIRED, "token_expired", "the host token expired; connect with its replacement")
+            )
 
     def _hello_late(self):
         if self.hello is None and not self.closing:
@@ -157,6 +170,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code):
         self.closing = True
+        if getattr(self, "expiry", None) is not None:
+            self.expiry.cancel()
         if getattr(self, "timer", None) is not None:
             self.timer.cancel()
         if self.writer is not None:

@@ -107,3 +107,14 @@ def test_the_agent_rereads_its_token_file_before_connecting(tmp_path):
     assert link._current_token() == "gph_new"
     path.unlink()
     assert link._current_token() == "gph_new"  # an unreadable file keeps the token in use
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_connection_ends_when_its_token_expires(agent, ops, h100a_token):
+    old, old_raw = h100a_token
+    await HostToken.objects.filter(pk=old.pk).aupdate(expires_at=timezone.now() + timedelta(seconds=1))
+    async with agent(old_raw) as a:
+        await a.hello()
+        error = await a.recv(timeout=5)
+        assert error == {"type": "error", "code": "token_expired", "message": error["message"]}
+        assert await a.closed() == 1013  # the agent reconnects, rereading its token file
