@@ -106,12 +106,12 @@ def _reserved_note(instance: Instance, held: tuple[int, Decimal], list_price: De
     if instance.slice_profile_id:
         return "Reservations cover whole GPUs only: this slice instance bills on-demand."
     if not rest:
-        return f"All {gpus} GPUs are covered by the team's reservations ({cost / gpus:.4g}/h each)."
+        return f"All {gpus} GPUs are covered by the team's reservations ({_rate(cost / gpus)}/h each)."
     if not gpus:
-        return (f"No reservation has room for it now: all {rest} GPUs bill on-demand ({list_price:.4g}/h each) "
+        return (f"No reservation has room for it now: all {rest} GPUs bill on-demand ({_rate(list_price)}/h each) "
                 "until the team's reserved GPUs of this model free up.")
     return (f"{gpus} of its {instance.gpu_count} GPUs are covered by the team's reservations "
-            f"({cost / gpus:.4g}/h each); the other {rest} bill on-demand ({list_price:.4g}/h each).")
+            f"({_rate(cost / gpus)}/h each); the other {rest} bill on-demand ({_rate(list_price)}/h each).")
 
 
 def _cover(reserved: list[Instance], reservations: list[Reservation], now: datetime, out: RunRate) -> dict:
@@ -158,7 +158,8 @@ SPOT_LINE = ("Spot: {spot}/h now (on-demand {listed}/h); the price moves, and th
 
 
 def _rate(value: Decimal) -> str:
-    text = f"{value.normalize():f}"
+    """An hourly price as people read it: its own decimals, at least 2 (1.794, 2.79)."""
+    text = f"{value.quantize(Decimal('0.000001')).normalize():f}"
     whole, _, frac = text.partition(".")
     return f"{whole}.{frac.ljust(2, '0')}"
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.models import Team
+from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_operator
 from instances import services as instance_services
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
@@ -29,6 +30,7 @@ from .models import (
     Price,
     Reservation,
     SpotPrice,
+    UnratedUsage,
     UsageRecord,
     currency,
 )
@@ -252,9 +254,18 @@ def reservation_list(request):
     rows = []
     for r in reservations[:100]:
         used = Charge.objects.filter(reservation=r).aggregate(c=Sum("billed_cents"))["c"]
-        rows.append({"r": r, "status": r.status(now), "billed": pricing.from_cents(used)})
+        rows.append({"r": r, "status": r.status(now), "billed": pricing.from_cents(used), "basis": _basis(r)})
     context = {"form": form, "rows": rows, "can_buy": form.fields["team"].queryset.exists(), "currency": currency()}
     return render(request, "billing/reservations.html", context, status=400 if request.method == "POST" else 200)
+
+
+def _basis(r: Reservation) -> str:
+    """Why a reservation costs what it does (it can differ from today's catalog)."""
+    if r.term == "1y":
+        listed = services.price_in_effect(r.gpu_model.name, "on_demand", r.start)
+        if listed is not None:
+            return f"60% of the {rate_text(listed)}/h on-demand price when it started, fixed for the term"
+    return "the catalog's 3-year price when it started, fixed for the term"
 
 
 @login_required
@@ -290,6 +301,8 @@ def price_list(request):
         "rows": rows, "operator": operator, "price_form": price_form, "spot_form": spot_form,
         "periods": Price.objects.order_by("sku", "kind", "-effective_from")[:200],
         "recent_spot": SpotPrice.objects.order_by("-time")[:30], "currency": currency(),
+        "unrated": list(UnratedUsage.objects.select_related("instance", "team")[:50]) if operator else [],
+        "unrated_skus": sorted(set(UnratedUsage.objects.values_list("sku", flat=True))) if operator else [],
         "spot_instances": Instance.objects.for_user(request.user).filter(
             pricing_model=PricingModel.SPOT, state=State.RUNNING).select_related("team")[:50] if operator else [],
     }

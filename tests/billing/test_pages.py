@@ -81,4 +81,29 @@ def test_an_admin_reserves_on_the_page(prices, browse, alice, acme):
 def test_an_operator_sets_a_spot_price_on_the_page(prices, browse, ops, bob):
     assert browse(ops).post("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.99"}).status_code == 302
     assert browse(bob).post("/prices/", {"set_spot": "1", "sku": "H100-80GB", "hourly": "0.01"}).status_code == 403
-    assert "0.990000" in browse(bob).get("/prices/").content.decode()
+    assert "<td class=\"num mono\">0.99</td>" in browse(bob).get("/prices/").content.decode()
+
+
+def test_the_reservations_page_says_why_a_reservation_costs_what_it_does(client, alice, acme, prices):
+    from billing_support import at
+
+    from instances.models import GpuModel
+
+    services.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
+                                  gpu_count=2, term="1y", start=at(1), now=at(1))
+    client.force_login(alice)
+    assert "60% of the 2.00/h on-demand price when it started" in client.get("/reservations/").content.decode()
+
+
+def test_operators_see_unrated_usage_on_the_prices_page(client, ops, alice, play, bob, acme, meter):
+    from billing_support import at
+
+    from billing.models import Price
+
+    play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")], model="H200-141GB")
+    Price.objects.filter(sku="H200-141GB").delete()
+    meter()
+    client.force_login(ops)
+    assert 'id="unrated-usage"' in client.get("/prices/").content.decode()
+    client.force_login(alice)
+    assert 'id="unrated-usage"' not in client.get("/prices/").content.decode()
