@@ -11,7 +11,10 @@ django_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from console import serving  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
+
+serving.install()  # bounded websocket frames and buffering under daphne
 
 if settings.SERVE_STATIC:
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler

@@ -165,6 +165,9 @@ STATICFILES_DIRS = [
 ]
 SERVE_STATIC = envbool("SERVE_STATIC", True)
 
+# Largest websocket message the server reads (the agent protocol's frame limit);
+# larger ones are refused with close 4413 (console/serving.py).
+WEBSOCKET_MAX_MESSAGE_BYTES = 512 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 256 * 1024, minimum=1024)
 
 REST_FRAMEWORK = {

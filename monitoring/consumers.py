@@ -21,7 +21,6 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from audit.context import bind_scope
 from audit.models import Outcome
@@ -46,7 +45,7 @@ log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TOKEN_EXPIRED = 1013  # "try again later": the agent reconnects with the token it now has
-QUEUE_FRAMES = 8  # per connection; a full queue stops reading that agent's socket
+QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
 MERGE_FRAMES = 8  # frames one transaction may take from the queue
 
 
@@ -153,14 +152,27 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.timer = loop.call_later(HELLO_TIMEOUT_S, self._hello_late)
         # A token that expires (a rotated one, after its grace period) ends its connection;
         # 1013 makes the agent reconnect, reading its token file again.
-        left = (token.expires_at - timezone.now()).total_seconds()
-        self.expiry = loop.call_later(max(left, 0), self._token_expired)
+        self._expire_at(token.expires_at.timestamp())
+        # services.revoke_host_token / rotate_host_token reach this connection here.
+        self.token_group = services.token_group(token.pk)
+        await self.channel_layer.group_add(self.token_group, self.channel_name)
+
+    def _expire_at(self, when: float) -> None:
+        if getattr(self, "expiry", None) is not None:
+            self.expiry.cancel()
+        self.expiry = asyncio.get_running_loop().call_later(max(0.0, when - time.time()), self._token_expired)
 
     def _token_expired(self):
         if not self.closing:
             asyncio.ensure_future(
                 self.refuse(CLOSE_TOKEN_EXPIRED, "token_expired", "the host token expired; connect with its replacement")
             )
+
+    async def agent_token(self, message):
+        if message["revoked"]:
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "the host token was revoked")
+        else:  # rotated: the old token now ends with its grace period
+            self._expire_at(message["expires_at"])
 
     def _hello_late(self):
         if self.hello is None and not self.closing:
@@ -169,11 +181,16 @@ class AgentConsumer(AsyncWebsocketConsumer):
             )
 
     async def disconnect(self, code):
+        if code == p.CLOSE_TOO_LARGE and not self.closing and self.host is not None:
+            # Refused by the server before the consumer saw it (console/serving.py).
+            await database_sync_to_async(_note_refusal)(
+                self.host, "frame_too_large", f"a frame over {p.MAX_FRAME_BYTES} bytes", True)
         self.closing = True
-        if getattr(self, "expiry", None) is not None:
-            self.expiry.cancel()
-        if getattr(self, "timer", None) is not None:
-            self.timer.cancel()
+        for handle in (getattr(self, "timer", None), getattr(self, "expiry", None)):
+            if handle is not None:
+                handle.cancel()
+        if getattr(self, "token_group", None) is not None:
+            await self.channel_layer.group_discard(self.token_group, self.channel_name)
         if self.writer is not None:
             self.writer.cancel()
             await asyncio.gather(self.writer, return_exceptions=True)
@@ -196,7 +213,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self.on_hello(frames.hello(frame))
             else:
                 batch = frames.samples(frame, now=time.time(), known=self.known)
-                await self.queue.put(batch)  # waits while the writer is behind: backpressure
+                if self.queue.full():
+                    # Agents send one frame and wait for its ack; this one did not.
+                    # (console/serving.py stops reading the socket meanwhile.)
+                    raise ingest.Refused(p.CLOSE_FLOOD, "too_many_unacked",
+                                         f"more than {QUEUE_FRAMES} frames wait to be stored; "
+                                         "send the next frame after the ack of the last")
+                self.queue.put_nowait(batch)
         except frames.FrameError as exc:
             await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame())
         except ingest.Refused as exc:

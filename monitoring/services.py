@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -42,6 +44,25 @@ def create_host_token(*, actor, host: Host, name: str = "") -> tuple[HostToken, 
     return token, raw
 
 
+def token_group(token_id: int) -> str:
+    """The agent connections authenticated by one host token (at most a few)."""
+    return f"host_token.{token_id}"
+
+
+def _tell_agents(token: HostToken) -> None:
+    """After the commit, tell the agents connected with ``token`` what it now allows:
+    a revoked token closes them (4401) at once, a shortened one when it expires."""
+    message = {"type": "agent.token", "revoked": token.revoked_at is not None,
+               "expires_at": token.expires_at.timestamp()}
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(token_group(token.pk), message)
+
+    transaction.on_commit(send)
+
+
 @transaction.atomic
 def revoke_host_token(*, actor, token: HostToken) -> HostToken:
     token = HostToken.objects.select_for_update().select_related("host").get(pk=token.pk)
@@ -52,6 +73,7 @@ def revoke_host_token(*, actor, token: HostToken) -> HostToken:
             actor=actor, action="host_token.revoke", target=token,
             details={"host": token.host.name, "name": token.name, "prefix": token.prefix},
         )
+        _tell_agents(token)
     return token
 
 
@@ -78,6 +100,7 @@ def rotate_host_token(*, actor, token: HostToken, grace_s: int | None = None) ->
             "old_valid_until": token.expires_at.isoformat(),
         },
     )
+    _tell_agents(token)
     return new, raw
 
 

@@ -59,6 +59,7 @@ CLOSE_HELLO_TIMEOUT = 4408
 CLOSE_SEQ = 4409
 CLOSE_TOO_LARGE = 4413
 CLOSE_VERSION = 4426
+CLOSE_FLOOD = 4429
 
 # What the agent does about a close code: retry, drop the batch in flight, or stop.
 RETRY, DROP, FATAL = "retry", "drop", "fatal"
@@ -85,6 +86,7 @@ CLOSE_MEANING = {
     CLOSE_SEQ: "seq not increasing",
     CLOSE_TOO_LARGE: "frame too large",
     CLOSE_VERSION: "unsupported protocol version",
+    CLOSE_FLOOD: "frames sent without waiting for acks",
 }
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")

@@ -1,0 +1,104 @@
+"""Under daphne, a websocket message over 512 KiB is refused with the documented error
+and close 4413 (not a dropped connection), and a peer that writes faster than the
+application reads is pushed back instead of buffered."""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import websockets
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 512 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def daphne():
+    port = free_port()
+    env = os.environ | {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'console'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "asgi_apps.frames:application"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.2)
+    yield f"ws://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+async def exchange(url: str, path: str, size: int):
+    """The server's answer to one message of ``size`` bytes, and its close code (None
+    while it keeps the socket open)."""
+    async with websockets.connect(url + path, max_size=None) as ws:
+        await ws.send("x" * size)
+        answer = await asyncio.wait_for(ws.recv(), 10)
+        try:
+            await asyncio.wait_for(ws.recv(), 2)
+        except websockets.ConnectionClosed as closed:
+            return answer, closed.rcvd.code if closed.rcvd else 1006
+        except TimeoutError:
+            return answer, None
+        return answer, None
+
+
+def test_a_message_at_the_limit_is_read(daphne):
+    assert asyncio.run(exchange(daphne, "/ws/agent/", LIMIT)) == (str(LIMIT), None)
+
+
+@pytest.mark.parametrize("size", [LIMIT + 1, 4 * 1024 * 1024])
+def test_a_larger_agent_frame_gets_frame_too_large_and_4413(daphne, size):
+    answer, code = asyncio.run(exchange(daphne, "/ws/agent/", size))
+    assert json.loads(answer)["code"] == "frame_too_large"
+    assert code == 4413
+
+
+def test_a_larger_live_message_gets_the_live_error_and_4413(daphne):
+    answer, code = asyncio.run(exchange(daphne, "/ws/live/", LIMIT + 1))
+    assert json.loads(answer)["event"] == "error"
+    assert code == 4413
+
+
+async def flood(url: str, seconds: float) -> list[int]:
+    """Bytes sent, each second, to an application that reads nothing."""
+    sent, marks = 0, []
+    async with websockets.connect(url + "/ws/agent/", max_size=None, ping_interval=None) as ws:
+        await ws.send("hold")
+        frame = "x" * (64 * 1024)
+        loop = asyncio.get_running_loop()
+        for _ in range(int(seconds)):
+            deadline = loop.time() + 1
+            while loop.time() < deadline:
+                try:
+                    await asyncio.wait_for(ws.send(frame), deadline - loop.time())
+                except TimeoutError:
+                    break  # the server stopped reading: the send waits on a full buffer
+                sent += len(frame)
+            marks.append(sent)
+    return marks
+
+
+def test_a_peer_writing_faster_than_the_app_reads_is_pushed_back(daphne):
+    marks = asyncio.run(flood(daphne, 5))
+    # The server stops reading after 16 queued messages; once the kernel's buffers are
+    # full the peer can send nothing more (without push-back it goes on for ever).
+    assert marks[-1] == marks[-2] == marks[-3]
+    assert marks[-1] < 32 * 1024 * 1024
