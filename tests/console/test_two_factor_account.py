@@ -79,3 +79,17 @@ def test_only_operators_reset(client, request, who, charlie):
     client.force_login(request.getfixturevalue(who))
     assert client.post(f"/users/{charlie.pk}/reset-two-factor/").status_code == 403
     assert twofactor.enrolled(charlie)
+
+
+def test_a_locked_out_operator_is_reset_from_the_command_line(ops):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    enrol(ops)
+    out = StringIO()
+    call_command("reset_two_factor", "ops", stdout=out)
+    assert "reset" in out.getvalue() and not twofactor.enrolled(ops)
+    assert AuditEvent.objects.get(action="auth.2fa_reset").actor_name == "cli"
+    with pytest.raises(CommandError, match="No user"):
+        call_command("reset_two_factor", "nobody")
