@@ -136,3 +136,10 @@ def recorded_at(moment) -> Iterator[None]:
         yield
     finally:
         _recorded_at.reset(token)
+
+
+def request_ip(request) -> str | None:
+    """The client address of a Django request, by the same rule as the audit log
+    (django-axes counts sign-in failures per this address)."""
+    meta = request.META
+    return client_ip(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"))

@@ -191,3 +191,25 @@ class Verification(models.Model):
 
     def __str__(self) -> str:
         return f"{'valid' if self.valid else 'INVALID'} ({self.checked} events)"
+
+
+class RefusalTally(models.Model):
+    """Anonymous refusals (a bad agent token, a locked-out sign-in) counted per action,
+    source address and minute. A working counter outside the chain: ``flush_refusals``
+    turns each finished minute into one audit event carrying the count, so a flood of
+    refusals costs one chained row per source per minute instead of one each."""
+
+    minute = models.DateTimeField()
+    action = models.CharField(max_length=64)
+    source_ip = models.CharField(max_length=45, blank=True, default="")
+    count = models.PositiveIntegerField(default=0)
+    user_agent = models.CharField(max_length=400, blank=True, default="")  # the minute's first refusal's
+    details = models.JSONField(default=dict)  # the minute's first refusal's
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "action", "source_ip"], name="refusal_tally_once_per_minute")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} from {self.source_ip or '?'} at {self.minute:%H:%M}: {self.count}"

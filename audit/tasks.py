@@ -12,6 +12,7 @@ SCHEDULE = {
     ),
     "audit-verify": (getattr(settings, "AUDIT_VERIFY_SECONDS", 86_400), "audit.tasks.verify_chain"),
     "audit-retention": (86_400, "audit.tasks.apply_retention"),
+    "audit-refusals": (60, "audit.tasks.flush_refusals"),
 }
 
 
@@ -30,3 +31,8 @@ def verify_chain() -> bool:
 def apply_retention() -> int:
     # Bounded per run (one batch); the next run continues where this one stopped.
     return services.apply_retention(actor="system")
+
+
+@shared_task
+def flush_refusals() -> int:
+    return services.flush_refusals()

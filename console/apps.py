@@ -7,7 +7,7 @@ class ConsoleConfig(AppConfig):
 
     def ready(self):
         # schema registers the OpenAPI auth extension; sessions records sign-ins and -outs.
-        from . import schema, sessions  # noqa: F401
+        from . import lockout, schema, sessions  # noqa: F401
         from .api.fields import bound_model_datetimes
 
         bound_model_datetimes()

@@ -1,5 +1,6 @@
 """Settings read from the environment; defaults run on one machine with no services."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import plotly
@@ -46,6 +47,7 @@ INSTALLED_APPS = [
     "instances",
     "monitoring",
     "billing",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -60,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "console.sessions.SessionLimitsMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: answers a sign-in that django-axes refused (AXES_* below).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -294,7 +298,22 @@ OIDC_PROVIDER_NAME = envstr("OIDC_PROVIDER_NAME", "single sign-on")
 OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)
 OIDC_USE_PKCE = True
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "console.sso.Backend"]
+# django-axes first: it refuses a sign-in that is locked out before a password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend", "console.sso.Backend"]
+# Sign-in throttling (the page, the API token endpoint): after LOGIN_FAILURE_LIMIT failures
+# for one username, or from one client address, sign-ins from it are refused with 429 for
+# LOGIN_COOLOFF_MINUTES. Attempts live in the database, shared by every worker; the client
+# address is the audit log's, so TRUSTED_PROXY_COUNT applies and a client header alone
+# changes nothing.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_CLIENT_IP_CALLABLE = "audit.context.request_ip"
+AXES_LOCKOUT_CALLABLE = "console.lockout.locked_out"
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # the audit log records sign-ins
+AXES_VERBOSE = False
 
 # Telemetry
 RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)
@@ -315,5 +334,5 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "axes": {"level": "ERROR"}},
 }

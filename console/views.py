@@ -50,7 +50,8 @@ class LoginView(auth_views.LoginView):
         return response
 
     def form_invalid(self, form):
-        services.record_login(user=None, success=False, username=form.data.get("username", ""))
+        if not getattr(self.request, "axes_locked_out", False):  # a lockout is audited by console.lockout
+            services.record_login(user=None, success=False, username=form.data.get("username", ""))
         return super().form_invalid(form)
 
     def get_context_data(self, **kwargs):

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.services import record_event, record_refusal
 from instances import services as instance_services
 from instances.models import Host, HostKind, Region
 
@@ -136,6 +136,9 @@ def authenticate_agent(raw: str) -> HostToken | None:
 
 
 def record_agent_reject(*, host: Host | None, reason: str, details: dict | None = None) -> None:
+    if host is None:  # no valid token: counted per source address and minute, not a row each
+        record_refusal(action="agent.reject", details={"reason": reason[:300], **(details or {})})
+        return
     record_event(
         actor=host if host is not None else "agent",
         action="agent.reject",

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from console import services, twofactor
+from console import lockout, services, twofactor
 from console.models import ApiToken, Membership, Team
 from console.tenancy import ADMIN_ROLES, is_operator
 
@@ -37,7 +37,10 @@ class ObtainTokenView(APIView):
         form = LoginSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        user = authenticate(request, username=data["username"], password=data["password"])
+        # The HttpRequest, not DRF's wrapper: django-axes marks a lockout on it.
+        user = authenticate(request._request, username=data["username"], password=data["password"])
+        if user is None and getattr(request._request, "axes_locked_out", False):
+            return Response({"detail": lockout.message(), "code": "locked_out"}, status=429)
         if user is None:
             services.record_login(user=None, success=False, username=data["username"], via="api")
             return Response({"detail": "Wrong username or password."}, status=status.HTTP_400_BAD_REQUEST)

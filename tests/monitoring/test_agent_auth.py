@@ -1,11 +1,15 @@
 """Agents authenticate with their host's token in a header; a token publishes only
 for its own host's GPUs."""
 
+from datetime import timedelta
+
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 from telemetry_wire import Agent, gpu_entry
 
 from audit.models import AuditEvent
+from audit.services import flush_refusals
 from instances.models import Gpu, Host
 from monitoring import services
 from monitoring.models import GpuEvent, HostToken
@@ -23,8 +27,9 @@ async def test_a_wrong_token_is_refused_and_audited(fleet):
     async with Agent("gph_not-a-token") as a:
         assert (await a.recv())["code"] == "bad_token"
         assert await a.closed() == 4401
+    await sync_to_async(flush_refusals)(now=timezone.now() + timedelta(minutes=1))
     event = await AuditEvent.objects.filter(action="agent.reject").alast()
-    assert event.outcome == "denied"
+    assert (event.outcome, event.details["count"]) == ("denied", 1)
 
 
 async def test_a_rejected_agent_is_audited_with_its_address_and_user_agent(fleet):
@@ -32,6 +37,7 @@ async def test_a_rejected_agent_is_audited_with_its_address_and_user_agent(fleet
     agent.ws.scope["client"] = ["203.0.113.9", 51000]
     async with agent as a:
         assert await a.closed() == 4401
+    await sync_to_async(flush_refusals)(now=timezone.now() + timedelta(minutes=1))
     event = await AuditEvent.objects.filter(action="agent.reject").alast()
     assert (event.source_ip, event.user_agent) == ("203.0.113.9", "gpuconsole-agent/0.1.0")
 
