@@ -191,6 +191,16 @@ def gpu_used_q(prefix: str = "") -> models.Q:
     return models.Q(**{f"{prefix}instance__isnull": False}) | models.Q(**{f"{prefix}slices__instance__isnull": False})
 
 
+class Precision(models.TextChoices):
+    """The number format an instance's tensor work mostly uses; it picks the peak its
+    achieved-TFLOP/s estimate is measured against (monitoring/flops.py)."""
+
+    BF16 = "bf16", "bf16"
+    FP16 = "fp16", "fp16"
+    TF32 = "tf32", "tf32"
+    FP8 = "fp8", "fp8"
+
+
 class Instance(models.Model):
     team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="instances")
     name = models.CharField(max_length=63, validators=[plain_name])
@@ -209,6 +219,8 @@ class Instance(models.Model):
     state_changed_at = models.DateTimeField(default=timezone.now)
     # {key: value} strings the team attaches (cost centre, project); exported as FOCUS Tags.
     labels = models.JSONField(default=dict, blank=True)
+    # The number format its tensor work mostly uses: picks the peak of the TFLOP/s estimate.
+    precision = models.CharField(max_length=8, choices=Precision.choices, default=Precision.BF16)
 
     objects = TeamScopedQuerySet.as_manager(team_path="team")
 

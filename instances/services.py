@@ -29,6 +29,7 @@ from .models import (
     Instance,
     LifecycleEvent,
     NoticeStatus,
+    Precision,
     PreemptionNotice,
     PricingModel,
     Region,
@@ -440,6 +441,20 @@ def force_stop(*, actor, instance: Instance, at: datetime | None = None) -> Inst
     _release(instance, at)
     return _transition(instance, State.STOPPED, actor=actor, action="instance.force_stop", at=at,
                        reason=f"forced by an operator after {stuck_for} s in stopping", details={"stuck_s": stuck_for})
+
+
+@transaction.atomic
+def set_precision(*, actor, instance: Instance, precision: str) -> Instance:
+    """The number format the instance's achieved-TFLOP/s estimate assumes."""
+    if precision not in Precision.values:
+        raise LifecycleError(f"Unknown precision {precision!r}; choose one of {', '.join(Precision.values)}.")
+    instance = _locked(instance)
+    before = instance.precision
+    instance.precision = precision
+    instance.save(update_fields=["precision"])
+    record_event(actor=actor, action="instance.precision", target=instance, team=instance.team_id,
+                 details={"from": before, "to": precision})
+    return instance
 
 
 def holding(instance: Instance) -> bool:

@@ -12,7 +12,7 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import catalog, services
 from .forms import LaunchForm
-from .models import GpuModel, Host, Instance, State, gpu_used_q
+from .models import GpuModel, Host, Instance, Precision, State, gpu_used_q
 
 ACTIONS = {
     "start": services.start_instance,
@@ -48,6 +48,7 @@ def instance_detail(request, pk):
         "instance": instance,
         "can_act": can_act,
         "preemption": instance.preemption_notices.filter(status="pending").first(),
+        "precisions": Precision.choices,
         **_cost_context(request, instance),
     }
     return render(request, "instances/detail.html", context)

@@ -49,17 +49,23 @@ class GpuMetricsView(APIView):
     @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request, uuid):
         window = _window(request)
-        gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).values("id").first()
+        gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).select_related("model", "instance").first()
         if gpu is not None:
-            gpu_id, slice_id = gpu["id"], None
+            gpu_id, slice_id, profile, holder = gpu.pk, None, None, gpu.instance
         else:
-            piece = GpuSlice.objects.for_user(request.user).filter(uuid=uuid).values("id", "gpu_id").first()
+            piece = (
+                GpuSlice.objects.for_user(request.user).filter(uuid=uuid)
+                .select_related("gpu__model", "profile", "instance").first()
+            )
             if piece is None:
                 raise NotFound("No such GPU.")
-            gpu_id, slice_id = piece["gpu_id"], piece["id"]
-        tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id)
+            gpu, gpu_id, slice_id, profile, holder = piece.gpu, piece.gpu_id, piece.pk, piece.profile, piece.instance
+        # The estimate assumes the current holder's precision (bf16 when free).
+        basis = queries.device_basis(gpu.model.name, holder.precision if holder else "bf16", profile)
+        tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id, basis=basis)
         return Response(
-            {"gpu": uuid, "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end), "series": series}
+            {"gpu": uuid, "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end),
+             "series": series, "tflops_basis": basis.as_dict() if basis else None}
         )
 
 
@@ -69,13 +75,15 @@ class InstanceMetricsView(APIView):
     @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request, pk):
         window = _window(request)
-        instance = Instance.objects.for_user(request.user).filter(pk=pk).values("id").first()
+        instance = Instance.objects.for_user(request.user).filter(pk=pk).first()
         if instance is None:
             raise NotFound("No such instance.")
-        tier, gpus = queries.instance_series(request.user, window, instance_id=instance["id"])
+        bases = queries.instance_bases(instance)
+        tier, gpus = queries.instance_series(request.user, window, instance_id=instance.pk, bases=bases)
         return Response(
-            {"instance": instance["id"], "tier": tier, "start": queries.iso(window.start),
-             "end": queries.iso(window.end), "gpus": gpus}
+            {"instance": instance.pk, "tier": tier, "start": queries.iso(window.start),
+             "end": queries.iso(window.end), "gpus": gpus, "precision": instance.precision,
+             "tflops_basis": {uuid: b.as_dict() if b else None for uuid, b in bases.items()}}
         )
 
 

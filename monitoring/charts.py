@@ -247,6 +247,21 @@ def utilization_figure(series: dict) -> dict:
     )
 
 
+def tflops_figure(series: dict, *, peak_tflops: float | None = None) -> dict:
+    """Achieved TFLOP/s, estimated from tensor activity (monitoring/flops.py), against
+    the device's dense peak at the instance's precision."""
+    data = band(series, "tflops_est", "Achieved TFLOP/s (est.)", color=PALETTE["violet"])
+    data.append(line(series, "tflops_est", "Achieved TFLOP/s (est.)", unit="TFLOP/s", color=PALETTE["violet"]))
+    fig_layout = layout("Achieved TFLOP/s (estimate)", "TFLOP/s")
+    if peak_tflops:
+        shape, note = level_line(round(peak_tflops, 1), f"dense peak {peak_tflops:.0f}", color=PALETTE["muted"])
+        fig_layout["shapes"].append(shape)
+        fig_layout["annotations"].append(note)
+        fig_layout["yaxis"]["range"] = [0, peak_tflops * 1.08]
+        fig_layout["yaxis"].pop("rangemode", None)
+    return figure(data, fig_layout, name="tflops", unit="TFLOP/s")
+
+
 def memory_figure(series: dict, *, memory_total: int | None = None) -> dict:
     """Memory used, in GiB, against the GPU's total."""
     scale = 1 / GIB
@@ -423,10 +438,14 @@ def gpu_figures(
     max_clock_mhz: int | None = None,
     alert_c: float | None = None,
     throttle: Sequence[dict] = (),
+    peak_tflops: float | None = None,
 ) -> dict[str, dict]:
-    """Every chart of one GPU's detail view, in page order."""
+    """Every chart of one GPU's detail view, in page order (achieved TFLOP/s only where
+    an estimate has a basis)."""
+    tflops = {"tflops": tflops_figure(series, peak_tflops=peak_tflops)} if peak_tflops else {}
     return {
         "utilization": utilization_figure(series),
+        **tflops,
         "memory": memory_figure(series, memory_total=memory_total),
         "power": power_figure(series, power_limit_mw=power_limit_mw),
         "temperature": temperature_figure(series, alert_c=alert_c),
@@ -444,6 +463,7 @@ GPU_METRICS = (
     "temp_c",
     "sm_clock_mhz",
     "mem_clock_mhz",
+    "tflops_est",
 )
 
 

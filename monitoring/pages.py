@@ -96,6 +96,7 @@ def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
         "memory_total": total,
         "power_limit_mw": None,
         "tile": charts.tile(metrics, memory_total=total),
+        "slice": True,
         "t": latest.time.isoformat() if latest else None,
         "stale": latest.is_stale(now) if latest else True,
         "seen": latest is not None,
@@ -271,18 +272,26 @@ def panel_config(
     sets: dict[str, dict] = {}
     out = []
     for device in devices:
-        key = f"{device['memory_total']}:{device['power_limit_mw']}"
+        basis = device.get("tflops_basis")
+        peak = basis["peak_tflops"] if basis else None
+        piece = bool(device.get("slice"))
+        key = f"{device['memory_total']}:{device['power_limit_mw']}:{peak}:{piece}"
         if key not in sets:
             figures = charts.gpu_figures(
                 {},
                 memory_total=device["memory_total"],
                 power_limit_mw=device["power_limit_mw"],
                 alert_c=alert_temp_c(),
+                peak_tflops=peak,
             )
             if "ecc" in extra:
                 figures["ecc"] = charts.ecc_figure({})
+            if piece:
+                # Power, temperature and clocks belong to the whole GPU: a slice has none.
+                for name in ("power", "temperature", "clocks"):
+                    figures.pop(name, None)
             sets[key] = figures
-        out.append({"uuid": device["uuid"], "label": device["label"], "figures": key})
+        out.append({"uuid": device["uuid"], "label": device["label"], "figures": key, "tflops_basis": basis})
     metrics = list(charts.GPU_METRICS) + (list(charts.ECC_METRICS) if "ecc" in extra else [])
     return {
         "devices": out,
@@ -322,6 +331,10 @@ def instance_panel(request, pk):
     }
     if not devices:
         devices = held_before(instance)
+    bases = queries.instance_bases(instance)
+    for device in devices:
+        basis = bases.get(device["uuid"])
+        device["tflops_basis"] = basis.as_dict() if basis else None
     source = {"kind": "instance", "url": reverse("instance-metrics", args=[pk])}
     config = panel_config(devices, source=source, live={"kind": "instance", "id": pk})
     config["procs"] = {
@@ -356,6 +369,7 @@ def held_before(instance: Instance) -> list[dict]:
                     "label": f"gpu{gpu.index} {piece.profile.name} #{piece.gpu_instance_id}",
                     "memory_total": piece.profile.memory_gb * GIB,
                     "power_limit_mw": None,
+                    "slice": True,
                 }
             )
         else:
@@ -414,6 +428,24 @@ def throttle(request, uuid):
             "segments": segments,
         }
     )
+
+
+@login_required
+@require_POST
+def instance_precision(request, pk):
+    """Set the precision the instance's TFLOP/s estimate assumes (team writers)."""
+    from instances import services as instance_services
+
+    instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
+    if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
+        raise PermissionDenied("Your role in this team does not allow you to change this instance.")
+    try:
+        instance_services.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
+    except instance_services.LifecycleError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"The TFLOP/s estimate of {instance.name} now assumes {request.POST['precision']}.")
+    return redirect("instance-detail", pk=pk)
 
 
 # --- hosts and GPUs (operators) -----------------------------------------------------

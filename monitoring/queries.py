@@ -16,8 +16,14 @@ from django.db.models.functions import Cast, Floor
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .catalog import CHARTABLE, COUNTERS, GAUGES, STATES
+from . import flops
+from .catalog import CHARTABLE as STORED
+from .catalog import COUNTERS, GAUGES, STATES
 from .models import Rollup1h, Rollup1m, Sample
+
+# Metrics computed from stored ones when read: name -> the stored metrics it needs.
+DERIVED = {"tflops_est": ("tensor_active_pct", "sm_clock_mhz")}
+CHARTABLE = STORED + tuple(DERIVED)
 
 MAX_POINTS = 2000
 RAW_MAX_RANGE = timedelta(hours=6)
@@ -90,6 +96,14 @@ class Window:
     end: datetime
     metrics: tuple[str, ...]
     max_points: int = MAX_POINTS
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        """The stored metrics to read: the asked ones, derived ones replaced by their inputs."""
+        out = []
+        for metric in self.metrics:
+            out += DERIVED.get(metric, (metric,))
+        return tuple(dict.fromkeys(out))
 
     @property
     def tier(self) -> str:
@@ -166,7 +180,7 @@ def bucket_rows(qs: QuerySet, window: Window, *, group: tuple[str, ...] = ()) ->
     width = (window.end - window.start).total_seconds() / window.max_points
     origin = window.start.timestamp()
     aggregates = {}
-    for metric in window.metrics:
+    for metric in window.stored:
         aggregates |= _aggregates(metric, tier)
     rows = (
         qs.filter(**{f"{time_field}__gte": window.start, f"{time_field}__lt": window.end})
@@ -178,10 +192,14 @@ def bucket_rows(qs: QuerySet, window: Window, *, group: tuple[str, ...] = ()) ->
     return tier, list(rows)
 
 
-def to_series(rows: list[dict], metrics: tuple[str, ...]) -> dict:
-    """{metric: {"t": [iso…], "avg": […], "min": […], "max": […]}}, skipping empty buckets."""
+def to_series(rows: list[dict], metrics: tuple[str, ...], basis: flops.Basis | None = None) -> dict:
+    """{metric: {"t": [iso…], "avg": […], "min": […], "max": […]}}, skipping empty buckets.
+    ``tflops_est`` needs the device's ``basis``; without one its series is empty."""
     out = {}
     for metric in metrics:
+        if metric == "tflops_est":
+            out[metric] = _tflops_series(rows, basis)
+            continue
         series = {"t": [], "avg": [], "min": [], "max": []}
         for row in rows:
             avg = row[f"{metric}__avg"]
@@ -195,28 +213,70 @@ def to_series(rows: list[dict], metrics: tuple[str, ...]) -> dict:
     return out
 
 
+def _tflops_series(rows: list[dict], basis: flops.Basis | None) -> dict:
+    series = {"t": [], "avg": [], "min": [], "max": []}
+    if basis is None:
+        return series
+    for row in rows:
+        clock = row["sm_clock_mhz__avg"]
+        avg = flops.estimate(row["tensor_active_pct__avg"], clock, basis)
+        if avg is None:
+            continue
+        series["t"].append(row["t"].astimezone(UTC).isoformat().replace("+00:00", "Z"))
+        series["avg"].append(avg)
+        series["min"].append(flops.estimate(row["tensor_active_pct__min"], clock, basis))
+        series["max"].append(flops.estimate(row["tensor_active_pct__max"], clock, basis))
+    return series
+
+
 def scoped(tier: str, user) -> QuerySet:
     """The tier's rows that ``user`` may read: their teams' samples (operators: all)."""
     return _tier_source(tier)[0].objects.for_user(user)
 
 
-def gpu_series(user, window: Window, *, gpu_id: int, slice_id: int | None) -> tuple[str, dict]:
+def gpu_series(
+    user, window: Window, *, gpu_id: int, slice_id: int | None, basis: flops.Basis | None = None
+) -> tuple[str, dict]:
     """Series of one GPU (``slice_id`` None: the whole GPU), as far as ``user`` may see it."""
     qs = scoped(window.tier, user).filter(gpu_id=gpu_id)
     qs = qs.filter(slice_id=slice_id) if slice_id else qs.filter(slice__isnull=True)
     tier, rows = bucket_rows(qs, window)
-    return tier, to_series(rows, window.metrics)
+    return tier, to_series(rows, window.metrics, basis)
 
 
-def instance_series(user, window: Window, *, instance_id: int) -> tuple[str, dict]:
+def instance_series(
+    user, window: Window, *, instance_id: int, bases: dict[str, flops.Basis | None] | None = None
+) -> tuple[str, dict]:
     """{uuid: series} for every GPU or slice that reported while held by the instance."""
     qs = scoped(window.tier, user).filter(instance_id=instance_id)
     tier, rows = bucket_rows(qs, window, group=("gpu__uuid", "slice__uuid"))
     by_device: dict[str, list[dict]] = {}
     for row in rows:
         by_device.setdefault(row["slice__uuid"] or row["gpu__uuid"], []).append(row)
-    return tier, {uuid: to_series(device_rows, window.metrics) for uuid, device_rows in by_device.items()}
+    bases = bases or {}
+    return tier, {
+        uuid: to_series(device_rows, window.metrics, bases.get(uuid)) for uuid, device_rows in by_device.items()
+    }
 
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def device_basis(model_name: str, precision: str, profile=None) -> flops.Basis | None:
+    """The TFLOP/s estimate's basis for a GPU, or a slice of ``profile``."""
+    share = flops.slice_share(profile.name, profile.kind) if profile is not None else 1.0
+    return flops.basis(model_name, precision, share=share)
+
+
+def instance_bases(instance) -> dict[str, flops.Basis | None]:
+    """{uuid: basis} of every GPU and slice the instance ever held, at its precision."""
+    from instances.models import GpuHold
+
+    holds = GpuHold.objects.filter(instance=instance).select_related("gpu__model", "slice__profile")
+    return {
+        (h.slice.uuid if h.slice else h.gpu.uuid): device_basis(
+            h.gpu.model.name, instance.precision, h.slice.profile if h.slice else None
+        )
+        for h in holds
+    }

@@ -17,6 +17,7 @@
     ["custom", "Custom", null],
   ];
   const LIVE_MAX_POINTS = 3000;
+  const OVERLAY_COLORS = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#65a30d"];
   const FLUSH_MS = 500;
 
   function el(tag, attrs, children) {
@@ -76,6 +77,10 @@
       this.config = config;
       this.client = config.client;
       this.device = config.devices[0];
+      // Several devices of one instance: every device overlaid per chart (one fetch
+      // answers for all), with a toggle to one device at a time.
+      this.overlay = config.devices.length > 1 && config.source.kind === "instance";
+      this.lastClock = {};
       this.range = "live";
       this.window = null;
       this.charts = {};
@@ -104,8 +109,12 @@
       const bar = el("div", { class: "panel-toolbar" });
       if (this.config.devices.length > 1) {
         const select = el("select", { id: id + "-device", "aria-label": "Device" });
+        if (this.overlay) select.appendChild(el("option", { value: "all", text: "All " + this.config.devices.length + " devices, overlaid" }));
         this.config.devices.forEach((d, i) => select.appendChild(el("option", { value: i, text: d.label })));
-        select.addEventListener("change", () => this.setDevice(this.config.devices[+select.value]));
+        select.addEventListener("change", () => {
+          this.overlay = select.value === "all";
+          this.setDevice(this.overlay ? this.config.devices[0] : this.config.devices[+select.value]);
+        });
         bar.appendChild(el("div", { class: "field" }, [el("label", { for: id + "-device", text: "Device" }), select]));
       }
       const group = el("div", { class: "range-group", role: "group", "aria-label": "Time range" });
@@ -160,7 +169,10 @@
         csv.addEventListener("click", () => this.downloadCsv(name));
         png.addEventListener("click", () => this.downloadPng(name));
         const tools = el("div", { class: "chart-tools", role: "group", "aria-label": fig.layout.title.text + " downloads" }, [csv, png]);
-        this.grid.appendChild(el("section", { class: "chart-card" }, [tools, plot]));
+        const card = el("section", { class: "chart-card" }, [tools, plot]);
+        const basis = this.device.tflops_basis;
+        if (name === "tflops" && basis) card.appendChild(el("p", { class: "muted chart-note", text: basis.text }));
+        this.grid.appendChild(card);
         const chart = { name, plot, template: fig, hasData: {} };
         this.charts[name] = chart;
         Plotly.newPlot(plot, clone(fig.data), clone(fig.layout), fig.config);
@@ -295,7 +307,10 @@
       this.revision++;
       let points = 0;
       Object.values(this.charts).forEach((chart) => {
-        points = Math.max(points, this.fill(chart, series, throttle.segments || [], body.tier, [start, end]));
+        const n = this.overlay
+          ? this.fillOverlay(chart, body.gpus || {}, body.tier, [start, end])
+          : this.fill(chart, series, throttle.segments || [], body.tier, [start, end]);
+        points = Math.max(points, n);
       });
       const label = (RANGES.find((r) => r[0] === this.range) || [0, "Custom"])[1];
       const tier = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" }[body.tier] || body.tier;
@@ -337,15 +352,56 @@
         if (tier === "raw" && meta.envelope) trace.visible = false;
       });
       layout.uirevision = this.range + ":" + this.revision;
-      // Past ranges show the whole window, data or not; live follows the data.
-      if (this.range !== "live") layout.xaxis.range = span.map((ms) => GC.plotTime(ms));
       chart.emptyNote = !Object.values(chart.hasData).some(Boolean);
+      this.finishLayout(chart, layout, span);
+      this.silent++;
+      Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
+      chart.layout = layout;
+      return points;
+    }
+
+    /* Past ranges show the whole window, data or not; live follows the data, and an
+     * empty chart shows the requested window too (not plotly's default, year 2000). */
+    finishLayout(chart, layout, span) {
+      if (this.range !== "live" || chart.emptyNote) layout.xaxis.range = span.map((ms) => GC.plotTime(ms));
       if (chart.emptyNote) {
         layout.annotations.push({
           xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
           text: "No readings in this range", font: { size: 13, color: this.client.palette.muted },
         });
       }
+    }
+
+    primaryIndex(chart) {
+      return chart.template.data.findIndex((t) => t.meta && t.meta.metric && !t.meta.envelope && t.meta.stat !== "throttle");
+    }
+
+    /* One line per device for the chart's first metric, named after the device. */
+    fillOverlay(chart, gpus, tier, span) {
+      const base = chart.template.data[this.primaryIndex(chart)];
+      const layout = clone(chart.template.layout);
+      const colors = this.client.series_colors || OVERLAY_COLORS;
+      let points = 0;
+      chart.hasData = {};
+      const data = this.config.devices.map((device, k) => {
+        const trace = clone(base);
+        const entry = gpus[device.uuid] || {};
+        const s = (entry.series || entry)[base.meta.metric] || { t: [], avg: [] };
+        const values = (s[base.meta.stat] || []).map((v) => (v === null ? null : v * base.meta.scale));
+        [trace.x, trace.y] = withGaps(s.t || [], values, this.config.stale_after_s * 1000);
+        trace.name = device.label;
+        trace.line = Object.assign({}, trace.line, { color: colors[k % colors.length] });
+        trace.hovertemplate = trace.hovertemplate.replace(/<extra>.*<\/extra>/, "<extra>" + device.label + "</extra>");
+        trace.meta = Object.assign({}, base.meta, { uuid: device.uuid });
+        points = Math.max(points, (s.t || []).length);
+        if (trace.y.some((v) => v !== null)) chart.hasData[device.uuid] = true;
+        return trace;
+      });
+      layout.showlegend = true;
+      layout.uirevision = this.range + ":" + this.revision + ":all";
+      chart.emptyNote = !Object.values(chart.hasData).some(Boolean);
+      chart.overlayData = data;
+      this.finishLayout(chart, layout, span);
       this.silent++;
       Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
       chart.layout = layout;
@@ -376,7 +432,40 @@
 
     /* ---- live ----------------------------------------------------------------------- */
 
+    /* tflops_est of a live reading: tensor activity (slow readings) with the newest SM
+     * clock seen for that device (fast readings), on the device's basis. */
+    liveTflops(device, m) {
+      if (m.sm_clock_mhz !== undefined && m.sm_clock_mhz !== null) this.lastClock[device.uuid] = m.sm_clock_mhz;
+      const b = device.tflops_basis;
+      if (!b || m.tensor_active_pct === undefined || m.tensor_active_pct === null) return undefined;
+      const clock = this.lastClock[device.uuid];
+      const ratio = clock === undefined ? 1 : Math.min(1, Math.max(0, clock / b.max_clock_mhz));
+      return (m.tensor_active_pct / 100) * b.peak_tflops * ratio * b.factor;
+    }
+
+    onLiveOverlay(gpus) {
+      gpus.forEach((g) => {
+        const k = this.config.devices.findIndex((d) => d.uuid === g.uuid);
+        if (k < 0) return;
+        if (!g.stale) this.lastLive = performance.now();
+        if (this.range !== "live" || !g.m) return;
+        const x = GC.plotTime(g.t);
+        if (!x) return;
+        const device = this.config.devices[k];
+        Object.values(this.charts).forEach((chart) => {
+          const base = chart.template.data[this.primaryIndex(chart)];
+          const metric = base.meta.metric;
+          const v = metric === "tflops_est" ? this.liveTflops(device, g.m) : g.m[metric];
+          if (v === null || v === undefined) return;
+          const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
+          this.push(buf, k, x, v * base.meta.scale);
+          if (!chart.hasData[device.uuid]) chart.hasData[device.uuid] = true;
+        });
+      });
+    }
+
     onLive(gpus) {
+      if (this.overlay) return this.onLiveOverlay(gpus);
       const g = gpus.find((x) => x.uuid === this.device.uuid);
       if (!g) return;
       if (!g.stale) this.lastLive = performance.now();
@@ -398,7 +487,7 @@
             this.liveThrottle = reasons;
             return;
           }
-          const v = g.m[meta.metric];
+          const v = meta.metric === "tflops_est" ? this.liveTflops(this.device, g.m) : g.m[meta.metric];
           if (v === null || v === undefined) return;
           if (meta.envelope) return;
           if (gap) this.push(buf, i, x, null);
@@ -435,9 +524,18 @@
       Object.entries(pending).forEach(([name, buf]) => {
         const chart = this.charts[name];
         if (!chart || !buf.idx.length) return;
-        const update = { x: buf.x, y: buf.y };
-        const throttleIdx = chart.template.data.findIndex((t) => (t.meta || {}).stat === "throttle");
-        if (throttleIdx >= 0 && buf.idx.includes(throttleIdx)) update.text = buf.text;
+        // The throttle marks carry hover text; the lines have none, and extendTraces
+        // refuses to extend an attribute a trace lacks, so they go in two calls.
+        const throttleIdx = this.overlay ? -1 : chart.template.data.findIndex((t) => (t.meta || {}).stat === "throttle");
+        const lines = { x: [], y: [] };
+        const lineIdx = [];
+        buf.idx.forEach((i, k) => {
+          if (i === throttleIdx) return;
+          lineIdx.push(i);
+          lines.x.push(buf.x[k]);
+          lines.y.push(buf.y[k]);
+        });
+        const t = buf.idx.indexOf(throttleIdx);
         if (chart.reveal) {
           Plotly.restyle(chart.plot, { visible: true }, chart.reveal);
           chart.reveal = null;
@@ -446,7 +544,10 @@
           chart.emptyNote = false;
           Plotly.relayout(chart.plot, { annotations: chart.template.layout.annotations });
         }
-        Plotly.extendTraces(chart.plot, update, buf.idx, LIVE_MAX_POINTS);
+        if (lineIdx.length) Plotly.extendTraces(chart.plot, lines, lineIdx, LIVE_MAX_POINTS);
+        if (t >= 0) {
+          Plotly.extendTraces(chart.plot, { x: [buf.x[t]], y: [buf.y[t]], text: [buf.text[t]] }, [throttleIdx], LIVE_MAX_POINTS);
+        }
       });
     }
 

@@ -33,7 +33,7 @@ def test_every_chart_offers_csv_and_png_and_keyboard_ranges(login):
     page = login("bob")
     open_instance(page, "acme-llm-finetune")
     cards = page.locator(".chart-card")
-    assert cards.count() == 5
+    assert cards.count() == 6  # utilization, achieved TFLOP/s (an H200), memory, power, temperature, clocks
     for i in range(cards.count()):
         assert cards.nth(i).locator("button", has_text="CSV").count() == 1
         assert cards.nth(i).locator("button", has_text="PNG").count() == 1
