@@ -655,7 +655,23 @@ def check_budgets(*, now: datetime | None = None, notify: bool = True) -> list[B
     for budget in Budget.objects.filter(month=month).select_related("team"):
         with transaction.atomic():
             raised += _check_budget_thresholds(budget, now, notify)
+    _end_budget_alerts(month, now)
     return raised
+
+
+def budget_alert_key(alert: BudgetAlert) -> str:
+    return f"budget:{alert.budget_id}:{alert.basis}:{alert.percent}"
+
+
+def _end_budget_alerts(month: date, now: datetime) -> None:
+    """Budget alerts of past months, deleted budgets or dropped thresholds resolve on
+    the Alerts page; this month's crossed thresholds stay until acknowledged or resolved."""
+    from monitoring import alerts
+
+    current = BudgetAlert.objects.filter(budget__month=month).select_related("budget")
+    keep = {budget_alert_key(a) for a in current
+            if a.percent in (a.budget.actual_thresholds if a.basis == Basis.ACTUAL else a.budget.forecast_thresholds)}
+    alerts.resolve_others(alerts.AlertKind.BUDGET, keep, now=now, why="the budget month or threshold ended")
 
 
 def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> list[BudgetAlert]:
@@ -676,6 +692,17 @@ def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> lis
     return raised
 
 
+def _open_budget_alert(alert: BudgetAlert, budget: Budget, text: str) -> None:
+    """The crossing on the one Alerts page, routed to the team's notification channels."""
+    from monitoring import alerts
+
+    severity = alerts.Severity.CRITICAL if alert.percent >= 100 else alerts.Severity.WARNING
+    alerts.raise_alert(alerts.AlertKind.BUDGET, alerts.Condition(
+        key=budget_alert_key(alert), message=text, value=float(alert.spend), threshold=float(alert.percent),
+        team_id=budget.team_id, severity=severity, category=alerts.Category.BUDGET,
+    ), now=alert.crossed_at)
+
+
 def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
     what = "Forecast month-end spend" if alert.basis == Basis.FORECAST else "Spend this month"
     text = (f"{what} for {budget.team.name} is {alert.spend} {budget.currency}, {alert.percent}% or more of the "
@@ -683,6 +710,7 @@ def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
     record_event(actor="system", action="billing.budget.alert", target=alert, team=budget.team_id,
                  details={"basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
                           "budget": str(budget.amount)})
+    _open_budget_alert(alert, budget, text)
     publish_on_commit([team_group(budget.team_id)], "budget", {
         "team": budget.team_id, "basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
         "amount": str(budget.amount), "currency": budget.currency, "message": text,

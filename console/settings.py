@@ -325,6 +325,12 @@ ALERT_TEMP_C = envint("ALERT_TEMP_C", 85, minimum=1)
 ALERT_POWER_PCT = envint("ALERT_POWER_PCT", 98, minimum=1)
 ALERT_WINDOW_S = envint("ALERT_WINDOW_S", 60, minimum=1)
 ALERT_AGENT_SILENT_S = envint("ALERT_AGENT_SILENT_S", 60, minimum=5)
+# Notifications: webhook targets on private/loopback addresses only for these hosts
+# (names, IPs or CIDRs, comma-separated); grouping and retries (monitoring/notify.py).
+ALERT_WEBHOOK_ALLOW_HOSTS = envlist("ALERT_WEBHOOK_ALLOW_HOSTS", [])
+ALERT_GROUP_WAIT_S = envint("ALERT_GROUP_WAIT_S", 5, minimum=0)
+ALERT_GROUP_INTERVAL_S = envint("ALERT_GROUP_INTERVAL_S", 300, minimum=0)
+ALERT_DELIVERY_ATTEMPTS = envint("ALERT_DELIVERY_ATTEMPTS", 5, minimum=1)
 IDLE_THRESHOLD_PCT = envint("IDLE_THRESHOLD_PCT", 10, minimum=0)
 IDLE_WINDOW_S = envint("IDLE_WINDOW_S", 1800, minimum=10)
 

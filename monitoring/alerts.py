@@ -1,28 +1,52 @@
-"""Alert rules and the one way alerts open, update and resolve.
+"""The one way alerts open, update and resolve, and the evaluation of alert rules.
 
-Each rule names the conditions that hold now, keyed like ``temperature:GPU-…``;
-``reconcile`` opens an alert for a new key, refreshes an active one, and resolves
-active alerts of that kind whose key no longer holds. Opening and resolving are
-audited (``alert.open``, ``alert.resolve``) and pushed live as ``alert`` events.
-Thresholds are settings; docs/telemetry.md lists them.
+An alert's ``key`` names one condition of one holder, e.g. ``r12:GPU-…:i40`` (rule 12
+on that GPU while instance 40 held it); the database keeps at most one active alert
+per key (a partial unique index), so concurrent ingest writers never open two.
+
+Rules (models.AlertRule, metrics in rules.py) are evaluated three ways:
+- on ingest, by ``Watch``: each agent connection keeps, per rule and GPU, since when
+  the condition holds; the database is written only when an alert opens, every
+  ``ALERT_REFRESH_S`` while it fires, and when it resolves;
+- on agent events (XID errors), also by ``Watch``;
+- by the periodic task (``evaluate``): agent silence, idle-but-billed GPUs, stale
+  ingest alerts, audit verification failures and spot preemption notices.
+Alerts are attributed to the holder of the GPU at the sample's time: a GPU handed to
+another tenant closes the old tenant's alert and opens one for the new tenant.
+Opening and resolving are audited (``alert.open``, ``alert.resolve``), pushed live as
+``alert`` events, and queued for the owner's notification channels (notify.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Avg, Count, Max, Min, Q
+from django.db import IntegrityError, transaction
+from django.db.models import Avg, Count, F, Min, Q
 from django.utils import timezone
 
+from audit.models import Verification
 from audit.services import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, publish_on_commit, team_group
-from instances.models import Gpu, GpuSlice, Instance, State
+from instances.models import Gpu, GpuSlice, Instance, NoticeStatus, PreemptionNotice, State
 
+from . import notify, rules
 from .activity import real_activity
-from .models import ACTIVE_STATES, AgentState, Alert, AlertKind, AlertState, GpuLatest, Sample
+from .models import (
+    ACTIVE_STATES,
+    AgentState,
+    Alert,
+    AlertKind,
+    AlertRule,
+    AlertState,
+    Category,
+    Sample,
+    Severity,
+)
 
 
 def setting(name: str, default: float) -> float:
@@ -31,14 +55,10 @@ def setting(name: str, default: float) -> float:
 
 def thresholds() -> dict[str, float]:
     return {
-        "temp_c": setting("ALERT_TEMP_C", 85),
-        "temp_clear_c": setting("ALERT_TEMP_CLEAR_C", 80),
-        "power_pct": setting("ALERT_POWER_PCT", 98),
-        "window_s": setting("ALERT_WINDOW_S", 60),
-        "agent_silent_s": setting("ALERT_AGENT_SILENT_S", 60),
         "xid_quiet_s": setting("ALERT_XID_QUIET_S", 3600),
-        "idle_pct": setting("IDLE_THRESHOLD_PCT", 10),
-        "idle_window_s": setting("IDLE_WINDOW_S", 1800),
+        "refresh_s": setting("ALERT_REFRESH_S", 30),
+        "stale_s": setting("ALERT_STALE_S", 300),
+        "rules_refresh_s": setting("ALERT_RULES_REFRESH_S", 5),
     }
 
 
@@ -55,6 +75,9 @@ class Condition:
     uuid: str = ""
     instance_id: int | None = None
     team_id: int | None = None
+    rule_id: int | None = None
+    severity: str = Severity.WARNING
+    category: str = Category.TELEMETRY
 
 
 # --- open / update / resolve ---------------------------------------------------------
@@ -75,12 +98,15 @@ def alert_data(alert: Alert) -> dict:
     return {
         "id": alert.pk,
         "kind": alert.kind,
+        "category": alert.category,
+        "severity": alert.severity,
         "state": alert.state,
         "message": alert.message,
         "uuid": alert.uuid,
         "instance": alert.instance_id,
         "team": alert.team_id,
         "host": alert.host_id,
+        "rule": alert.rule_id,
         "value": alert.value,
         "opened_at": alert.opened_at.isoformat(),
         "updated_at": alert.updated_at.isoformat(),
@@ -88,51 +114,63 @@ def alert_data(alert: Alert) -> dict:
     }
 
 
-@transaction.atomic
-def raise_alert(kind: str, condition: Condition, *, now: datetime | None = None) -> Alert:
-    """Open an alert for ``condition``, or refresh the active one with the same key."""
-    now = now or timezone.now()
+def _refresh(condition: Condition, now: datetime) -> Alert | None:
     alert = Alert.objects.select_for_update().filter(key=condition.key, state__in=ACTIVE_STATES).first()
     if alert is not None:
         alert.message = condition.message[:300]
         alert.value = condition.value
         alert.count += 1
-        alert.updated_at = now
+        alert.updated_at = max(now, alert.updated_at)
         alert.save(update_fields=["message", "value", "count", "updated_at"])
-        return alert
-    alert = Alert.objects.create(
-        kind=kind,
-        key=condition.key,
-        message=condition.message[:300],
-        value=condition.value,
-        threshold=condition.threshold,
-        host_id=condition.host_id,
-        gpu_id=condition.gpu_id,
-        uuid=condition.uuid,
-        instance_id=condition.instance_id,
-        team_id=condition.team_id,
-        opened_at=now,
-        updated_at=now,
-    )
-    record_event(
-        actor="system", action="alert.open", target=alert, team=alert.team_id,
-        details={"kind": kind, "key": alert.key, "message": alert.message, "value": alert.value},
-    )
-    announce(alert)
     return alert
 
 
 @transaction.atomic
-def resolve_alert(alert: Alert, *, now: datetime | None = None, why: str = "") -> Alert:
+def raise_alert(kind: str, condition: Condition, *, now: datetime | None = None) -> Alert:
+    """Open an alert for ``condition``, or refresh the active one with the same key."""
+    now = now or timezone.now()
+    alert = _refresh(condition, now)
+    if alert is not None:
+        return alert
+    try:
+        with transaction.atomic():
+            alert = Alert.objects.create(
+                kind=kind, category=condition.category, severity=condition.severity, rule_id=condition.rule_id,
+                key=condition.key, message=condition.message[:300], value=condition.value,
+                threshold=condition.threshold, host_id=condition.host_id, gpu_id=condition.gpu_id,
+                uuid=condition.uuid, instance_id=condition.instance_id, team_id=condition.team_id,
+                opened_at=now, updated_at=now,
+            )
+    except IntegrityError:
+        # Another writer opened this key between our look and our insert (the unique
+        # index waited for its commit); theirs is the alert.
+        alert = _refresh(condition, now)
+        if alert is None:
+            raise
+        return alert
+    record_event(
+        actor="system", action="alert.open", target=alert, team=alert.team_id,
+        details={"kind": kind, "key": alert.key, "message": alert.message, "value": alert.value,
+                 "rule": alert.rule_id, "severity": alert.severity},
+    )
+    announce(alert)
+    notify.enqueue(alert, now=now)
+    return alert
+
+
+@transaction.atomic
+def resolve_alert(alert: Alert, *, now: datetime | None = None, why: str = "", actor="system") -> Alert:
     alert = Alert.objects.select_for_update().get(pk=alert.pk)
     if alert.state == AlertState.RESOLVED:
         return alert
     now = now or timezone.now()
     alert.state = AlertState.RESOLVED
-    alert.resolved_at = alert.updated_at = now
-    alert.save(update_fields=["state", "resolved_at", "updated_at"])
+    alert.resolved_at = alert.updated_at = max(now, alert.opened_at)
+    if getattr(actor, "is_authenticated", False):
+        alert.resolved_by = actor
+    alert.save(update_fields=["state", "resolved_at", "updated_at", "resolved_by"])
     record_event(
-        actor="system", action="alert.resolve", target=alert, team=alert.team_id,
+        actor=actor, action="alert.resolve", target=alert, team=alert.team_id,
         details={"kind": alert.kind, "key": alert.key, "why": why},
     )
     announce(alert)
@@ -161,139 +199,330 @@ def reconcile(kind: str, conditions: list[Condition], *, now: datetime | None = 
         resolve_alert(alert, now=now, why="condition cleared")
 
 
-# --- rules ---------------------------------------------------------------------------
+def resolve_others(kind: str, keep: set[str], *, now: datetime | None = None, why: str) -> None:
+    for alert in Alert.objects.filter(kind=kind, state__in=ACTIVE_STATES).exclude(key__in=list(keep)):
+        resolve_alert(alert, now=now, why=why)
 
 
-def _holders() -> tuple[dict[int, tuple], dict[int, tuple]]:
-    gpus = {g["id"]: g for g in Gpu.objects.values("id", "uuid", "host_id", "instance_id", "team_id")}
-    slices = {s["id"]: s for s in GpuSlice.objects.values("id", "uuid", "gpu__host_id", "instance_id", "team_id")}
-    return gpus, slices
+# --- rule evaluation on ingest ---------------------------------------------------------
 
 
-def threshold_conditions(now: datetime) -> tuple[list[Condition], list[Condition]]:
-    """(temperature, power) conditions over the last ALERT_WINDOW_S of raw samples."""
-    limits = thresholds()
-    since = now - timedelta(seconds=limits["window_s"])
-    rows = (
-        Sample.objects.filter(time__gt=since, time__lte=now, slice__isnull=True)
-        .values("gpu_id")
-        .annotate(
-            temp=Max("temp_c"),
-            power=Avg("power_mw"),
-            limit=Max("power_limit_mw"),
-            model_limit_w=Max("gpu__model__power_limit_w"),
+def rule_key(rule_id: int, device: str, instance_id: int | None) -> str:
+    return f"r{rule_id}:{device}:i{instance_id or 0}"
+
+
+@dataclass(frozen=True)
+class RuleRef:
+    """What ``Watch`` needs of a rule, read once per refresh."""
+
+    id: int
+    name: str
+    metric: str
+    comparison: str
+    threshold: float
+    hold_s: int
+    severity: str
+    team_id: int | None
+    instance_id: int | None
+
+
+@dataclass
+class Track:
+    """One rule on one device for one holder: since when the condition holds."""
+
+    key: str
+    rule: RuleRef
+    instance_id: int | None
+    team_id: int | None
+    since: float
+    firing: bool = False
+    false_since: float | None = None
+    refreshed: float = 0.0
+
+
+@dataclass
+class Watch:
+    """Ingest-time rule evaluation for one host's agent connection (see module doc)."""
+
+    host_id: int
+    host_name: str
+    fleet: dict[str, list[RuleRef]] = field(default_factory=dict)  # device -> operators' rules
+    teams: dict[int, list[RuleRef]] = field(default_factory=dict)  # team -> its rules
+    tracks: dict[str, dict[int, Track]] = field(default_factory=dict)  # device -> rule id -> track
+    actions: list[tuple] = field(default_factory=list)
+    loaded_at: float = -math.inf
+    loaded_teams: frozenset = frozenset()
+    resumed: bool = False
+
+    def load(self, devices: dict, teams: set[int]) -> None:
+        """(Re)read the rules that apply to this host's devices, every
+        ALERT_RULES_REFRESH_S, or at once when a team appears among the holders."""
+        fresh = time.monotonic() - self.loaded_at < thresholds()["rules_refresh_s"]
+        if fresh and teams <= self.loaded_teams and devices.keys() == self.fleet.keys():
+            return
+        teams = frozenset(teams) | self.loaded_teams if fresh else frozenset(teams)
+        watched = [m for m, spec in rules.METRICS.items() if spec.how in (rules.INGEST, rules.EVENT)]
+        models = dict(Gpu.objects.filter(host_id=self.host_id).values_list("id", "model_id"))
+        found = AlertRule.objects.filter(enabled=True, metric__in=watched).filter(
+            Q(team__isnull=True, host__isnull=True) | Q(team__isnull=True, host_id=self.host_id) | Q(team_id__in=teams)
+        ).filter(Q(gpu_model__isnull=True) | Q(gpu_model_id__in=set(models.values())))
+        self.fleet = {uuid: [] for uuid in devices}
+        self.teams = {}
+        for rule in found.values_list("id", "name", "metric", "comparison", "threshold", "hold_s", "severity",
+                                      "team_id", "instance_id", "gpu_model_id"):
+            ref = RuleRef(*rule[:9])
+            if ref.team_id is not None:
+                self.teams.setdefault(ref.team_id, []).append(ref)
+                continue
+            for uuid, device in devices.items():
+                if rule[9] is None or models.get(device.gpu_id) == rule[9]:
+                    self.fleet[uuid].append(ref)
+        self.loaded_at, self.loaded_teams = time.monotonic(), teams
+        if not self.resumed:
+            self._resume()
+
+    def _resume(self) -> None:
+        """After a (re)connect: alerts this host's rules left open are tracked again,
+        so they resolve when their condition clears."""
+        refs = {r.id: r for rs in [*self.fleet.values(), *self.teams.values()] for r in rs}
+        active = Alert.objects.filter(host_id=self.host_id, state__in=ACTIVE_STATES, rule_id__in=list(refs))
+        for key, rule_id, uuid, instance_id, team_id in active.values_list(
+            "key", "rule_id", "uuid", "instance_id", "team_id"
+        ):
+            rule = refs[rule_id]
+            if rules.METRICS[rule.metric].how != rules.INGEST:
+                continue
+            self.tracks.setdefault(uuid, {})[rule_id] = Track(
+                key=key, rule=rule, instance_id=instance_id, team_id=team_id, since=-math.inf, firing=True,
+                refreshed=time.monotonic(),
+            )
+        self.resumed = True
+
+    def applicable(self, device: str, instance_id: int | None, team_id: int | None) -> list[RuleRef]:
+        found = self.fleet.get(device, [])
+        if team_id is not None and team_id in self.teams:
+            found = found + [r for r in self.teams[team_id] if r.instance_id in (None, instance_id)]
+        return found
+
+    def observe(self, device: str, holder, t: float, m: dict, instance_id: int | None, team_id: int | None) -> None:
+        """One reading of ``device`` at ``t`` held by (instance_id, team_id) then."""
+        candidates = self.applicable(device, instance_id, team_id)
+        tracks = self.tracks.get(device)
+        if tracks:
+            self._drop_inapplicable(tracks, candidates, t)
+        for rule in candidates:
+            if rules.METRICS[rule.metric].how != rules.INGEST:
+                continue
+            value = rules.read(rule.metric, m)
+            if value is None:
+                continue
+            self._step(device, holder, rule, t, value, instance_id, team_id)
+
+    def _drop_inapplicable(self, tracks: dict[int, Track], candidates: list[RuleRef], t: float) -> None:
+        ids = {r.id for r in candidates}
+        for rule_id in [r for r in tracks if r not in ids]:
+            track = tracks.pop(rule_id)
+            if track.firing:
+                self.actions.append(("resolve", track.key, t, "the rule no longer applies to this GPU's holder"))
+
+    def _step(self, device, holder, rule: RuleRef, t, value, instance_id, team_id) -> None:
+        tracks = self.tracks.setdefault(device, {})
+        track = tracks.get(rule.id)
+        if track is not None and track.instance_id != instance_id:
+            # Handed over: the old holder's alert ends, the new holder's is its own.
+            tracks.pop(rule.id)
+            if track.firing:
+                self.actions.append(("resolve", track.key, t, "the GPU changed hands"))
+            track = None
+        if rules.holds(rule.comparison, value, rule.threshold):
+            if track is None:
+                track = tracks[rule.id] = Track(
+                    key=rule_key(rule.id, device, instance_id), rule=rule, instance_id=instance_id,
+                    team_id=team_id, since=t,
+                )
+            track.false_since = None
+            if not track.firing and t - track.since >= rule.hold_s:
+                track.firing, track.refreshed = True, time.monotonic()
+                self.actions.append(("open", track, device, holder, t, value))
+            elif track.firing and time.monotonic() - track.refreshed >= thresholds()["refresh_s"]:
+                track.refreshed = time.monotonic()
+                self.actions.append(("refresh", track.key, t, value))
+            return
+        if track is None:
+            return
+        if not track.firing:
+            tracks.pop(rule.id)
+            return
+        if track.false_since is None:
+            track.false_since = t
+        if t - track.false_since >= rule.hold_s:
+            tracks.pop(rule.id)
+            self.actions.append(("resolve", track.key, t, "condition cleared"))
+
+    def event(self, device: str, holder, t: float, event: dict, instance_id, team_id) -> None:
+        """An agent event: XID rules open (or refresh) an alert per XID code."""
+        if event.get("kind") != "xid":
+            return
+        code = event.get("code")
+        for rule in self.applicable(device, instance_id, team_id):
+            if rule.metric != "xid" or not rules.holds(rule.comparison, code, rule.threshold):
+                continue
+            key = f"{rule_key(rule.id, device, instance_id)}:xid{code}"
+            message = f"XID {code} on {device} ({self.host_name}): {event.get('message') or 'no detail'}"
+            self.actions.append(("xid", rule, key, device, holder, t, code, message, instance_id, team_id))
+
+    def apply(self) -> None:
+        """Write what the observations decided (inside the ingest transaction)."""
+        actions, self.actions = self.actions, []
+        for action in actions:
+            getattr(self, f"_apply_{action[0]}")(*action[1:])
+
+    def _apply_open(self, track: Track, device, holder, t, value) -> None:
+        rule = track.rule
+        raise_alert(rules.METRICS[rule.metric].kind, Condition(
+            key=track.key, value=round(value, 2), threshold=rule.threshold, host_id=self.host_id,
+            gpu_id=holder.gpu_id, uuid=device, instance_id=track.instance_id,
+            team_id=rule.team_id, rule_id=rule.id, severity=rule.severity,
+            message=f"{rule.name}: {device} on {self.host_name} at {value:.4g} "
+                    f"({rules.describe(rule.metric, rule.comparison, rule.threshold, rule.hold_s)}).",
+        ), now=_at(t))
+
+    def _apply_refresh(self, key, t, value) -> None:
+        Alert.objects.filter(key=key, state__in=ACTIVE_STATES).update(
+            value=round(value, 2), count=F("count") + 1, updated_at=_at(t)
         )
-    )
-    gpus, _ = _holders()
-    temperature, power = [], []
-    active_temp = set(
-        Alert.objects.filter(kind=AlertKind.TEMPERATURE, state__in=ACTIVE_STATES).values_list("gpu_id", flat=True)
-    )
-    for row in rows:
-        gpu = gpus.get(row["gpu_id"])
-        if gpu is None:
-            continue
-        where = {"host_id": gpu["host_id"], "gpu_id": gpu["id"], "uuid": gpu["uuid"],
-                 "instance_id": gpu["instance_id"], "team_id": gpu["team_id"]}
-        temp = row["temp"]
-        # Hysteresis: an open temperature alert clears only below the lower mark.
-        mark = limits["temp_clear_c"] if gpu["id"] in active_temp else limits["temp_c"]
-        if temp is not None and temp >= mark:
-            temperature.append(Condition(
-                key=f"temperature:{gpu['uuid']}", value=temp, threshold=limits["temp_c"],
-                message=f"{gpu['uuid']} reached {temp:.0f} °C (threshold {limits['temp_c']:.0f} °C).", **where,
-            ))
-        limit_mw = row["limit"] or (row["model_limit_w"] or 0) * 1000
-        if row["power"] is not None and limit_mw:
-            share = 100.0 * row["power"] / limit_mw
-            if share >= limits["power_pct"]:
-                power.append(Condition(
-                    key=f"power:{gpu['uuid']}", value=row["power"] / 1000, threshold=limit_mw * limits["power_pct"] / 100_000,
-                    message=f"{gpu['uuid']} drew {row['power'] / 1000:.0f} W on average over "
-                            f"{limits['window_s']:.0f} s, {share:.0f}% of its {limit_mw / 1000:.0f} W limit.",
-                    **where,
-                ))
-    return temperature, power
+
+    def _apply_resolve(self, key, t, why) -> None:
+        resolve_key(key, now=_at(t), why=why)
+
+    def _apply_xid(self, rule: RuleRef, key, device, holder, t, code, message, instance_id, team_id) -> None:
+        raise_alert(AlertKind.XID, Condition(
+            key=key, value=code, host_id=self.host_id, gpu_id=holder.gpu_id, uuid=device, instance_id=instance_id,
+            team_id=rule.team_id, rule_id=rule.id, severity=rule.severity, message=f"{rule.name}: {message}",
+        ), now=_at(t))
+
+    def forget(self) -> None:
+        """After a failed write: start again from what the database holds."""
+        self.actions, self.tracks, self.resumed, self.loaded_at = [], {}, False, -math.inf
 
 
-def ecc_conditions() -> list[Condition]:
+def _at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=UTC)
+
+
+# --- periodic rules --------------------------------------------------------------------
+
+
+def _periodic_rules(metric: str) -> list[AlertRule]:
+    return list(AlertRule.objects.filter(enabled=True, metric=metric))
+
+
+def agent_silent_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
     out = []
-    latest = GpuLatest.objects.filter(slice__isnull=True).values(
-        "uuid", "host_id", "gpu_id", "instance_id", "team_id", "metrics"
-    )
-    for row in latest:
-        count = (row["metrics"] or {}).get("ecc_uncorrected_volatile")
-        if isinstance(count, int | float) and count > 0:
-            out.append(Condition(
-                key=f"ecc_uncorrected:{row['uuid']}", value=count, threshold=0,
-                message=f"{row['uuid']} reports {count:.0f} uncorrected ECC errors since the driver loaded.",
-                host_id=row["host_id"], gpu_id=row["gpu_id"], uuid=row["uuid"],
-                instance_id=row["instance_id"], team_id=row["team_id"],
+    agents = list(AgentState.objects.filter(last_seen_at__isnull=False).select_related("host"))
+    held = _hosts_by_team()
+    for rule in _periodic_rules("agent_silent"):
+        found = []
+        for state in agents:
+            if not _host_in_scope(rule, state.host_id, held):
+                continue
+            silent = (now - state.last_seen_at).total_seconds()
+            if not rules.holds(rule.comparison, silent, rule.threshold):
+                continue
+            found.append(Condition(
+                key=f"r{rule.pk}:host{state.host_id}", host_id=state.host_id, threshold=rule.threshold,
+                value=round(silent), team_id=rule.team_id, rule_id=rule.pk, severity=rule.severity,
+                message=f"{rule.name}: the agent on {state.host.name} has sent nothing since "
+                        f"{state.last_seen_at:%Y-%m-%d %H:%M:%S} UTC.",
             ))
+        out.append((rule, found))
     return out
 
 
-def agent_silent_conditions(now: datetime) -> list[Condition]:
-    limits = thresholds()
-    since = now - timedelta(seconds=limits["agent_silent_s"])
-    silent = AgentState.objects.filter(last_seen_at__lt=since).select_related("host")
-    return [
-        Condition(
-            key=f"agent_silent:{state.host.name}", host_id=state.host_id, threshold=limits["agent_silent_s"],
-            value=(now - state.last_seen_at).total_seconds(),
-            message=f"The agent on {state.host.name} has sent nothing since "
-                    f"{state.last_seen_at:%Y-%m-%d %H:%M:%S} UTC.",
-        )
-        for state in silent
-    ]
+def _hosts_by_team() -> dict[int, set[int]]:
+    held: dict[int, set[int]] = {}
+    for team_id, host_id in Gpu.objects.filter(team__isnull=False).values_list("team_id", "host_id"):
+        held.setdefault(team_id, set()).add(host_id)
+    for team_id, host_id in GpuSlice.objects.filter(team__isnull=False).values_list("team_id", "gpu__host_id"):
+        held.setdefault(team_id, set()).add(host_id)
+    return held
 
 
-def idle_conditions(now: datetime, *, window_s: float | None = None, threshold_pct: float | None = None) -> list[Condition]:
-    """Running instances whose every GPU did less real work than the threshold over the
-    whole window (and reported across it). See activity.real_activity."""
-    limits = thresholds()
-    window_s = window_s if window_s is not None else limits["idle_window_s"]
-    threshold_pct = threshold_pct if threshold_pct is not None else limits["idle_pct"]
+def _host_in_scope(rule: AlertRule, host_id: int, held: dict[int, set[int]]) -> bool:
+    if rule.team_id is not None:
+        return host_id in held.get(rule.team_id, set())
+    if rule.host_id is not None:
+        return rule.host_id == host_id
+    if rule.gpu_model_id is not None:
+        return Gpu.objects.filter(host_id=host_id, model_id=rule.gpu_model_id).exists()
+    return True
+
+
+def idle_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
+    """Per GPU (or slice) of each running instance, busy instances included: real
+    activity over the rule's hold time, from raw samples that cover the whole window."""
+    out = []
+    by_window: dict[int, list[dict]] = {}
+    for rule in _periodic_rules("idle_billed"):
+        window = max(rule.hold_s, 5)
+        if window not in by_window:
+            by_window[window] = _activity_rows(now, window)
+        found = []
+        for row in by_window[window]:
+            if not _instance_in_scope(rule, row) or not rules.holds(rule.comparison, row["activity"], rule.threshold):
+                continue
+            found.append(Condition(
+                key=rule_key(rule.pk, row["uuid"], row["instance_id"]), instance_id=row["instance_id"],
+                team_id=rule.team_id, host_id=row["host_id"], gpu_id=row["gpu_id"], uuid=row["uuid"],
+                value=round(row["activity"], 2), threshold=rule.threshold, rule_id=rule.pk, severity=rule.severity,
+                message=f"{rule.name}: {row['uuid']} of {row['name']} was billed but at most "
+                        f"{row['activity']:.1f}% busy (real activity) for the last {window / 60:.0f} min.",
+            ))
+        out.append((rule, found))
+    return out
+
+
+def _instance_in_scope(rule: AlertRule, row: dict) -> bool:
+    if rule.team_id is not None:
+        return row["team_id"] == rule.team_id and rule.instance_id in (None, row["instance_id"])
+    if rule.host_id is not None:
+        return row["host_id"] == rule.host_id
+    return rule.gpu_model_id in (None, row["model_id"])
+
+
+def _activity_rows(now: datetime, window_s: float) -> list[dict]:
     since = now - timedelta(seconds=window_s)
     running = Instance.objects.filter(state=State.RUNNING, state_changed_at__lte=since)
     rows = (
         Sample.objects.filter(time__gt=since, time__lte=now, instance__in=running)
-        .values("instance_id", "instance__team_id", "instance__name", "gpu_id", "slice_id")
-        .annotate(
-            first=Min("time"),
-            n=Count("id"),
-            util=Avg("gpu_util"),
-            occupancy=Avg("sm_occupancy_pct"),
-            tensor=Avg("tensor_active_pct"),
-            dram=Avg("dram_bw_util_pct"),
-        )
+        .values("instance_id", "instance__team_id", "instance__name", "gpu_id", "slice_id", "gpu__uuid",
+                "slice__uuid", "gpu__host_id", "gpu__model_id")
+        .annotate(first=Min("time"), n=Count("id"), util=Avg("gpu_util"), occupancy=Avg("sm_occupancy_pct"),
+                  tensor=Avg("tensor_active_pct"), dram=Avg("dram_bw_util_pct"))
     )
-    busiest: dict[int, float] = {}
-    covered: dict[int, bool] = {}
-    names: dict[int, tuple[str, int]] = {}
     # A window is covered when the first reading is within a tenth of it of its start.
     slack = timedelta(seconds=max(window_s * 0.1, 2.0))
+    out = []
     for row in rows:
         activity = real_activity(row["util"], row["occupancy"], row["tensor"], row["dram"])
-        iid = row["instance_id"]
-        names[iid] = (row["instance__name"], row["instance__team_id"])
-        covered[iid] = covered.get(iid, True) and row["first"] - since <= slack
-        if activity is None:
-            covered[iid] = False
+        if activity is None or row["first"] - since > slack:
             continue
-        busiest[iid] = max(busiest.get(iid, 0.0), activity)
-    out = []
-    for iid, activity in busiest.items():
-        if not covered[iid] or activity >= threshold_pct:
-            continue
-        name, team_id = names[iid]
-        minutes = window_s / 60
-        out.append(Condition(
-            key=f"idle:{iid}", instance_id=iid, team_id=team_id, value=round(activity, 2), threshold=threshold_pct,
-            message=f"{name}: its GPUs were allocated but less than {threshold_pct:.0f}% busy "
-                    f"(at most {activity:.1f}%) for the last {minutes:.0f} min.",
-        ))
+        out.append({
+            "instance_id": row["instance_id"], "team_id": row["instance__team_id"], "name": row["instance__name"],
+            "gpu_id": row["gpu_id"], "uuid": row["slice__uuid"] or row["gpu__uuid"], "host_id": row["gpu__host_id"],
+            "model_id": row["gpu__model_id"], "activity": activity,
+        })
     return out
+
+
+def resolve_stale(now: datetime) -> None:
+    """Ingest-rule alerts no reading refreshed for ALERT_STALE_S: their GPU stopped
+    reporting (agent silence has its own rule)."""
+    ingest_metrics = [m for m, spec in rules.METRICS.items() if spec.how == rules.INGEST]
+    cutoff = now - timedelta(seconds=thresholds()["stale_s"])
+    stale = Alert.objects.filter(state__in=ACTIVE_STATES, rule__metric__in=ingest_metrics, updated_at__lt=cutoff)
+    for alert in stale:
+        resolve_alert(alert, now=now, why="no fresh readings")
 
 
 def expire_xid(now: datetime) -> None:
@@ -302,13 +531,40 @@ def expire_xid(now: datetime) -> None:
         resolve_alert(alert, now=now, why="no new XID error")
 
 
+def audit_conditions() -> list[Condition]:
+    """The latest audit verification failed: operators (and auditors' teams) must know."""
+    latest = Verification.objects.order_by("-id").first()
+    if latest is None or latest.valid:
+        return []
+    return [Condition(
+        key="audit_verify", category=Category.AUDIT, severity=Severity.CRITICAL, value=latest.first_broken_seq,
+        message=f"Audit log verification failed at record {latest.first_broken_seq}: {latest.reason}"[:300],
+    )]
+
+
+def preemption_conditions() -> list[Condition]:
+    pending = PreemptionNotice.objects.filter(status=NoticeStatus.PENDING).select_related("instance")
+    return [Condition(
+        key=f"preempt:{n.pk}", category=Category.BILLING, severity=Severity.WARNING, team_id=n.team_id,
+        instance_id=n.instance_id, host_id=n.instance.host_id,
+        message=f"Spot instance {n.instance.name} will be preempted at {n.preempt_at:%Y-%m-%d %H:%M:%S} UTC"
+                f"{': ' + n.reason if n.reason else ''}.",
+    ) for n in pending]
+
+
 def evaluate(now: datetime | None = None) -> None:
     """Run every periodic rule once."""
     now = now or timezone.now()
-    temperature, power = threshold_conditions(now)
-    reconcile(AlertKind.TEMPERATURE, temperature, now=now)
-    reconcile(AlertKind.POWER, power, now=now)
-    reconcile(AlertKind.ECC, ecc_conditions(), now=now)
-    reconcile(AlertKind.AGENT_SILENT, agent_silent_conditions(now), now=now)
-    reconcile(AlertKind.IDLE, idle_conditions(now), now=now)
+    for kind, found in ((AlertKind.AGENT_SILENT, agent_silent_conditions(now)), (AlertKind.IDLE, idle_conditions(now))):
+        for rule, conditions in found:
+            reconcile(kind, conditions, now=now, scope=Q(rule=rule))
+    # Alerts of rules since disabled or deleted end too.
+    ended = Alert.objects.filter(state__in=ACTIVE_STATES).filter(
+        Q(rule__enabled=False) | Q(rule__isnull=True, key__regex=r"^r[0-9]+:")
+    )
+    for alert in ended:
+        resolve_alert(alert, now=now, why="the rule was disabled or deleted")
+    resolve_stale(now)
     expire_xid(now)
+    reconcile(AlertKind.AUDIT, audit_conditions(), now=now)
+    reconcile(AlertKind.PREEMPTION, preemption_conditions(), now=now)

@@ -277,6 +277,9 @@ class Holds:
         )
         return cls(rows)
 
+    def team_ids(self) -> set[int]:
+        return {hold.team_id for holds in self.by_device.values() for hold in holds}
+
     def at(self, device: Device, when: datetime) -> tuple[int | None, int | None]:
         for hold in self.by_device.get((device.gpu_id, device.slice_id), ()):
             if hold.start <= when and (hold.end is None or when < hold.end):
@@ -313,6 +316,7 @@ class Link:
         self._devices: dict[str, Device] = {}
         self._read_at = -math.inf
         self._kept_at = -math.inf
+        self.watch = alerts.Watch(host_id, host_name)
 
     def devices(self) -> dict[str, Device]:
         if time.monotonic() - self._read_at >= refresh_s():
@@ -357,6 +361,7 @@ class Link:
         self.latest = {}
         self.counts = dict.fromkeys(self.counts, 0)
         self._read_at = -math.inf
+        self.watch.forget()
 
 
 @dataclass
@@ -390,6 +395,7 @@ def _store(link: Link, batches: list[Samples]) -> Stored:
     ahead = _clamp_future(link, batches)
     times = [r.t for batch in batches for r in batch.records]
     holds = Holds.read(link.host_id, datetime.fromtimestamp(min(times), tz=UTC), datetime.fromtimestamp(max(times), tz=UTC))
+    link.watch.load(devices, holds.team_ids())
     rows, events, newest, acks = [], [], {}, []
     duplicates = discarded = 0
     oldest_t = None
@@ -409,10 +415,12 @@ def _store(link: Link, batches: list[Samples]) -> Stored:
             if record.event is not None:
                 if record.event["kind"] in p.EVENT_KINDS:
                     events.append((record, device, when, instance_id, team_id))
+                    link.watch.event(device_uuid, device, record.t, record.event, instance_id, team_id)
                 else:
                     discarded += 1
                 continue
             rows.append(_row(record.m, record.procs, device, when, instance_id, team_id))
+            link.watch.observe(device_uuid, device, record.t, record.m, instance_id, team_id)
             if oldest_t is None or record.t < oldest_t:
                 oldest_t = record.t
             kept = newest.get(device_uuid)
@@ -421,6 +429,7 @@ def _store(link: Link, batches: list[Samples]) -> Stored:
     latest = {uuid: _live_entry(*kept, link.host_id, link.host_name) for uuid, kept in newest.items()}
     insert_samples(rows)
     _store_events(link.host_id, link.host_name, events)
+    link.watch.apply()
     _note_late(oldest_t)
     if ahead:
         _note_clock_ahead(link.host_id, *ahead)
@@ -581,13 +590,7 @@ def _store_events(host_id: int, host_name: str, events: list) -> None:
         ))
         where = dict(host_id=host_id, gpu_id=device.gpu_id, uuid=record.device, instance_id=instance_id,
                      team_id=team_id)
-        if e["kind"] == "xid":
-            alerts.raise_alert(AlertKind.XID, alerts.Condition(
-                key=f"xid:{record.device}:{e['code']}", value=e["code"],
-                message=f"XID {e['code']} on {record.device} ({host_name}): {e.get('message') or 'no detail'}",
-                **where,
-            ), now=when)
-        elif e["kind"] == "gpu_lost":
+        if e["kind"] == "gpu_lost":
             alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
                 key=f"gpu_lost:{record.device}",
                 message=f"{record.device} on {host_name} is lost: {e.get('message') or 'no detail'}", **where,

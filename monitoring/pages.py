@@ -35,11 +35,14 @@ from .models import (
     Alert,
     AlertKind,
     AlertState,
+    Category,
     EventKind,
     GpuEvent,
     GpuLatest,
     Rollup1h,
     Sample,
+    Severity,
+    Silence,
     stale_after_s,
 )
 
@@ -563,13 +566,14 @@ ALERT_STATE_FILTERS = {"active": ACTIVE_STATES, **{s: (s,) for s in AlertState.v
 
 @login_required
 def alert_list(request):
-    """Alerts of the user's teams (operators: every alert), filtered by state, kind, team."""
-    qs = Alert.objects.for_user(request.user).select_related(
-        "host", "acknowledged_by", "instance", "team"
-    )
+    """Every kind of alert (telemetry, budget, billing, audit) of the user's teams
+    (operators: every alert), filtered by state, category, kind, severity and team."""
+    visible = Alert.objects.for_user(request.user)
+    qs = visible.select_related("host", "acknowledged_by", "resolved_by", "instance", "team", "rule")
     teams = list(Team.objects.for_user(request.user).order_by("name"))
     state = request.GET.get("state") or "active"
-    kind = request.GET.get("kind", "")
+    choices = {"kind": AlertKind, "category": Category, "severity": Severity}
+    picked = {name: request.GET.get(name, "") for name in choices}
     team = request.GET.get("team", "")
     errors = []
     if state not in ALERT_STATE_FILTERS:
@@ -578,26 +582,34 @@ def alert_list(request):
         )
     elif ALERT_STATE_FILTERS[state] is not None:
         qs = qs.filter(state__in=ALERT_STATE_FILTERS[state])
-    if kind and kind not in AlertKind.values:
-        errors.append(f"kind: unknown value {kind!r}; choose one of {', '.join(AlertKind.values)}.")
-    elif kind:
-        qs = qs.filter(kind=kind)
+    for name, values in choices.items():
+        if picked[name] and picked[name] not in values.values:
+            errors.append(f"{name}: unknown value {picked[name]!r}; choose one of {', '.join(values.values)}.")
+        elif picked[name]:
+            qs = qs.filter(**{name: picked[name]})
     if team and team not in {str(t.pk) for t in teams}:
         errors.append("team: no such team among yours.")
     elif team:
         qs = qs.filter(team_id=int(team))
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    shown = page.object_list if not errors else []
     context = {
         "page": page if not errors else None,
         "errors": errors,
         "teams": teams,
         "states": [("active", "Open or acknowledged"), *AlertState.choices, ("all", "Any state")],
         "kinds": AlertKind.choices,
+        "categories": Category.choices,
+        "severities": Severity.choices,
         "state": state,
-        "kind": kind,
         "team": team,
+        **picked,
+        "counts": active_counts(visible),
         "query": request.GET.urlencode(),
-        "acknowledgeable": acknowledgeable(request.user, page.object_list if not errors else []),
+        "acknowledgeable": acknowledgeable(request.user, shown),
+        "actionable": actionable(request.user, shown),
+        "silenced": silenced_ids(shown),
+        "tab": "alerts",
         "live": {
             "subscribe": live_groups(request.user, teams),
             "stale_after_s": stale_after_s(),
@@ -607,12 +619,33 @@ def alert_list(request):
     return render(request, "monitoring/alerts.html", context, status=400 if errors else 200)
 
 
+def active_counts(visible) -> dict:
+    """Open or acknowledged alerts per category, as the overview counts them."""
+    rows = dict(visible.filter(state__in=ACTIVE_STATES).values_list("category").annotate(n=Count("id")))
+    return {"total": sum(rows.values()),
+            "categories": [(value, label, rows.get(value, 0)) for value, label in Category.choices]}
+
+
 def acknowledgeable(user, alerts) -> set[int]:
     """The ids of ``alerts`` this user may acknowledge."""
+    return {pk for pk in actionable(user, alerts) if pk in {a.pk for a in alerts if a.state == AlertState.OPEN}}
+
+
+def actionable(user, alerts) -> set[int]:
+    """The ids of the active ``alerts`` this user may acknowledge, resolve or silence."""
+    active = [a for a in alerts if a.state in ACTIVE_STATES]
     if is_operator(user):
-        return {a.pk for a in alerts if a.state == AlertState.OPEN}
+        return {a.pk for a in active}
     writable = set(Team.objects.for_user(user, WRITE_ROLES).values_list("pk", flat=True))
-    return {a.pk for a in alerts if a.state == AlertState.OPEN and a.team_id in writable}
+    return {a.pk for a in active if a.team_id in writable}
+
+
+def silenced_ids(alerts) -> set[int]:
+    now = timezone.now()
+    live = list(Silence.objects.filter(starts_at__lte=now, ends_at__gt=now).values_list("key", "rule_id"))
+    keys = {k for k, _ in live if k}
+    rules = {r for k, r in live if not k and r}
+    return {a.pk for a in alerts if a.key in keys or (a.rule_id and a.rule_id in rules)}
 
 
 def live_groups(user, teams) -> list[dict]:

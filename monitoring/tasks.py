@@ -5,7 +5,7 @@ Each run is bounded and idempotent, so a missed or repeated run costs nothing bu
 
 from celery import shared_task
 
-from . import alerts, fanout, partitions, rollups
+from . import alerts, fanout, notify, partitions, rollups
 
 SCHEDULE = {
     "monitoring.rollup_1m": (30, "monitoring.tasks.rollup_1m"),
@@ -14,6 +14,7 @@ SCHEDULE = {
     "monitoring.partitions": (3600, "monitoring.tasks.make_partitions"),
     "monitoring.alerts": (15, "monitoring.tasks.evaluate_alerts"),
     "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
+    "monitoring.notify": (5, "monitoring.tasks.deliver_notifications"),
 }
 
 
@@ -45,3 +46,8 @@ def evaluate_alerts() -> None:
 @shared_task
 def publish_stale() -> int:
     return fanout.publish_stale()
+
+
+@shared_task
+def deliver_notifications() -> int:
+    return notify.dispatch()

@@ -250,8 +250,19 @@
       });
       if (settings.reload_on_instance) banner("Instance " + d.name + " is now " + d.state + ".");
     });
+    const seen = {};
+    const bump = (by, category) => {
+      const counters = [...document.querySelectorAll("[data-alert-count]")];
+      counters.push(...document.querySelectorAll('[data-category-count="' + category + '"] strong'));
+      counters.forEach((el) => { el.textContent = Math.max(0, Number(el.textContent) + by); });
+    };
     GC.live.on("alert", (d) => {
       const row = document.querySelector('[data-alert="' + d.id + '"] .state');
+      const before = seen[d.id] || (row ? row.textContent : null);
+      seen[d.id] = d.state;
+      // Open counts: a new alert adds one, a resolved one (seen open) takes one away.
+      if (d.state === "open" && before === null) bump(1, d.category);
+      if (d.state === "resolved" && before !== null && before !== "resolved") bump(-1, d.category);
       if (row) {
         row.textContent = d.state;
         row.className = "state " + d.state;

@@ -172,6 +172,28 @@ def _invitation(world: World):
     )
 
 
+def _rule(world: World):
+    return monitoring_services.create_rule(
+        actor=world.users["alice"], team=world.acme, name="walk rule", metric="gpu_util", threshold=90, hold_s=5
+    )
+
+
+def _channel(world: World):
+    return monitoring_services.create_channel(
+        actor=world.users["alice"], team=world.acme, name="walk", kind="email", target="oncall@acme.test"
+    )
+
+
+def _silence(world: World):
+    return monitoring_services.silence(
+        actor=world.users["alice"], rule=_rule(world), ends_at=timezone.now() + timedelta(hours=1)
+    )
+
+
+def _until(world, prepared) -> dict:
+    return {"ends_at": (timezone.now() + timedelta(hours=1)).isoformat()}
+
+
 def _this_month() -> date:
     return timezone.now().date().replace(day=1)
 
@@ -552,6 +574,95 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             prepare=_alert,
             team="acme",
         )
+    },
+    "POST /api/v1/alerts/<pk>/resolve/": {
+        "": Recipe(_json("post", "/api/v1/alerts/{p.pk}/resolve/"), ("alert.resolve",), "bob",
+                   prepare=_alert, team="acme")
+    },
+    "POST /api/v1/alerts/<pk>/silence/": {
+        "": Recipe(_json("post", "/api/v1/alerts/{p.pk}/silence/", _until), ("alert.silence",), "bob",
+                   prepare=_alert, team="acme")
+    },
+    "POST /alerts/<pk>/resolve/": {
+        "": Recipe(_form("/alerts/{p.pk}/resolve/"), ("alert.resolve",), "bob", prepare=_alert, team="acme")
+    },
+    "POST /alerts/<pk>/silence/": {
+        "": Recipe(_form("/alerts/{p.pk}/silence/", {"hours": "2"}), ("alert.silence",), "bob", prepare=_alert,
+                   team="acme")
+    },
+    "POST /api/v1/alert-rules/": {
+        "": Recipe(
+            _json("post", "/api/v1/alert-rules/", lambda w, _: {
+                "team": w.acme.pk, "name": "busy", "metric": "gpu_util", "threshold": 90, "hold_s": 5}),
+            ("alert_rule.create",), "alice", team="acme",
+        )
+    },
+    "PATCH /api/v1/alert-rules/<pk>/": {
+        "": Recipe(_json("patch", "/api/v1/alert-rules/{p.pk}/", {"threshold": 95}), ("alert_rule.update",),
+                   "alice", prepare=_rule, team="acme")
+    },
+    "DELETE /api/v1/alert-rules/<pk>/": {
+        "": Recipe(_json("delete", "/api/v1/alert-rules/{p.pk}/"), ("alert_rule.delete",), "alice",
+                   prepare=_rule, team="acme")
+    },
+    "POST /api/v1/alert-rules/<pk>/silence/": {
+        "": Recipe(_json("post", "/api/v1/alert-rules/{p.pk}/silence/", _until), ("alert.silence",), "alice",
+                   prepare=_rule, team="acme")
+    },
+    "POST /api/v1/alert-silences/<pk>/end/": {
+        "": Recipe(_json("post", "/api/v1/alert-silences/{p.pk}/end/"), ("alert.unsilence",), "alice",
+                   prepare=_silence, team="acme")
+    },
+    "POST /api/v1/notification-channels/": {
+        "": Recipe(
+            _json("post", "/api/v1/notification-channels/", lambda w, _: {
+                "team": w.acme.pk, "name": "mail", "kind": "email", "target": "oncall@acme.test"}),
+            ("notification_channel.create",), "alice", team="acme",
+        )
+    },
+    "PATCH /api/v1/notification-channels/<pk>/": {
+        "": Recipe(_json("patch", "/api/v1/notification-channels/{p.pk}/", {"enabled": False}),
+                   ("notification_channel.update",), "alice", prepare=_channel, team="acme")
+    },
+    "DELETE /api/v1/notification-channels/<pk>/": {
+        "": Recipe(_json("delete", "/api/v1/notification-channels/{p.pk}/"), ("notification_channel.delete",),
+                   "alice", prepare=_channel, team="acme")
+    },
+    "POST /api/v1/notification-channels/<pk>/test/": {
+        "": Recipe(_json("post", "/api/v1/notification-channels/{p.pk}/test/"), ("notification_channel.test",),
+                   "alice", prepare=_channel, team="acme")
+    },
+    "POST /alerts/rules/": {
+        "": Recipe(
+            _form("/alerts/rules/", lambda w, _: {
+                "owner": str(w.acme.pk), "name": "busy", "metric": "gpu_util", "comparison": ">=",
+                "threshold": "90", "hold_s": "5", "severity": "warning"}),
+            ("alert_rule.create",), "alice", team="acme",
+        )
+    },
+    "POST /alerts/rules/<pk>/": {
+        "toggle": Recipe(_form("/alerts/rules/{p.pk}/", {"action": "toggle"}), ("alert_rule.update",), "alice",
+                         prepare=_rule, team="acme"),
+        "silence": Recipe(_form("/alerts/rules/{p.pk}/", {"action": "silence", "hours": "1"}), ("alert.silence",),
+                          "alice", prepare=_rule, team="acme"),
+        "delete": Recipe(_form("/alerts/rules/{p.pk}/", {"action": "delete"}), ("alert_rule.delete",), "alice",
+                         prepare=_rule, team="acme"),
+    },
+    "POST /alerts/channels/": {
+        "": Recipe(
+            _form("/alerts/channels/", lambda w, _: {
+                "owner": str(w.acme.pk), "name": "mail", "kind": "email", "target": "oncall@acme.test",
+                "min_severity": "info"}),
+            ("notification_channel.create",), "alice", team="acme",
+        )
+    },
+    "POST /alerts/channels/<pk>/": {
+        "test": Recipe(_form("/alerts/channels/{p.pk}/", {"action": "test"}), ("notification_channel.test",),
+                       "alice", prepare=_channel, team="acme"),
+        "toggle": Recipe(_form("/alerts/channels/{p.pk}/", {"action": "toggle"}), ("notification_channel.update",),
+                         "alice", prepare=_channel, team="acme"),
+        "delete": Recipe(_form("/alerts/channels/{p.pk}/", {"action": "delete"}), ("notification_channel.delete",),
+                         "alice", prepare=_channel, team="acme"),
     },
     # --- billing: catalog, reservations, budgets, invoices, preemption -----------------
     "POST /api/v1/prices/": {

@@ -1,15 +1,16 @@
-"""Alerts from the recorded H200 trace: the held allocation (100 GB in use, nothing
-computing) raises an idle alert; the memory copy (100% utilization, 0% tensor) does not."""
+"""Idle-but-billed alerts from the recorded H200 trace: the held allocation (100 GB in
+use, nothing computing) raises one; the memory copy (100% utilization, 0% tensor) does not."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Q
 
 from instances import services as instance_services
-from monitoring import alerts, ingest
+from monitoring import alerts, ingest, services
 from monitoring.agent.protocol import METRICS
 from monitoring.frames import Record, Samples
-from monitoring.models import Alert, AlertKind
+from monitoring.models import Alert, AlertKind, AlertRule
 
 WINDOW_S = 5
 
@@ -21,6 +22,9 @@ def replayed(trace_lines, launch, bob, acme):
     began = datetime.fromtimestamp(lines[0]["t"], tz=UTC) - timedelta(hours=1)
     instance = launch(bob, acme, name="finetune", model="H200-141GB", at=began)
     instance_services.mark_running(instance=instance, at=began)
+    AlertRule.objects.filter(metric="idle_billed").update(enabled=False)
+    services.create_rule(actor=bob, team=acme, name="idle 5 s", metric="idle_billed", comparison="<", threshold=10,
+                         hold_s=WINDOW_S)
     gpu = instance.gpus.get()
     records = [
         Record(seq=i + 1, t=line["t"], gpu=gpu.uuid, slice=None, m={k: v for k, v in line.items() if k in METRICS})
@@ -39,7 +43,8 @@ def idle_phases(lines) -> set[str]:
     for step in range(int(end - start) + 1):
         now = start + step
         moment = datetime.fromtimestamp(now, tz=UTC)
-        alerts.reconcile(AlertKind.IDLE, alerts.idle_conditions(moment, window_s=WINDOW_S), now=moment)
+        for rule, found in alerts.idle_conditions(moment):
+            alerts.reconcile(AlertKind.IDLE, found, now=moment, scope=Q(rule=rule))
         if Alert.objects.filter(kind=AlertKind.IDLE, state="open").exists():
             seen.add(next(line["phase"] for line in reversed(lines) if line["t"] <= now))
     return seen
