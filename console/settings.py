@@ -221,6 +221,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStateEnum": "instances.models.State",
         "HostStateEnum": "instances.models.HostState",
+        "AlertSeverityEnum": "monitoring.models.Severity",
+        "NotificationChannelKindEnum": "monitoring.models.ChannelKind",
     },
 }
 
