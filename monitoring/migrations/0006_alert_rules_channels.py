@@ -55,7 +55,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('console', '0003_user_sessions'),
         ('instances', '0002_preemption_notice_moves_here'),
-        ('monitoring', '0004_keys_served_by_time_indexes'),
+        ('monitoring', '0005_partition_functions'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
