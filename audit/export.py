@@ -73,11 +73,15 @@ class Export:
 
 
 def manifest(*, generated_at: str, filters: dict, head: dict | None, keys: list[dict],
-             records: list[tuple[int, str]], nodes: list[tuple[int, int, bytes]]) -> dict:  # fmt: skip
+             records: list[tuple[int, str]] | None, nodes: list[tuple[int, int, bytes]]) -> dict:  # fmt: skip
+    """``records`` None: the export holds the whole log up to the head, whose root the
+    records themselves rebuild, so no list is needed (and memory stays flat)."""
+    complete = records is None
     return {
         "format": BUNDLE_FORMAT, "generated_at": generated_at, "filters": filters,
-        "count": len(records), "columns": list(COLUMNS), "tree_head": head, "public_keys": keys,
-        "records": records,  # (seq, hash) pairs, written as JSON arrays
+        "complete": complete, "count": head["tree_size"] if complete and head else len(records or ()),
+        "columns": list(COLUMNS), "tree_head": head, "public_keys": keys,
+        "records": [] if complete else records,  # (seq, hash) pairs, written as JSON arrays
         "nodes": [[lo, hi, digest.hex()] for lo, hi, digest in nodes],
     }  # fmt: skip
 

@@ -50,6 +50,7 @@ class Result:
     last_seq: int | None = None
     head: dict | None = None
     key: str = ""
+    complete: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -189,19 +190,12 @@ def verify_bundle(path: str, *, public_pem: str | None = None, pin: str | None =
     result = Result()
     manifest, rows = read_bundle(path)
     head = result.head = manifest.get("tree_head")
-    listed = {int(seq): digest for seq, digest in manifest.get("records", [])}
-    seen: dict[int, str] = {}
-    prev: tuple[int, str] | None = None
-    for row in rows:
-        seq = row["seq"]
-        _check_row(result, row, listed, seen, prev)
-        prev = (seq, row["hash"])
-    for seq in sorted(set(listed) - set(seen))[:_MAX_PROBLEMS]:
-        result.problem(f"#{seq}: listed in the manifest but missing from the file (removed)")
-    if manifest.get("count") != len(listed):
-        result.problem(f"the manifest lists {len(listed)} records but says {manifest.get('count')}")
+    if manifest.get("complete") and head is not None:
+        _check_complete(result, rows, head)
+    else:
+        _check_listed(result, manifest, rows)
     if head is None:
-        if listed:
+        if result.events:
             result.problem("no signed tree head: the records are not tied to a signature")
         return result
     keys = trusted_keys(manifest.get("public_keys", []), public_pem, pin, result)
@@ -209,21 +203,75 @@ def verify_bundle(path: str, *, public_pem: str | None = None, pin: str | None =
     why = head_signed(head, keys)
     if why:
         result.problem(f"tree head #{head['tree_size']}: {why}")
-    _check_inclusion(result, head, listed, manifest.get("nodes", []))
+    if not manifest.get("complete"):
+        listed = {int(seq): digest for seq, digest in manifest.get("records", [])}
+        _check_inclusion(result, head, listed, manifest.get("nodes", []))
     return result
 
 
-def _check_row(result: Result, row: dict, listed: dict, seen: dict, prev) -> None:
+def _check_listed(result: Result, manifest: dict, rows) -> None:
+    """A filtered bundle: every row against the manifest's list of records."""
+    listed = {int(seq): digest for seq, digest in manifest.get("records", [])}
+    seen: dict[int, str] = {}
+    prev: tuple[int, str] | None = None
+    for row in rows:
+        _check_row(result, row, listed, seen, prev)
+        prev = (row["seq"], row["hash"])
+    for seq in sorted(set(listed) - set(seen))[:_MAX_PROBLEMS]:
+        result.problem(f"#{seq}: listed in the manifest but missing from the file (removed)")
+    if manifest.get("count") != len(listed):
+        result.problem(f"the manifest lists {len(listed)} records but says {manifest.get('count')}")
+
+
+def _check_complete(result: Result, rows, head: dict) -> None:
+    """The whole log up to the head: the rows are every leaf, in order, so their hashes
+    rebuild the signed root (which proves each one's inclusion at once) and the last one
+    is the head's chain hash."""
+    size = int(head["tree_size"])
+    tree = merkle.CompactRange()
+    prev: tuple[int, str] | None = None
+    for row in rows:
+        seq = row["seq"]
+        _check_row(result, row, None, None, prev)
+        if seq != tree.size + 1:
+            result.problem(
+                f"#{tree.size + 1}: missing from the file (removed)"
+                if seq > tree.size + 1
+                else f"#{seq}: out of place"
+            )
+        tree.push(merkle.event_leaf(row["hash"]))
+        prev = (seq, row["hash"])
+    if tree.size != size:
+        result.problem(
+            f"the file holds {tree.size} records, the signed tree head {size}: truncated or padded"
+        )
+    elif prev is not None and prev[1] != head["chain_hash"]:
+        result.problem(
+            f"#{size}: its hash differs from the signed tree head's (the record was rewritten)"
+        )
+    elif tree.root().hex() != head["root"]:
+        result.problem(
+            f"the records do not rebuild the signed root of tree head #{size} (a record was rewritten)"
+        )
+    else:
+        result.proofs_checked = tree.size
+        result.complete = True
+
+
+def _check_row(result: Result, row: dict, listed: dict | None, seen: dict | None, prev) -> None:
     seq = row["seq"]
     result.events += 1
     result.first_seq = seq if result.first_seq is None else result.first_seq
     result.last_seq = seq
-    if seq in seen:
-        result.problem(f"#{seq}: appears twice")
-    seen[seq] = row["hash"]
+    if seen is not None:
+        if seq in seen:
+            result.problem(f"#{seq}: appears twice")
+        seen[seq] = row["hash"]
     if chain.row_hash(row, row["prev_hash"]) != row["hash"]:
         result.problem(f"#{seq}: hash mismatch (the record was edited)")
-    if seq not in listed:
+    if listed is None:
+        pass
+    elif seq not in listed:
         result.problem(f"#{seq}: not listed in the manifest (added)")
     elif listed[seq] != row["hash"]:
         result.problem(
@@ -323,9 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"summary: {verdict}: consistency {signed}")
     else:
         span = f"#{result.first_seq}..#{result.last_seq}" if result.events else "no events"
+        proofs = (
+            f"the signed root rebuilt from all {result.proofs_checked} records"
+            if result.complete
+            else f"{result.proofs_checked} inclusion proofs"
+        )
         print(
-            f"summary: {verdict}: {result.events} events ({span}), {result.proofs_checked} inclusion proofs "
-            f"and {result.links_checked} links checked, {signed}"
+            f"summary: {verdict}: {result.events} events ({span}), {proofs} and {result.links_checked} links checked, {signed}"
         )
     return 0 if result.ok else 1
 

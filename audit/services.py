@@ -396,11 +396,15 @@ def write_archive(events, head: Checkpoint) -> Path:
         records=records, nodes=nodes,
     )  # fmt: skip
     archive = bundle.Export(
-        fmt="jsonl", queryset=events, through_seq=head.seq, count=len(records), manifest=manifest
+        fmt="jsonl",
+        queryset=events,
+        through_seq=head.seq,
+        count=manifest["count"],
+        manifest=manifest,
     )
     folder = Path(settings.AUDIT_ARCHIVE_DIR)
     folder.mkdir(parents=True, exist_ok=True)
-    first = records[0][0] if records else head.seq
+    first = records[0][0] if records else 1
     path = folder / f"audit-archive-{first}-{head.seq}.jsonl"
     partial = path.with_suffix(".jsonl.partial")
     with open(partial, "wb") as handle:
@@ -409,7 +413,7 @@ def write_archive(events, head: Checkpoint) -> Path:
         handle.flush()
         os.fsync(handle.fileno())
     result = verify_bundle(str(partial), pin=head.key_id)
-    if not result.ok or result.events != len(records):
+    if not result.ok or result.events != manifest["count"]:
         raise ArchiveError(f"archive {partial} does not verify: {'; '.join(result.problems[:3])}")
     os.replace(partial, path)
     return path
@@ -516,16 +520,18 @@ def _rows(queryset) -> list[tuple]:
         return cursor.fetchall()
 
 
-def proof_material(queryset, checkpoint: Checkpoint | None) -> tuple[list, list]:
+def proof_material(queryset, checkpoint: Checkpoint | None) -> tuple[list | None, list]:
     """The (seq, chain hash) of every event of ``queryset`` under the signed head, and
-    the tree nodes that, with those, rebuild each one's inclusion proof."""
+    the tree nodes that, with those, rebuild each one's inclusion proof. (None, []) when
+    the queryset is the whole log up to the head: its records are the tree."""
     if checkpoint is None:
         return [], []
-    records = _rows(
-        queryset.filter(seq__lte=checkpoint.seq).order_by("seq").values_list("seq", "hash")
-    )
-    if not records or (records[0][0] == 1 and len(records) == checkpoint.seq):
-        return records, []  # the whole log: the records are the tree
+    covered = queryset.filter(seq__lte=checkpoint.seq)
+    if covered.count() == checkpoint.seq and covered.filter(seq=1).exists():
+        return None, []
+    records = _rows(covered.order_by("seq").values_list("seq", "hash"))
+    if not records:
+        return records, []
     tree = load_tree(checkpoint.seq, checkpoint.root)
     with _tree_lock:
         nodes = merkle.covering_nodes([seq - 1 for seq, _ in records], checkpoint.seq, tree.hash)
@@ -568,7 +574,7 @@ def prepare_export(*, actor, queryset, fmt: str, filters: dict, team=None):
         keys=[k.as_dict() for k in keys.public_keys().values()], records=records, nodes=nodes,
     )  # fmt: skip
     export = bundle.Export(
-        fmt=fmt, queryset=queryset, through_seq=through, count=len(records), manifest=manifest
+        fmt=fmt, queryset=queryset, through_seq=through, count=manifest["count"], manifest=manifest
     )
     record_event(
         actor=actor,

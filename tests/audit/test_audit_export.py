@@ -43,8 +43,20 @@ def test_the_manifest_carries_the_signed_head_the_keys_and_the_records(api, ops,
     events(3)
     manifest = json.loads(_zip(api(ops).get(URL, {"format": "csv"})).read("manifest.json"))
     assert manifest["tree_head"]["tree_size"] == 3 and manifest["count"] == 3
-    assert [seq for seq, _ in manifest["records"]] == [1, 2, 3] and manifest["nodes"] == []
+    assert manifest["complete"] and manifest["records"] == [] and manifest["nodes"] == []
     assert "BEGIN PUBLIC KEY" in manifest["public_keys"][0]["public_key_pem"]
+
+
+def test_a_filtered_manifest_lists_its_records_and_the_nodes_of_their_proofs(
+    api, ops, acme, events
+):
+    for team in (acme, None, acme, None):
+        events(1, team=team)
+    manifest = json.loads(
+        _zip(api(ops).get(URL, {"format": "csv", "team": acme.pk})).read("manifest.json")
+    )
+    assert not manifest["complete"] and [seq for seq, _ in manifest["records"]] == [1, 3]
+    assert manifest["count"] == 2 and manifest["nodes"]
 
 
 def test_jsonl_opens_with_the_manifest_then_the_events(api, ops, events):

@@ -48,7 +48,10 @@ def test_a_full_jsonl_bundle_verifies_with_the_public_key(api, ops, events, tmp_
     events(5)
     code, out = _run(_export(api, ops, tmp_path), _public_key(api, ops, tmp_path), capsys)
     assert code == 0, out
-    assert "summary: valid: 5 events (#1..#5), 5 inclusion proofs and 4 links checked" in out
+    assert (
+        "summary: valid: 5 events (#1..#5), the signed root rebuilt from all 5 records and 4 links"
+        in out
+    )
 
 
 def test_a_filtered_export_proves_every_record_with_inclusion_proofs(
@@ -71,20 +74,37 @@ def test_one_changed_byte_in_a_record_names_it(api, ops, acme, events, tmp_path,
     assert code == 1 and "INVALID #4: hash mismatch" in out
 
 
-def test_a_record_rewritten_with_its_hash_is_named(api, ops, events, tmp_path, capsys):
-    events(4)
-    path = _export(api, ops, tmp_path)
-    lines = path.read_text().splitlines()
-    row = json.loads(lines[3])  # event #3
-    assert row["seq"] == 3
+def _rewrite(path, line, **changes):
     from audit import chain
 
-    row["action"] = "innocent.thing"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[line])
+    row.update(changes)
     row["hash"] = chain.row_hash(row, row["prev_hash"])
-    lines[3] = json.dumps(row)
+    lines[line] = json.dumps(row)
     path.write_text("\n".join(lines) + "\n")
+    return row["seq"]
+
+
+def test_a_filtered_record_rewritten_with_its_hash_is_named(
+    api, ops, acme, events, tmp_path, capsys
+):
+    for team in (acme, None, acme, acme):
+        events(1, team=team)
+    path = _export(api, ops, tmp_path, team=acme.pk)
+    seq = _rewrite(path, 2, action="innocent.thing")
     code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
-    assert code == 1 and "INVALID #3: its hash differs from the manifest's" in out
+    assert code == 1 and f"INVALID #{seq}: its hash differs from the manifest's" in out
+
+
+def test_the_last_record_of_a_whole_log_rewritten_with_its_hash_is_named(
+    api, ops, events, tmp_path, capsys
+):
+    events(4)
+    path = _export(api, ops, tmp_path)
+    assert _rewrite(path, 4, action="innocent.thing") == 4
+    code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+    assert code == 1 and "INVALID #4: its hash differs from the signed tree head's" in out
 
 
 def test_a_removed_record_is_named(api, ops, events, tmp_path, capsys):
@@ -93,7 +113,7 @@ def test_a_removed_record_is_named(api, ops, events, tmp_path, capsys):
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:2] + lines[3:]) + "\n")
     code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
-    assert code == 1 and "#2: listed in the manifest but missing" in out
+    assert code == 1 and "#2: missing from the file (removed)" in out
 
 
 def test_another_key_fails_the_signature(api, ops, events, tmp_path, capsys):
