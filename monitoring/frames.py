@@ -375,11 +375,19 @@ def _procs(procs, i: int) -> list[dict]:
         ):
             _proc(entry, f"{where}[{k}]")
             raise bad(f"{where}[{k}] is not a valid process")
-        extra = extra or len(entry) > 1 + ("used_memory" in entry) + ("sm_util" in entry)
+        known = 1 + ("used_memory" in entry) + ("sm_util" in entry)
+        for key, limit in p.PROC_TEXT.items():
+            if key in entry:
+                known += 1
+                text = entry[key]
+                if type(text) is not str or len(text) > limit or "\x00" in text:
+                    raise bad(f"{where}[{k}].{key} must be a string of at most {limit} characters")
+        extra = extra or len(entry) > known
     if not extra:
         return procs
     # Extra keys are ignored (protocol section 3.2): keep only the known ones.
-    return [{key: e[key] for key in ("pid", "used_memory", "sm_util") if key in e} for e in procs]
+    keys = ("pid", "used_memory", "sm_util", *p.PROC_TEXT)
+    return [{key: e[key] for key in keys if key in e} for e in procs]
 
 
 def _proc(entry: dict, where: str) -> dict:

@@ -50,6 +50,7 @@ GIB = charts.GIB
 # The clock events an operator looks for on a GPU page.
 HEALTH_EVENTS = (EventKind.XID, EventKind.ECC, EventKind.GPU_LOST, EventKind.GPU_BACK)
 THROTTLE_ROWS = 20_000
+PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
 
 
 def require_operator(user) -> None:
@@ -533,14 +534,17 @@ def process_rows(
     )
     if instance_id is not None:
         readings = readings.filter(instance_id=instance_id)
-    newest = (
-        readings.exclude(procs=None)
-        .order_by("-time")
-        .values("procs", "time")
-        .first()
-    )
-    if not newest:
+    # SM use per process comes with the slower counter reads: take each PID's newest
+    # from the recent readings, the rest from the newest one.
+    recent = list(readings.exclude(procs=None).order_by("-time").values("procs", "time")[:PROC_LOOKBACK])
+    if not recent:
         return []
+    newest = recent[0]
+    sm_by_pid: dict[int, float] = {}
+    for reading in recent:
+        for proc in reading["procs"] or []:
+            if proc.get("sm_util") is not None:
+                sm_by_pid.setdefault(proc.get("pid"), proc["sm_util"])
     rows = []
     for proc in sorted(
         newest["procs"] or [], key=lambda p: p.get("used_memory") or 0, reverse=True
@@ -549,6 +553,11 @@ def process_rows(
         rows.append(
             {
                 "pid": proc.get("pid"),
+                "name": proc.get("name", ""),
+                "user": proc.get("user", ""),
+                "cmd": proc.get("cmd", ""),
+                "cgroup": proc.get("cgroup", ""),
+                "sm_util": sm_by_pid.get(proc.get("pid")),
                 "gib": None if used is None else round(used / GIB, 2),
                 "pct": None
                 if used is None or not memory_total

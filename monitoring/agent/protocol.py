@@ -19,6 +19,8 @@ AGENT = f"gpuconsole-agent/{__version__}"
 MAX_RECORDS_PER_FRAME = 500
 MAX_FRAME_BYTES = 512 * 1024
 MAX_PROCS = 256
+# Text a process entry may carry (read from /proc by the agent), with its longest length.
+PROC_TEXT = {"name": 64, "user": 64, "cmd": 256, "cgroup": 256}
 MAX_MESSAGE = 1024
 
 U64 = 2**64 - 1
@@ -235,6 +237,10 @@ def clean_procs(procs: list[dict]) -> list[dict]:
         if sm is not None and isinstance(sm, int | float) and not isinstance(sm, bool):
             if 0 <= sm <= 100:
                 entry["sm_util"] = sm
+        for key, limit in PROC_TEXT.items():
+            text = p.get(key)
+            if isinstance(text, str) and text:
+                entry[key] = text[:limit]
         out.append(entry)
     if len(out) > MAX_PROCS:
         out.sort(key=lambda e: e.get("used_memory", -1), reverse=True)

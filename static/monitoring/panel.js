@@ -183,23 +183,35 @@
 
     drawProcs() {
       if (!this.procs) return;
-      const rows = this.config.procs[this.device.uuid] || [];
+      // Overlaid: every device's processes, with the device named; else this device's.
+      const devices = this.overlay ? this.config.devices : [this.device];
+      const rows = [];
+      devices.forEach((d) => (this.config.procs[d.uuid] || []).forEach((p) => rows.push(Object.assign({ device: d.label }, p))));
+      const cols = (this.overlay ? ["Device"] : []).concat(["PID", "Name", "User", "Command", "Container / cgroup", "SM", "Memory", "Share of the GPU"]);
       const body = el("tbody");
       rows.forEach((p) => {
         const bar = el("div", { class: "bar", title: p.pct === null ? "" : p.pct + " %" }, [el("span")]);
         bar.firstChild.style.width = (p.pct || 0) + "%";
-        body.appendChild(el("tr", {}, [
+        const cells = [
           el("td", { class: "mono", text: String(p.pid) }),
+          el("td", { text: p.name || "—" }),
+          el("td", { text: p.user || "—" }),
+          el("td", { class: "mono cmd", text: p.cmd || "—", title: p.cmd || "" }),
+          el("td", { class: "mono", text: p.cgroup || "—", title: p.cgroup || "" }),
+          el("td", { class: "num", text: p.sm_util === null || p.sm_util === undefined ? "—" : Math.round(p.sm_util) + " %" }),
           el("td", { class: "num", text: p.gib === null ? "—" : p.gib + " GiB" }),
           el("td", { class: "bar-cell" }, [bar]),
-        ]));
+        ];
+        if (this.overlay) cells.unshift(el("td", { text: p.device }));
+        body.appendChild(el("tr", {}, cells));
       });
       if (!rows.length) {
-        body.appendChild(el("tr", {}, [el("td", { colspan: "3", class: "muted", text: "No compute processes in the last hour's readings." })]));
+        body.appendChild(el("tr", {}, [el("td", { colspan: String(cols.length), class: "muted", text: "No compute processes in the last hour's readings." })]));
       }
-      const head = el("thead", {}, [el("tr", {}, ["PID", "Memory", "Share of the GPU"].map((t, i) => el("th", { class: i === 1 ? "num" : "", text: t })))]);
+      const numeric = new Set(["SM", "Memory"]);
+      const head = el("thead", {}, [el("tr", {}, cols.map((t) => el("th", { class: numeric.has(t) ? "num" : "", text: t })))]);
       this.procs.innerHTML = "";
-      this.procs.appendChild(el("h2", { text: "Memory per process" + (rows.length ? " (as of " + rows[0].time.slice(11, 19) + " UTC)" : "") }));
+      this.procs.appendChild(el("h2", { text: "Processes" + (rows.length ? " (as of " + rows[0].time.slice(11, 19) + " UTC)" : "") }));
       this.procs.appendChild(el("div", { class: "table-wrap" }, [el("table", { class: "procs", id: "procs" }, [head, body])]));
     }
 

@@ -449,8 +449,14 @@ class FakePynvml:
 
 
 @pytest.fixture
-def fake_nvml(monkeypatch):
-    """Install a fake pynvml with the given devices (two plain H200s by default)."""
+def fake_nvml(monkeypatch, tmp_path):
+    """Install a fake pynvml with the given devices (two plain H200s by default). Process
+    names come from an empty fake /proc (tmp_path/proc), so the host's PIDs never leak in."""
+    from monitoring.agent.backends import nvml
+    from monitoring.agent.procinfo import ProcessNames
+
+    (tmp_path / "proc").mkdir()
+    monkeypatch.setattr(nvml, "_names", ProcessNames(tmp_path / "proc"))
 
     def install(devices=None) -> FakePynvml:
         fake = FakePynvml(devices if devices is not None else [FakeDevice(0), FakeDevice(1)])

@@ -79,3 +79,11 @@ def test_workloads_follow_the_instance_name():
     assert [workload_for(n) for n in ("acme-train-70b", "globex-render", "acme-batch-spot", "globex-serve")] == [
         "training", "copy", "held", "inference"]
     assert http_base("wss://console.example/ws/agent/") == "https://console.example"
+
+
+def test_a_running_instances_process_has_a_name_user_command_and_container():
+    source = fleet()
+    apply_allocations(source.fleet[0], {"GPU-p-0": {"state": "running", "instance": "acme-train"}})
+    proc = readings(source, 1)["GPU-p-0"][0]["procs"][0]
+    assert proc["name"] == "python" and proc["user"] == "ubuntu" and proc["cmd"].startswith("python train.py")
+    assert len(proc["cgroup"]) == 12

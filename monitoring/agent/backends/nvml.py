@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ..procinfo import ProcessNames
 from . import Emit, HostInfo, Source, run_every
 
 log = logging.getLogger("gpuconsole.agent")
@@ -165,15 +166,19 @@ def _field_value(fv):
     return getattr(fv.value, FIELD_VALUE_MEMBER.get(fv.valueType, "ullVal"))
 
 
+_names = ProcessNames()
+
+
 def _proc_list(running, sm: dict) -> list[dict]:
-    """NVML's compute processes as protocol entries, one per PID."""
+    """NVML's compute processes as protocol entries, one per PID, with the name, user,
+    command line and container /proc gives for each."""
     out = []
     by_pid = {}
     for p in running:
         pid, used = p.pid, p.usedGpuMemory
         entry = by_pid.get(pid)
         if entry is None:
-            entry = by_pid[pid] = {"pid": pid}
+            entry = by_pid[pid] = {"pid": pid, **_names(pid)}
             out.append(entry)
             if sm and pid in sm:
                 entry["sm_util"] = sm[pid]

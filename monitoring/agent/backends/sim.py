@@ -207,7 +207,8 @@ class SimGpu:
                 self.nvlink_rx += traffic * 4
         procs = None
         if self.pid:
-            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 520_093_696)}]
+            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 520_093_696),
+                      **_describe(self.kind, self.pid, self.alloc[1])}]
         if slow:
             m["energy_mj"] = self.energy_mj
             m["pcie_tx_bytes"] = self.pcie_tx
@@ -228,6 +229,22 @@ class SimGpu:
 
 def _stable_pid(instance: str, uuid: str) -> int:
     return 1000 + int(hashlib.sha1(f"{instance}/{uuid}".encode()).hexdigest()[:6], 16) % 3_999_000
+
+
+COMMANDS = {
+    "training": "python train.py --config configs/llm.yaml --bf16",
+    "inference": "python -m vllm.entrypoints.openai.api_server --port 8000",
+    "copy": "python etl/shuffle.py --shards 512",
+    "held": "python notebook_kernel.py",
+}
+
+
+def _describe(kind: str, pid: int, instance: str) -> dict:
+    """What /proc would say about the simulated process (the nvml agent reads it)."""
+    container = hashlib.sha1(f"{instance}/{pid}".encode()).hexdigest()[:12]
+    cmd = COMMANDS.get(kind, "python main.py")
+    return {"name": cmd.split()[0] if " -m " not in cmd else cmd.split()[2].split(".")[0], "user": "ubuntu",
+            "cmd": cmd, "cgroup": container if instance else f"/user.slice/pid-{pid}"}
 
 
 class SimSlice:
@@ -273,7 +290,10 @@ class SimSlice:
         elif slow:  # MIG: GPM per GPU instance, over the slow interval
             m |= {"gpu_util": util, "tensor_active_pct": pick(tens_r), "sm_occupancy_pct": pick(occ_r),
                   "dram_bw_util_pct": pick(dram_r)}
-        procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 300_000_000)}] if self.pid else None
+        procs = None
+        if self.pid:
+            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 300_000_000),
+                      **_describe(kind, self.pid, self.alloc[1])}]
         return m, procs
 
 
