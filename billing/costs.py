@@ -231,6 +231,37 @@ def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
     return IdleSummary(out, idle_total, known, unknown, efficiency)
 
 
+@dataclass(frozen=True)
+class FlopsCostRow:
+    instance_id: int
+    name: str
+    cost: Decimal
+    pflop_hours: float
+    per_pflop_hour: Decimal
+
+
+def cost_per_pflop_hour(qs, start: datetime, end: datetime) -> list[FlopsCostRow]:
+    """Per instance with tensor telemetry: its cost over [start, end) divided by the
+    effective PFLOP-hours the telemetry estimates (monitoring.flops: an estimate, with
+    its basis on the instance page). Instances without such telemetry are left out."""
+    try:
+        from monitoring.activity import pflop_hours_by_instance
+    except ImportError:
+        return []
+    rows = (
+        in_range(qs, start, end).filter(instance__isnull=False)
+        .values("instance_id", "instance__name").annotate(c=Sum("billed_cents"))
+    )
+    costs = {r["instance_id"]: (r["instance__name"], pricing.from_cents(r["c"])) for r in rows}
+    work = pflop_hours_by_instance(list(costs), start, min(end, timezone.now()))
+    out = [
+        FlopsCostRow(iid, costs[iid][0], costs[iid][1], round(pflop_h, 3),
+                     (costs[iid][1] / Decimal(str(pflop_h))).quantize(pricing.CENT))
+        for iid, pflop_h in work.items() if pflop_h > 0
+    ]
+    return sorted(out, key=lambda r: r.per_pflop_hour)
+
+
 def month_to_date(qs, now: datetime) -> Decimal:
     start = pricing.month_start(now)
     return total(in_range(qs, start, pricing.next_month(start)))

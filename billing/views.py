@@ -99,6 +99,7 @@ def cost_explorer(request):
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,
         "spent": figure.month_to_date, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
         "idle_gpus": costs.idle_cost_by_gpu(charges, start, end)[:20],
+        "flops_costs": costs.cost_per_pflop_hour(charges, start, end),
         "idle_now": costs.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
         if current else [],
         "outlook": outlook, "figure": figure, "budget": budget, "idle": idle, "figures": plots, "sees_bill": sees_bill,
