@@ -513,6 +513,15 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             team="acme",
         ),
     },
+    "POST /monitoring/instances/<pk>/precision/": {
+        "": Recipe(
+            _form("/monitoring/instances/{p.pk}/precision/", {"precision": "fp16"}),
+            ("instance.precision",),
+            "bob",
+            prepare=_running,
+            team="acme",
+        ),
+    },
     # --- monitoring: agent tokens and alerts -------------------------------------------
     "POST /api/v1/host-tokens/": {
         "": Recipe(
