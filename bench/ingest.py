@@ -53,6 +53,23 @@ for name in {hosts!r}:
 print("TOKENS " + json.dumps(tokens))
 """
 
+# Alert rules evaluated on ingest: "none" disables every rule; "default" keeps the
+# operators' fleet defaults (the sim hosts hold no instances, so no team's rules apply);
+# "many" keeps them and adds ten fleet rules on fast metrics, some of which hold on the
+# sim's readings (so alerts open, refresh and resolve during the run).
+RULES = {
+    "none": "from monitoring.models import AlertRule; AlertRule.objects.update(enabled=False)",
+    "many": """
+from monitoring import services
+for i, (metric, op, threshold) in enumerate([
+    ("gpu_util", ">=", 50), ("gpu_util", "<", 20), ("real_activity", ">=", 60), ("tensor_active", ">=", 30),
+    ("mem_used_pct", ">=", 50), ("power_pct", ">=", 60), ("temp_c", ">=", 60), ("throttle_power", ">=", 1),
+    ("throttle_thermal", ">=", 1), ("ecc_uncorrected", ">", 0)]):
+    services.create_rule(actor="bench", name=f"bench {i}", metric=metric, comparison=op, threshold=threshold,
+                         hold_s=5)
+""",
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -98,8 +115,8 @@ class Database:
             with psycopg.connect(self.admin_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
-    def prepare(self, hosts: list[str]) -> dict[str, str]:
-        code = PREPARE.format(region=REGION, hosts=hosts)
+    def prepare(self, hosts: list[str], rules: str = "") -> dict[str, str]:
+        code = PREPARE.format(region=REGION, hosts=hosts) + RULES.get(rules, "")
         out = subprocess.run([PYTHON, "manage.py", "shell", "-c", code], cwd=REPO, env=self.env, check=True,
                              capture_output=True, text=True).stdout
         line = next(x for x in out.splitlines() if x.startswith("TOKENS "))
@@ -216,11 +233,11 @@ async def send_all(sockets: dict, load: dict[str, dict]) -> float:
     return elapsed
 
 
-def run_server_load(db: Database, args, sim: SimSource, workers: int) -> dict:
+def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str = "") -> dict:
     """``workers`` daphne processes, each host connected to one of them in turn (as a
     TCP load balancer in front of several ASGI workers would spread them)."""
     db.create()
-    tokens = db.prepare([h.host for h in sim.fleet])
+    tokens = db.prepare([h.host for h in sim.fleet], rules)
     servers = [Server(db, free_port()) for _ in range(workers)]
     try:
         for server in servers:
@@ -243,7 +260,8 @@ def run_server_load(db: Database, args, sim: SimSource, workers: int) -> dict:
     events = db.query("SELECT count(*) FROM monitoring_gpuevent WHERE kind = 'xid'")[0][0]
     if stored + events != records:
         raise SystemExit(f"{db.kind}: sent {records} records, the database holds {stored} samples + {events} events")
-    return {"records": records, "seconds": elapsed, "per_s": records / elapsed, "server_cpu_s": cpu,
+    alerts = db.query("SELECT count(*) FROM monitoring_alert")[0][0]
+    return {"records": records, "seconds": elapsed, "per_s": records / elapsed, "server_cpu_s": cpu, "alerts": alerts,
             "server_cpu_us_per_sample": cpu / records * 1e6, "workers": workers, "load": load,
             "load_average": os.getloadavg()[0]}
 
@@ -301,6 +319,8 @@ def main() -> int:
     parser.add_argument("--sqlite-hosts", type=int, default=8)
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.add_argument("--rules", choices=["postgresql", "sqlite"],
+                        help="only compare ingest with alert rules off and with many rules, on this database, 1 worker")
     args = parser.parse_args()
     if not 1 <= args.records <= protocol.MAX_RECORDS_PER_FRAME:
         parser.error(f"--records must be 1-{protocol.MAX_RECORDS_PER_FRAME}")
@@ -309,6 +329,9 @@ def main() -> int:
     results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "hosts": args.hosts, "gpus": args.gpus,
                "records_per_frame": args.records, "runs": []}
     try:
+        if args.rules:
+            compare_rules(args, workdir, results)
+            return 0
         for workers in sorted({1, args.workers}):
             pg = Database("postgresql", args.pg, workdir / f"pg{workers}")
             try:
@@ -332,6 +355,31 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
+
+
+def compare_rules(args, workdir: Path, results: dict) -> None:
+    """The same load with every alert rule off, then with the defaults plus ten more."""
+    for rules in ("none", "default", "many"):
+        db = Database(args.rules, args.pg if args.rules == "postgresql" else None, workdir / f"rules-{rules}")
+        try:
+            sim = SimSource.synthetic(args.hosts, args.gpus, prefix="bench-host", seed=1)
+            run = run_server_load(db, args, sim, 1, rules)
+            run.pop("load")
+            results["runs"].append({"database": args.rules, "rules": rules, **run})
+        finally:
+            db.drop()
+    off, default, many = results["runs"]
+    print(f"ingest with alert rules ({args.rules}), {results['date']}, {results['cpus']} CPUs, "
+          f"{args.hosts} hosts x {args.gpus} GPUs")
+    for run in results["runs"]:
+        print(f"  rules {run['rules']:5} {run['records']:>8} GPU-samples {run['seconds']:>7.2f} s {run['per_s']:>8.0f}/s"
+              f"   server CPU {run['server_cpu_us_per_sample']:.0f} us/sample, {run['alerts']} alerts, "
+              f"load {run['load_average']:.1f}")
+    for name, run in (("default", default), ("many", many)):
+        print(f"  {name} rules / none: throughput {run['per_s'] / off['per_s']:.2f}x, "
+              f"server CPU per sample {run['server_cpu_us_per_sample'] / off['server_cpu_us_per_sample']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
 
 def report(r: dict) -> None:

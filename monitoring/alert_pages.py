@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, WRITE_ROLES, has_role, is_operator
-from console.validators import plain_name
+from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Host
 
 from . import services
@@ -63,7 +63,7 @@ def _say_invalid(request, exc: ValidationError) -> None:
 
 class RuleForm(forms.Form):
     owner = forms.ChoiceField(label="For")
-    name = forms.CharField(max_length=80, validators=[plain_name])
+    name = forms.CharField(max_length=80, validators=[no_control_characters])
     metric = forms.ChoiceField(choices=[(m, spec.label) for m, spec in METRICS.items()])
     comparison = forms.ChoiceField(choices=Comparison.choices, initial=Comparison.GE)
     threshold = forms.FloatField(min_value=-1e12, max_value=1e12)

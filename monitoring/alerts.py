@@ -253,6 +253,8 @@ class Watch:
     loaded_at: float = -math.inf
     loaded_teams: frozenset = frozenset()
     resumed: bool = False
+    bases: dict = field(default_factory=dict)  # (device, instance) -> flops.Basis | None
+    refresh_s: float = 30.0
 
     def load(self, devices: dict, teams: set[int]) -> None:
         """(Re)read the rules that apply to this host's devices, every
@@ -278,6 +280,7 @@ class Watch:
                 if rule[9] is None or models.get(device.gpu_id) == rule[9]:
                     self.fleet[uuid].append(ref)
         self.loaded_at, self.loaded_teams = time.monotonic(), teams
+        self.bases, self.refresh_s = {}, thresholds()["refresh_s"]
         if not self.resumed:
             self._resume()
 
@@ -311,12 +314,28 @@ class Watch:
         if tracks:
             self._drop_inapplicable(tracks, candidates, t)
         for rule in candidates:
-            if rules.METRICS[rule.metric].how != rules.INGEST:
-                continue
-            value = rules.read(rule.metric, m)
+            if rule.metric not in rules.READERS:
+                if rule.metric != "tflops_est":
+                    continue  # evaluated on events or periodically
+                value = rules.read(rule.metric, m, self.basis(device, holder, instance_id))
+            else:
+                value = rules.READERS[rule.metric](m)
             if value is None:
                 continue
             self._step(device, holder, rule, t, value, instance_id, team_id)
+
+    def basis(self, device: str, holder, instance_id: int | None):
+        """The TFLOP/s estimate's basis of ``device`` at its holder's precision (read once
+        per rule refresh)."""
+        key = (device, instance_id)
+        if key not in self.bases:
+            from .queries import device_basis
+
+            gpu = Gpu.objects.select_related("model").get(pk=holder.gpu_id)
+            piece = GpuSlice.objects.select_related("profile").filter(pk=holder.slice_id).first()
+            precision = Instance.objects.filter(pk=instance_id).values_list("precision", flat=True).first()
+            self.bases[key] = device_basis(gpu.model.name, precision or "bf16", piece.profile if piece else None)
+        return self.bases[key]
 
     def _drop_inapplicable(self, tracks: dict[int, Track], candidates: list[RuleRef], t: float) -> None:
         ids = {r.id for r in candidates}
@@ -344,7 +363,7 @@ class Watch:
             if not track.firing and t - track.since >= rule.hold_s:
                 track.firing, track.refreshed = True, time.monotonic()
                 self.actions.append(("open", track, device, holder, t, value))
-            elif track.firing and time.monotonic() - track.refreshed >= thresholds()["refresh_s"]:
+            elif track.firing and time.monotonic() - track.refreshed >= self.refresh_s:
                 track.refreshed = time.monotonic()
                 self.actions.append(("refresh", track.key, t, value))
             return

@@ -6,7 +6,8 @@ Three ways a metric is evaluated:
   condition must hold on every reading for the rule's hold time);
 - ``event``: on each agent event of that kind (XID errors);
 - ``periodic``: by the periodic alert task, over a window (agent silence, idle GPUs).
-Spend against a budget is watched by the budget's own thresholds (billing), and
+``tflops_est`` is the achieved TFLOP/s estimate of flops.py at the holder instance's
+precision. Spend against a budget is watched by the budget's own thresholds (billing), and
 spot price against a maximum price does not exist yet (instances have no maximum
 price), so neither is a rule metric here.
 """
@@ -17,6 +18,7 @@ import operator
 from dataclasses import dataclass
 
 from .activity import real_activity
+from .flops import estimate
 from .models import AlertKind, Comparison, Severity
 
 INGEST, EVENT, PERIODIC = "ingest", "event", "periodic"
@@ -44,6 +46,7 @@ METRICS: dict[str, Metric] = {
     "real_activity": Metric("Real activity (SM occupancy, tensor, DRAM; else utilization)", "%", INGEST,
                             AlertKind.ACTIVITY),
     "tensor_active": Metric("Tensor-core activity", "%", INGEST, AlertKind.TENSOR),
+    "tflops_est": Metric("Achieved TFLOP/s (estimate, flops.py)", "TFLOP/s", INGEST, AlertKind.TENSOR),
     "mem_used_pct": Metric("Memory used", "% of total", INGEST, AlertKind.MEMORY),
     "power_pct": Metric("Power against its limit", "% of limit", INGEST, AlertKind.POWER),
     "temp_c": Metric("Temperature", "°C", INGEST, AlertKind.TEMPERATURE),
@@ -86,8 +89,11 @@ READERS = {
 }
 
 
-def read(metric: str, m: dict) -> float | None:
-    """The figure ``metric`` of one reading ``m``; None when the GPU did not report it."""
+def read(metric: str, m: dict, basis=None) -> float | None:
+    """The figure ``metric`` of one reading ``m``; None when the GPU did not report it.
+    ``tflops_est`` needs the device's estimate basis (flops.Basis) for its holder."""
+    if metric == "tflops_est":
+        return estimate(m.get("tensor_active_pct"), m.get("sm_clock_mhz"), basis)
     return READERS[metric](m)
 
 

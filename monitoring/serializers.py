@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from console.models import Team
-from console.validators import plain_name
+from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Host, Instance
 
 from .models import (
@@ -106,7 +106,7 @@ class AlertRuleSerializer(serializers.ModelSerializer):
                                         allow_null=True, default=None)
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all(), required=False,
                                              allow_null=True, default=None)
-    name = serializers.CharField(max_length=80, validators=[plain_name])
+    name = serializers.CharField(max_length=80, validators=[no_control_characters])
     metric = serializers.ChoiceField(choices=[(m, spec.label) for m, spec in METRICS.items()])
     comparison = serializers.ChoiceField(choices=Comparison.choices, default=Comparison.GE)
     threshold = serializers.FloatField(min_value=-1e12, max_value=1e12)
@@ -126,7 +126,7 @@ class AlertRuleSerializer(serializers.ModelSerializer):
 
 
 class AlertRuleUpdateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=80, validators=[plain_name], required=False)
+    name = serializers.CharField(max_length=80, validators=[no_control_characters], required=False)
     metric = serializers.ChoiceField(choices=[(m, spec.label) for m, spec in METRICS.items()], required=False)
     comparison = serializers.ChoiceField(choices=Comparison.choices, required=False)
     threshold = serializers.FloatField(min_value=-1e12, max_value=1e12, required=False)

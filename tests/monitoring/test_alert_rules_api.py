@@ -46,7 +46,7 @@ def test_a_team_rule_cannot_name_a_host(api, alice, acme, fleet):
     assert response.status_code == 400 and "host" in response.json()
 
 
-@pytest.mark.parametrize("bad", [{"metric": "spot_vs_max"}, {"threshold": "hot"}, {"hold_s": -1},
+@pytest.mark.parametrize("bad", [{"metric": "spot_vs_max"}, {"threshold": "hot"}, {"hold_s": -1}, {"name": "a\x00b"},
                                  {"comparison": "=="}, {"severity": "apocalyptic"}, {"name": ""}])
 def test_bad_input_is_a_400_that_writes_nothing(api, alice, acme, bad):
     before = AlertRule.objects.count()

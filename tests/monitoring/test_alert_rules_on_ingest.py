@@ -114,3 +114,12 @@ def test_an_xid_opens_an_alert_per_code_for_the_team_and_the_operators(feed, gpu
 
 def start() -> float:
     return timezone.now().timestamp() - 600
+
+
+def test_a_tflops_rule_reads_the_estimate_at_the_instances_precision(feed, gpu, acme, alice):
+    rule = services.create_rule(actor=alice, team=acme, name="slow training", metric="tflops_est", comparison="<",
+                                threshold=100, hold_s=3)
+    # 5% tensor activity at the top clock of an H100: 0.05 × 989.4 × 0.98 ≈ 48.5 TFLOP/s.
+    feed.readings(gpu, start(), [{"tensor_active_pct": 5, "sm_clock_mhz": 1980}] * 5)
+    [alert] = active(rule=rule)
+    assert alert.value == pytest.approx(48.48, abs=0.1)
