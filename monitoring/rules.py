@@ -135,4 +135,6 @@ def describe(metric: str, comparison: str, threshold: float, hold_s: int) -> str
         return "an XID error" + ("" if threshold <= 0 and comparison in (">=", ">") else
                                  f" with code {comparison} {threshold:g}")
     held = f" for {hold_s} s" if hold_s else ""
+    if metric.startswith("throttle_") and comparison in (">=", ">") and 0 < threshold <= 1:
+        return f"{spec.label}{held}"
     return f"{spec.label} {comparison} {threshold:g} {spec.unit}{held}"
