@@ -36,7 +36,7 @@ async def test_a_flooding_agent_is_closed_with_4429(tokens, slow_store):
         assert frame["code"] == "too_many_unacked"
         assert await a.closed(timeout=10) == protocol.CLOSE_FLOOD
     assert len(frames) <= consumers.QUEUE_FRAMES + consumers.MERGE_FRAMES
-    assert await AuditEvent.objects.filter(action="agent.reject", details__code="too_many_unacked").aexists()
+    assert "too_many_unacked" in [e.details.get("code") async for e in AuditEvent.objects.filter(action="agent.reject")]
 
 
 async def test_an_agent_that_waits_for_acks_is_never_closed(tokens, slow_store):
