@@ -146,7 +146,9 @@ def maintain(*, now: datetime | None = None) -> dict[str, list[str]]:
     for table in TABLES:
         if not partitioned(table):
             continue
-        wanted = {day_of(now) + i * DAY for i in range(ahead + 1)} | _default_days(table)
+        waiting = _default_days(table)
+        _known[table] -= waiting  # rows of a day in the default partition: that day has none
+        wanted = {day_of(now) + i * DAY for i in range(ahead + 1)} | waiting
         made[table] = [name_of(table, d) for d in ensure(table, wanted, now=now)]
     return made
 

@@ -245,3 +245,14 @@ def test_the_app_role_makes_and_drops_days_only_through_the_functions(gpu, as_ap
     hours_rolled_up_to(NOW)
     rollups.expire(now=NOW)
     assert old.date() not in days() and list(Sample.objects.values_list("gpu_util", flat=True)) == [2]
+
+
+def test_a_day_wrongly_remembered_as_made_is_made_by_the_next_run(gpu):
+    """A writer whose partition creation rolled back still remembers the day: its rows
+    wait in the default partition, and the periodic run makes the day after all."""
+    when = NOW + timedelta(days=10)
+    partitions._known["monitoring_sample"].add(when.date())
+    add_samples(gpu, when, [{"gpu_util": 4}] * 2)
+    assert in_default() == 2 and when.date() not in days()
+    partitions.maintain(now=NOW)
+    assert in_default() == 0 and rows_in("monitoring_sample", when.date()) == 2
