@@ -4,7 +4,9 @@ schema does not describe. Bounded: a few examples per operation and role."""
 
 import pytest
 import schemathesis
+from django.core import signals
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -22,6 +24,18 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_app
 # Bounded: the schema's examples and EXAMPLES generated cases per operation; the coverage
 # phase (every boundary of every parameter, thousands of cases) is left to manual runs.
 schema.config.phases.update(phases=["examples", "fuzzing"])
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection():
+    """The WSGI handler closes database connections when a request ends (as in production);
+    inside a test transaction on PostgreSQL that would end the test's own connection, so,
+    as Django's test client does, not here."""
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
