@@ -84,12 +84,34 @@ def protocol_class():
     return BoundedWebSocketProtocol
 
 
+# What protocol_class() relies on in daphne's protocol and autobahn's beneath it.
+HOOKS = ("_connectionMade", "onMessage", "_max_message_size_exceeded", "sendCloseFrame",
+         "sendMessage", "STATE_OPEN", "STATE_CLOSED")
+
+
+def missing_hooks(protocol) -> list[str]:
+    return [name for name in HOOKS if not hasattr(protocol, name)]
+
+
 def install() -> None:
-    """Serve websockets with ``protocol_class()`` when running under daphne."""
+    """Serve websockets with ``protocol_class()`` when running under daphne.
+
+    Refuses to start (ImproperlyConfigured) when an upgraded daphne or autobahn no longer
+    has a hook this relies on: silently serving unbounded sockets would be worse.
+    """
     try:
-        from daphne.ws_protocol import WebSocketFactory
+        from daphne.ws_protocol import WebSocketFactory, WebSocketProtocol
     except ImportError:  # another ASGI server: its own limits apply
         return
+    missing = missing_hooks(WebSocketProtocol)
+    if missing:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "console.serving cannot bound websockets with this daphne/autobahn: "
+            f"{', '.join(missing)} missing from daphne's WebSocketProtocol; "
+            "pin the versions pyproject.toml names"
+        )
     if not getattr(WebSocketFactory.protocol, "bounded", False):
         WebSocketFactory.protocol = protocol_class()
         WebSocketFactory.protocol.bounded = True

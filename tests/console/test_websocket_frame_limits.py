@@ -102,3 +102,25 @@ def test_a_peer_writing_faster_than_the_app_reads_is_pushed_back(daphne):
     # full the peer can send nothing more (without push-back it goes on for ever).
     assert marks[-1] == marks[-2] == marks[-3]
     assert marks[-1] < 32 * 1024 * 1024
+
+
+def test_installed_daphne_has_every_hook_the_bounded_protocol_overrides():
+    from daphne.ws_protocol import WebSocketProtocol
+
+    from console import serving
+
+    assert serving.missing_hooks(WebSocketProtocol) == []
+
+
+def test_a_daphne_without_those_hooks_is_refused_at_start(monkeypatch):
+    from daphne.ws_protocol import WebSocketProtocol
+    from django.core.exceptions import ImproperlyConfigured
+
+    from console import serving
+
+    # the hook lives on one of autobahn's base classes: hide it there
+    for base in WebSocketProtocol.__mro__:
+        if "_max_message_size_exceeded" in vars(base):
+            monkeypatch.delattr(base, "_max_message_size_exceeded")
+    with pytest.raises(ImproperlyConfigured, match="_max_message_size_exceeded"):
+        serving.install()
