@@ -39,6 +39,7 @@ from .models import (
     SpotPrice,
     SpotSource,
     Term,
+    UnratedUsage,
     currency,
 )
 
@@ -343,6 +344,46 @@ def meter_recent(*, now: datetime | None = None, chunk: timedelta = METER_CHUNK)
         if stop >= now:
             return total
         cursor = stop
+
+
+def check_unrated(*, now: datetime | None = None) -> None:
+    """The operators' rules on ``unrated_usage`` (monitoring/rules.py): one alert per SKU
+    and pricing model whose held GPU-hours meet the rule, resolved once that usage is
+    priced and metered again."""
+    from monitoring import alerts
+    from monitoring.models import AlertRule
+
+    now = _now(now)
+    for rule in AlertRule.objects.filter(metric="unrated_usage", enabled=True, team__isnull=True):
+        alerts.reconcile(alerts.AlertKind.UNRATED, _unrated_conditions(rule), now=now, scope=Q(rule=rule))
+
+
+def _unrated_conditions(rule) -> list:
+    from monitoring import alerts, rules
+
+    held = UnratedUsage.objects.all()
+    if rule.host_id:
+        held = held.filter(instance__host_id=rule.host_id)
+    if rule.gpu_model_id:
+        held = held.filter(instance__gpu_model_id=rule.gpu_model_id)
+    groups: dict[tuple[str, str], dict] = {}
+    for row in held.order_by("found_at", "id"):
+        group = groups.setdefault((row.sku, row.pricing_model), {"seconds": 0, "teams": set(), "reason": row.reason})
+        group["seconds"] += row.gpu_seconds
+        group["teams"].add(row.team_id)
+    found = []
+    for (sku, pricing_model), group in sorted(groups.items()):
+        hours = round(group["seconds"] / 3600, 2)
+        if not rules.holds(rule.comparison, hours, rule.threshold):
+            continue
+        teams = len(group["teams"])
+        found.append(alerts.Condition(
+            key=f"r{rule.pk}:unrated:{sku}:{pricing_model}", rule_id=rule.pk, severity=rule.severity,
+            category=alerts.Category.BILLING, value=hours, threshold=rule.threshold,
+            message=f"{hours:g} GPU-hours of {sku} ({pricing_model}) held unrated for {teams} "
+                    f"team{'s' if teams != 1 else ''}: {group['reason']} Price it, then meter again.",
+        ))
+    return found
 
 
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:

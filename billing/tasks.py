@@ -25,9 +25,10 @@ SCHEDULE = schedule()
 @shared_task
 def meter_recent() -> int:
     """Meter since the last run (in bounded chunks), refresh the drafts, then check
-    budgets."""
+    budgets and usage held unrated."""
     result = services.meter_recent()
     services.check_budgets()
+    services.check_unrated()
     return result.charges
 
 

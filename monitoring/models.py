@@ -324,6 +324,7 @@ class AlertKind(models.TextChoices):
     BUDGET = "budget", "Budget"
     PREEMPTION = "preemption", "Spot preemption"
     AUDIT = "audit_verify", "Audit verification"
+    UNRATED = "unrated", "Unrated usage"
 
 
 class Category(models.TextChoices):

@@ -5,7 +5,8 @@ Three ways a metric is evaluated:
 - ``ingest``: on each stored reading, by the agent connection that stores it (the
   condition must hold on every reading for the rule's hold time);
 - ``event``: on each agent event of that kind (XID errors);
-- ``periodic``: by the periodic alert task, over a window (agent silence, idle GPUs).
+- ``periodic``: by the periodic alert task, over a window (agent silence, idle GPUs);
+  ``unrated_usage`` by billing after each metering run (billing.services.check_unrated).
 ``tflops_est`` is the achieved TFLOP/s estimate of flops.py at the holder instance's
 precision. Spend against a budget is watched by the budget's own thresholds (billing), and
 spot price against a maximum price does not exist yet (instances have no maximum
@@ -56,7 +57,11 @@ METRICS: dict[str, Metric] = {
     "xid": Metric("XID error", "XID code", EVENT, AlertKind.XID),
     "agent_silent": Metric("Agent silence", "s since last word", PERIODIC, AlertKind.AGENT_SILENT),
     "idle_billed": Metric("GPU idle but billed (real activity over the hold)", "%", PERIODIC, AlertKind.IDLE),
+    "unrated_usage": Metric("Usage held unrated (no price in effect), per SKU", "GPU-hours", PERIODIC,
+                            AlertKind.UNRATED),
 }
+# Figures only operators see: a team's rule may not watch them.
+OPERATOR_ONLY = frozenset({"unrated_usage"})
 
 COMPARE = {
     Comparison.GE: operator.ge,
@@ -126,6 +131,7 @@ FLEET_DEFAULTS = (
     Default("Fleet: XID error", "xid", Comparison.GE, 0, 0, Severity.CRITICAL),
     Default("Fleet: uncorrected ECC errors", "ecc_uncorrected", Comparison.GT, 0, 0, Severity.CRITICAL),
     Default("Fleet: agent silent for 1 min", "agent_silent", Comparison.GE, 60, 0, Severity.CRITICAL),
+    Default("Fleet: usage held unrated", "unrated_usage", Comparison.GT, 0, 0, Severity.WARNING),
 )
 
 

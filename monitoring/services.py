@@ -254,11 +254,14 @@ RULE_FIELDS = ("name", "metric", "comparison", "threshold", "hold_s", "severity"
 MAX_HOLD_S = 7 * 86_400
 
 
-def _check_rule(values: dict) -> None:
-    from .rules import METRICS
+def _check_rule(values: dict, team) -> None:
+    from .rules import METRICS, OPERATOR_ONLY
 
     if values["metric"] not in METRICS:
         raise ValidationError({"metric": f"Unknown metric; choose one of {', '.join(METRICS)}."})
+    if team is not None and values["metric"] in OPERATOR_ONLY:
+        raise ValidationError({"metric": f"{METRICS[values['metric']].label} is shown to operators only; "
+                                         "only an operators' rule watches it."})
     threshold = values["threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or threshold != threshold \
             or abs(threshold) > 1e12:
@@ -292,7 +295,7 @@ def create_rule(*, actor, team=None, name: str, metric: str, threshold, comparis
                 gpu_model=None) -> AlertRule:
     values = {"name": name, "metric": metric, "comparison": comparison, "threshold": threshold, "hold_s": hold_s,
               "severity": severity, "enabled": enabled}
-    _check_rule(values)
+    _check_rule(values, team)
     _check_scope(team, instance, host, gpu_model)
     now = timezone.now()
     rule = AlertRule.objects.create(team=team, instance=instance, host=host, gpu_model=gpu_model,
@@ -307,7 +310,7 @@ def update_rule(*, actor, rule: AlertRule, **changes) -> AlertRule:
     rule = AlertRule.objects.select_for_update().get(pk=rule.pk)
     before = _rule_snapshot(rule)
     values = {f: changes.get(f, getattr(rule, f)) for f in RULE_FIELDS}
-    _check_rule(values)
+    _check_rule(values, rule.team)
     instance = changes.get("instance", rule.instance)
     _check_scope(rule.team, instance, rule.host, rule.gpu_model)
     for f, v in values.items():
