@@ -174,6 +174,7 @@ def resolve_alert(alert: Alert, *, now: datetime | None = None, why: str = "", a
         details={"kind": alert.kind, "key": alert.key, "why": why},
     )
     announce(alert)
+    notify.enqueue_resolved(alert, now=now)
     return alert
 
 

@@ -4,7 +4,10 @@
 alert joins the pending notification of its group on each of its owner's channels
 (a rule on one host, so a host with eight hot GPUs or a flapping GPU sends one
 message), or starts one due after ``ALERT_GROUP_WAIT_S``; a group that was sent less
-than ``ALERT_GROUP_INTERVAL_S`` ago waits for the rest of that interval. ``dispatch``
+than ``ALERT_GROUP_INTERVAL_S`` ago waits for the rest of that interval. When an alert
+resolves, ``enqueue_resolved`` puts it in its group's next message on each channel that
+was sent its firing: that message says "resolved" (``status`` in a webhook's body) when
+every alert in it has resolved, and counts firing and resolved ones otherwise. ``dispatch``
 (the periodic ``deliver_notifications`` task, never the ingest path) sends what is
 due, logs each attempt as a ``Delivery`` and retries failures with exponential
 backoff up to ``ALERT_DELIVERY_ATTEMPTS``.
@@ -38,6 +41,7 @@ from django.utils import timezone
 from .models import (
     SEVERITY_RANK,
     Alert,
+    AlertState,
     ChannelKind,
     Delivery,
     Notification,
@@ -80,16 +84,32 @@ def channels_for(alert: Alert) -> list[NotificationChannel]:
 
 
 def enqueue(alert: Alert, *, now: datetime) -> None:
+    """A new alert joins its group's next message on each of its owner's channels."""
+    for channel in channels_for(alert):
+        _join(channel, alert, now)
+
+
+def enqueue_resolved(alert: Alert, *, now: datetime) -> None:
+    """A resolved alert rides in its group's next message on each channel that was sent
+    its firing (one still waiting to send shows it resolved anyway)."""
+    told = (
+        Notification.objects.filter(alerts=alert, test=False, status=NotificationStatus.SENT)
+        .values_list("channel_id", flat=True).distinct()
+    )
+    for channel in NotificationChannel.objects.filter(pk__in=list(told), enabled=True):
+        _join(channel, alert, now)
+
+
+def _join(channel: NotificationChannel, alert: Alert, now: datetime) -> None:
     wait = timedelta(seconds=_setting("ALERT_GROUP_WAIT_S", 5))
     interval = timedelta(seconds=_setting("ALERT_GROUP_INTERVAL_S", 300))
     key = group_key(alert)
-    for channel in channels_for(alert):
-        pending = Notification.objects.filter(
-            channel=channel, group_key=key, status=NotificationStatus.PENDING, test=False
-        ).first()
-        if pending is None:
-            pending = _start(channel, key, now, wait, interval)
-        pending.alerts.add(alert)
+    pending = Notification.objects.filter(
+        channel=channel, group_key=key, status=NotificationStatus.PENDING, test=False
+    ).first()
+    if pending is None:
+        pending = _start(channel, key, now, wait, interval)
+    pending.alerts.add(alert)
 
 
 def _start(channel, key: str, now: datetime, wait: timedelta, interval: timedelta) -> Notification:
@@ -173,23 +193,42 @@ def alert_payload(alert: Alert) -> dict:
         "team": alert.team.name if alert.team_id else None,
         "rule": alert.rule.name if alert.rule_id else None,
         "opened_at": alert.opened_at.isoformat(),
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
     }
+
+
+def status_of(alerts: list[Alert]) -> str:
+    """``firing`` while any alert of the message is active, else ``resolved``."""
+    return "resolved" if all(a.state == AlertState.RESOLVED for a in alerts) else "firing"
 
 
 def summary(alerts: list[Alert], *, test: bool) -> str:
     if test:
         return "GPU Console test notification: this channel works."
+    firing = [a for a in alerts if a.state != AlertState.RESOLVED]
+    tag = f"[{firing[0].severity}]" if firing else "[resolved]"
     if len(alerts) == 1:
-        return f"[{alerts[0].severity}] {alerts[0].message}"
+        return f"{tag} {alerts[0].message}"
     head = alerts[0].rule.name if alerts[0].rule_id else alerts[0].get_kind_display()
     where = alerts[0].host.name if alerts[0].host_id else ""
-    return f"[{alerts[0].severity}] {head}: {len(alerts)} alerts{' on ' + where if where else ''}"
+    resolved = len(alerts) - len(firing)
+    count = f"{len(firing)} firing, {resolved} resolved" if firing and resolved else f"{len(alerts)} alerts"
+    return f"{tag} {head}: {count}{' on ' + where if where else ''}"
+
+
+def lines(alerts: list[Alert]) -> list[str]:
+    """One line per alert, the resolved ones saying when."""
+    return [
+        f"• {a.message}" + (f" (resolved {a.resolved_at:%Y-%m-%d %H:%M:%S} UTC)" if a.resolved_at else "")
+        for a in alerts
+    ]
 
 
 def body(notification: Notification, alerts: list[Alert]) -> bytes:
     data = {
         "version": 1,
         "test": notification.test,
+        "status": status_of(alerts),
         "group": notification.group_key,
         "channel": notification.channel.name,
         "summary": summary(alerts, test=notification.test),
@@ -218,8 +257,8 @@ def send(channel: NotificationChannel, notification: Notification, alerts: list[
             result = _send_email(channel, notification, alerts)
         elif channel.kind == ChannelKind.SLACK:
             text = summary(alerts, test=notification.test)
-            lines = [text] + ([f"• {a.message}" for a in alerts] if len(alerts) > 1 else [])
-            result = post(channel.target, json.dumps({"text": "\n".join(lines)}).encode(), {})
+            details = lines(alerts) if len(alerts) > 1 or status_of(alerts) == "resolved" else []
+            result = post(channel.target, json.dumps({"text": "\n".join([text, *details])}).encode(), {})
         else:
             payload = body(notification, alerts)
             result = post(channel.target, payload, {SIGNATURE_HEADER: sign(channel.secret, payload)})
@@ -230,7 +269,7 @@ def send(channel: NotificationChannel, notification: Notification, alerts: list[
 
 
 def _send_email(channel, notification, alerts) -> Result:
-    text = "\n".join([summary(alerts, test=notification.test), ""] + [a.message for a in alerts])
+    text = "\n".join([summary(alerts, test=notification.test), ""] + lines(alerts))
     sent = send_mail(f"[GPU Console] {summary(alerts, test=notification.test)}"[:150], text, None,
                      emails(channel.target), fail_silently=False)
     return Result(bool(sent), error="" if sent else "the mail backend sent nothing")
