@@ -37,8 +37,18 @@ DAY = timedelta(days=1)
 # table -> the column it is partitioned on
 TABLES = {"monitoring_sample": "time", "monitoring_rollup1m": "bucket"}
 
-_known: dict[str, set[date]] = {table: set() for table in TABLES}
+# What this process knows, per (database, table): the days whose partition it has seen
+# committed, and whether the table is partitioned at all.
+_known: dict[tuple[str, str], set[date]] = {}
 _partitioned: dict[tuple[str, str], bool] = {}
+
+
+def _key(table: str) -> tuple[str, str]:
+    return (connection.settings_dict["NAME"], table)
+
+
+def _known_days(table: str) -> set[date]:
+    return _known.setdefault(_key(table), set())
 
 
 def _setting(name: str, default: int) -> int:
@@ -68,7 +78,7 @@ def partitioned(table: str) -> bool:
     """Whether ``table`` is a partitioned table in this database (never on SQLite)."""
     if connection.vendor != "postgresql":
         return False
-    key = (connection.settings_dict["NAME"], table)
+    key = _key(table)
     if key not in _partitioned:
         with connection.cursor() as cursor:
             cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [table])
@@ -80,8 +90,7 @@ def partitioned(table: str) -> bool:
 def forget() -> None:
     """Drop what this process remembers (after a migration or in tests)."""
     _partitioned.clear()
-    for days in _known.values():
-        days.clear()
+    _known.clear()
 
 
 def days(table: str) -> list[date]:
@@ -101,13 +110,22 @@ def days(table: str) -> list[date]:
 def ensure(table: str, wanted: set[date], *, now: datetime | None = None) -> list[date]:
     """Create the partitions of ``wanted`` days that ``table`` lacks; returns those made.
 
-    A day this process saw made is trusted without asking while retention cannot
-    have dropped it; an older day is looked up each time."""
+    Runs in the caller's transaction (a writer makes the day it is about to write in
+    the same flush), so a day made here only exists once that transaction commits.
+    Until then another writer that needs the same day must not write it: its rows
+    would be routed to the default partition, which PostgreSQL refuses once the new
+    partition commits ("violates partition constraint"). So a day is remembered as
+    made only after the commit that made it, and a writer that does not know a day
+    asks the maker function, which waits on the lock the first writer holds until
+    that writer commits, then finds the day made.
+
+    A remembered day is trusted without asking while retention cannot have dropped
+    it; an older day is looked up each time."""
     if not wanted or not partitioned(table):
         return []
     now = now or timezone.now()
     safe_from = day_of(now - retention(table)) + DAY
-    known = _known[table]
+    known = _known_days(table)
     missing = {d for d in wanted if d not in known or d < safe_from}
     if not missing:
         return []
@@ -117,7 +135,8 @@ def ensure(table: str, wanted: set[date], *, now: datetime | None = None) -> lis
         for day in sorted(missing - present):
             if _call("monitoring_make_partition", table, day):
                 made.append(day)
-    known.update(d for d in missing if d >= safe_from)
+    remember = {d for d in missing if d >= safe_from}
+    transaction.on_commit(lambda: known.update(remember))
     return made
 
 
@@ -147,7 +166,7 @@ def maintain(*, now: datetime | None = None) -> dict[str, list[str]]:
         if not partitioned(table):
             continue
         waiting = _default_days(table)
-        _known[table] -= waiting  # rows of a day in the default partition: that day has none
+        _known_days(table).difference_update(waiting)  # rows of a day in the default: that day has none
         wanted = {day_of(now) + i * DAY for i in range(ahead + 1)} | waiting
         made[table] = [name_of(table, d) for d in ensure(table, wanted, now=now)]
     return made
@@ -187,6 +206,6 @@ def drop_before(table: str, cutoff: datetime) -> list[str]:
             if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "55P03":
                 raise
             break
-        _known[table].discard(day)
+        _known_days(table).discard(day)
         dropped.append(name)
     return dropped

@@ -251,7 +251,7 @@ def test_a_day_wrongly_remembered_as_made_is_made_by_the_next_run(gpu):
     """A writer whose partition creation rolled back still remembers the day: its rows
     wait in the default partition, and the periodic run makes the day after all."""
     when = NOW + timedelta(days=10)
-    partitions._known["monitoring_sample"].add(when.date())
+    partitions._known_days("monitoring_sample").add(when.date())
     add_samples(gpu, when, [{"gpu_util": 4}] * 2)
     assert in_default() == 2 and when.date() not in days()
     partitions.maintain(now=NOW)
