@@ -616,12 +616,42 @@ def _level(value: float | None, warn: float, bad: float) -> str:
     return "ok"
 
 
+# NVML's GPM metrics (tensor-core activity, SM occupancy, DRAM bandwidth) exist from Hopper on.
+GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
+NOT_YET = (
+    "not yet",
+    "Tensor-core activity comes with the slower readings, every few seconds; "
+    "if none comes, this GPU or its driver does not report it.",
+)
+
+
+def tensor_absence(
+    *, architecture: str = "", model: str = "", host_kind: str = "", slice_kind: str | None = None
+) -> tuple[str, str]:
+    """What a tile says, and its tooltip, while a device has no tensor-core activity:
+    what the device cannot report, else that it has not come yet."""
+    if slice_kind == "vgpu" or (slice_kind is None and host_kind == "vgpu"):
+        return "not reported", "vGPU mode: NVML reports no tensor-core activity per vGPU."
+    if slice_kind is None and host_kind == "mig":
+        return "per slice", "MIG mode: tensor-core activity is reported per MIG slice, not for the whole GPU."
+    if architecture and architecture.lower() not in GPM_ARCHITECTURES:
+        name = f"The {model} ({architecture})" if model else f"This {architecture} GPU"
+        return "not reported", f"{name} does not report tensor-core activity: NVML's GPM metrics need Hopper or newer."
+    return NOT_YET
+
+
 def tile(
-    metrics: dict | None, *, memory_total: int | None = None, power_limit_mw: int | None = None
+    metrics: dict | None,
+    *,
+    memory_total: int | None = None,
+    power_limit_mw: int | None = None,
+    tensor_missing: tuple[str, str] = NOT_YET,
 ) -> dict:
     """What a GPU tile shows: rounded values with units and a colour level for each.
 
-    ``util_level`` is the utilization bucket (idle/low/busy) used to tint the tile.
+    ``util_level`` is the utilization bucket (idle/low/busy) used to tint the tile;
+    ``tensor_missing`` (text, tooltip) says why tensor activity is absent
+    (``tensor_absence``).
     """
     m = metrics or {}
     total = m.get("mem_total") or memory_total
@@ -644,6 +674,8 @@ def tile(
         "temp_c": None if m.get("temp_c") is None else round(m["temp_c"]),
         "temp_level": _level(m.get("temp_c"), *TILE_LEVELS["temp_c"]),
         "throttle": throttle_names(int(m.get("clocks_event_reasons") or 0) & SLOWDOWN_MASK),
+        "tensor_missing": tensor_missing[0],
+        "tensor_missing_title": tensor_missing[1],
     }
     return values | _tile_texts(values)
 
@@ -658,7 +690,7 @@ def _tile_texts(v: dict) -> dict:
     limit = f" / {v['power_limit_w']}" if v["power_limit_w"] else ""
     return {
         "util_text": of(v["util"]),
-        "tensor_text": of(v["tensor"], " %"),
+        "tensor_text": v["tensor_missing"] if v["tensor"] is None else f"{v['tensor']} %",
         "mem_text": of(v["mem_gib"], total, " GiB"),
         "power_text": of(v["power_w"], limit, " W"),
         "temp_text": of(v["temp_c"], " °C"),

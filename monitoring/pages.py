@@ -83,7 +83,9 @@ def gpu_device(gpu: Gpu, latest: GpuLatest | None, now) -> dict:
         "host": gpu.host.name,
         "memory_total": gpu.memory_total,
         "power_limit_mw": limit,
-        "tile": charts.tile(metrics, memory_total=gpu.memory_total, power_limit_mw=limit),
+        "tile": charts.tile(metrics, memory_total=gpu.memory_total, power_limit_mw=limit, tensor_missing=(
+            charts.tensor_absence(architecture=gpu.model.architecture, model=gpu.model.name, host_kind=gpu.host.kind)
+        )),
         "t": latest.time.isoformat() if latest else None,
         "stale": latest.is_stale(now) if latest else True,
         "seen": latest is not None,
@@ -99,7 +101,10 @@ def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
         "host": "",
         "memory_total": total,
         "power_limit_mw": None,
-        "tile": charts.tile(metrics, memory_total=total),
+        "tile": charts.tile(metrics, memory_total=total, tensor_missing=charts.tensor_absence(
+            architecture=piece.profile.gpu_model.architecture, model=piece.profile.gpu_model.name,
+            slice_kind=piece.profile.kind,
+        )),
         "slice": True,
         "t": latest.time.isoformat() if latest else None,
         "stale": latest.is_stale(now) if latest else True,
@@ -134,7 +139,7 @@ def team_context(user) -> dict:
     ids = [i.pk for i in instances]
     gpus = Gpu.objects.for_user(user).filter(instance_id__in=ids).select_related("model", "host")
     pieces = (
-        GpuSlice.objects.for_user(user).filter(instance_id__in=ids).select_related("profile", "gpu")
+        GpuSlice.objects.for_user(user).filter(instance_id__in=ids).select_related("profile__gpu_model", "gpu")
     )
     latest = latest_by_uuid(GpuLatest.objects.for_user(user).filter(instance_id__in=ids))
     devices: dict[int, list[dict]] = {i: [] for i in ids}
@@ -327,7 +332,7 @@ def instance_panel(request, pk):
     ]
     devices += [
         slice_device(s, latest.get(s.uuid), now)
-        for s in instance.slices.select_related("profile", "gpu")
+        for s in instance.slices.select_related("profile__gpu_model", "gpu")
     ]
     procs = {g.uuid: process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
         s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk, instance_id=pk)
@@ -499,7 +504,7 @@ def gpu_detail(request, uuid):
     now = timezone.now()
     latest = GpuLatest.objects.filter(uuid=uuid).first()
     device = gpu_device(gpu, latest, now)
-    pieces = list(gpu.slices.select_related("profile", "instance", "team"))
+    pieces = list(gpu.slices.select_related("profile__gpu_model", "instance", "team"))
     slice_latest = latest_by_uuid(GpuLatest.objects.filter(gpu=gpu, slice__isnull=False))
     devices = [device] + [slice_device(s, slice_latest.get(s.uuid), now) for s in pieces]
     context = {

@@ -154,6 +154,28 @@
     if (lvl !== undefined) el.className = "lvl-" + lvl;
   }
 
+  /* Tensor activity comes with the slower readings; a tile that got this many readings
+   * and none with it says the GPU does not report it, whatever the page assumed. */
+  const NO_TENSOR_AFTER = 30;
+
+  function setTensor(tile, value, without) {
+    const el = tile.querySelector('[data-f="tensor"]');
+    if (!el) return;
+    if (value !== null) {
+      el.textContent = value + " %";
+      el.removeAttribute("title");
+      return;
+    }
+    let why = el.dataset.missing || "—";
+    let title = el.dataset.missingTitle || "";
+    if (why === "not yet" && without >= NO_TENSOR_AFTER) {
+      why = "not reported";
+      title = "No tensor-core activity in " + without + " readings: this GPU or its driver does not report NVML's GPM metrics.";
+    }
+    el.textContent = why;
+    el.title = title;
+  }
+
   class Tiles {
     constructor(settings) {
       this.client = settings.client;
@@ -162,6 +184,7 @@
       this.pending = new Map();
       this.last = new Map();
       this.seen = new Map();
+      this.withoutTensor = new Map();
       this.listeners = [];
       document.querySelectorAll(".gpu-tile[data-uuid]").forEach((el) => {
         const list = this.byUuid.get(el.dataset.uuid) || [];
@@ -182,6 +205,8 @@
         // Slow metrics (energy, GPM) come every few readings: keep the last value seen.
         const merged = Object.assign({}, (this.pending.get(g.uuid) || this.last.get(g.uuid) || {}).m, g.m);
         const entry = Object.assign({}, g, { m: merged });
+        const hasTensor = merged.tensor_active_pct !== null && merged.tensor_active_pct !== undefined;
+        this.withoutTensor.set(g.uuid, hasTensor ? 0 : (this.withoutTensor.get(g.uuid) || 0) + 1);
         this.last.set(g.uuid, entry);
         this.pending.set(g.uuid, entry);
       });
@@ -209,7 +234,7 @@
       el.classList.remove("util-idle", "util-low", "util-busy", "util-unknown");
       el.classList.add("util-" + t.utilLevel);
       setField(el, "util", t.util);
-      setField(el, "tensor", t.tensor === null ? null : t.tensor + " %");
+      setTensor(el, t.tensor, this.withoutTensor.get(g.uuid) || 0);
       setField(el, "mem", t.mem, t.memLevel);
       setField(el, "power", t.power, t.powerLevel);
       setField(el, "temp", t.temp, t.tempLevel);

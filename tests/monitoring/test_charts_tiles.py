@@ -49,3 +49,18 @@ def test_tile_lines_read_as_shown_with_a_dash_when_unknown():
         "150 W",
         "—",
     )
+
+
+def test_a_tile_without_tensor_activity_says_why():
+    ampere = charts.tensor_absence(architecture="Ampere", model="A100-80GB")
+    assert charts.tile({"gpu_util": 40}, tensor_missing=ampere)["tensor_text"] == "not reported"
+    assert "A100-80GB (Ampere)" in ampere[1] and "Hopper" in ampere[1]
+    assert charts.tile({"gpu_util": 40})["tensor_text"] == "not yet"
+    assert charts.tile({"tensor_active_pct": 91.6}, tensor_missing=ampere)["tensor_text"] == "92 %"
+
+
+def test_vgpu_and_mig_modes_name_their_reason():
+    assert charts.tensor_absence(architecture="Hopper", slice_kind="vgpu")[0] == "not reported"
+    assert charts.tensor_absence(architecture="Hopper", host_kind="vgpu")[0] == "not reported"
+    assert charts.tensor_absence(architecture="Hopper", host_kind="mig")[0] == "per slice"
+    assert charts.tensor_absence(architecture="Hopper", host_kind="mig", slice_kind="mig")[0] == "not yet"

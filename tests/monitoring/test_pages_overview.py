@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from instances.models import GpuModel, Host
 from monitoring.models import Alert, AlertKind, GpuLatest
 
 
@@ -101,3 +102,12 @@ def test_each_heatmap_row_leads_to_its_host(client, ops, fleet):
     client.force_login(ops)
     urls = client.get("/").context["live"]["host_urls"]
     assert urls["h100-a"] == f"/hosts/{fleet['hosts']['h100-a'].pk}/"
+
+
+def test_a_tile_says_why_it_has_no_tensor_activity(client, bob, acme_reporting):
+    GpuModel.objects.filter(pk=acme_reporting.gpu_model_id).update(architecture="Hopper")
+    client.force_login(bob)
+    assert client.get("/").content.decode().count('data-missing="not yet"') == 2
+    Host.objects.filter(pk=acme_reporting.host_id).update(kind="vgpu")
+    page = client.get("/").content.decode()
+    assert page.count('data-missing="not reported" title="vGPU mode: NVML reports no tensor-core activity') == 2
