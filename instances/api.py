@@ -15,12 +15,13 @@ from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
 
-from . import catalog, services
+from . import catalog, images, services
 from .models import (
     Gpu,
     GpuModel,
     GpuSlice,
     Host,
+    Image,
     Instance,
     LifecycleEvent,
     PreemptionNotice,
@@ -28,9 +29,11 @@ from .models import (
     SliceProfile,
 )
 from .serializers import (
+    DefaultImageRequest,
     GpuModelSerializer,
     GpuSerializer,
     HostSerializer,
+    ImageSerializer,
     InstanceDetailSerializer,
     InstanceSerializer,
     LaunchQuoteQuery,
@@ -97,12 +100,62 @@ class GpuViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["host__name", "model__name", "instance"]
 
 
+class ImageViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The image catalog: public images and your teams' private ones. A team adds its own
+    by registry reference; operators add public ones. Retired images stay listed."""
+
+    queryset = Image.objects.select_related("team").prefetch_related("gpu_models", "default_for")
+    serializer_class = ImageSerializer
+    filterset_fields = {"gpu_models__name": ["exact"], "visibility": ["exact"], "team": ["exact"],
+                        "retired_at": ["isnull"]}
+    ordering_fields = ["name", "created_at", "size_bytes"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        team = data.get("team")
+        if team is None and not is_operator(self.request.user):
+            self.permission_denied(self.request, message="Only operators add public images; name your team.")
+        if team is not None:
+            self.require_role(team.pk, WRITE_ROLES, "add images")
+        serializer.instance = images.create_image(
+            actor=self.request.user, team=team, name=data["name"], reference=data["reference"],
+            gpu_models=data["gpu_models"], framework=data.get("framework", ""),
+            framework_version=data.get("framework_version", ""), cuda_version=data.get("cuda_version", ""),
+            size_bytes=data.get("size_bytes"),
+        )
+
+    @extend_schema(request=None, responses=ImageSerializer)
+    @action(detail=True, methods=["post"])
+    def retire(self, request, pk=None):
+        """Stops new launches of the image; running instances keep it."""
+        image = self.get_object()
+        if image.team_id is None and not is_operator(request.user):
+            self.permission_denied(request, message="Only operators retire public images.")
+        if image.team_id is not None:
+            self.require_role(image.team_id, WRITE_ROLES, "retire images")
+        images.retire_image(actor=request.user, image=image)
+        return Response(ImageSerializer(self.get_queryset().get(pk=image.pk), context={"request": request}).data)
+
+    @extend_schema(request=DefaultImageRequest, responses=ImageSerializer)
+    @action(detail=True, methods=["post"], url_path="make-default")
+    def make_default(self, request, pk=None):
+        """Operators: launches of the GPU model that name no image boot this one."""
+        image = self.get_object()
+        if not is_operator(request.user):
+            self.permission_denied(request, message="Only operators set a GPU model's default image.")
+        body = DefaultImageRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        images.set_default(actor=request.user, image=image, gpu_model=body.validated_data["gpu_model"])
+        return Response(ImageSerializer(self.get_queryset().get(pk=image.pk), context={"request": request}).data)
+
+
 class InstanceViewSet(
     TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 ):
     """Launch, list and act on your teams' instances."""
 
-    queryset = Instance.objects.select_related("team", "gpu_model", "slice_profile__gpu_model", "host").prefetch_related(
+    queryset = Instance.objects.select_related(
+        "team", "gpu_model", "slice_profile__gpu_model", "host", "image").prefetch_related(
         Prefetch("gpus", queryset=Gpu.objects.only("uuid", "instance_id"))
     )
     serializer_class = InstanceSerializer
@@ -131,6 +184,8 @@ class InstanceViewSet(
             slice_profile=data["slice_profile"],
             region=data.get("region"),
             labels=data.get("labels"),
+            image=data.get("image"),
+            max_price=data.get("max_price"),
         )
 
     def _act(self, request, verb, what):
@@ -231,6 +286,7 @@ routes = [
     ("slice-profiles", SliceProfileViewSet, "slice-profile"),
     ("hosts", HostViewSet, "host"),
     ("gpus", GpuViewSet, "gpu"),
+    ("images", ImageViewSet, "image"),
     ("instances", InstanceViewSet, "instance"),
     ("preemption-notices", PreemptionNoticeViewSet, "preemption-notice"),
 ]

@@ -5,17 +5,19 @@ import uuid
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.context import recorded_at
 from console.models import Team
 
-from . import services
+from . import images, services
 from .models import (
     GpuModel,
     GpuSlice,
     Host,
     HostKind,
+    Image,
     Instance,
     Region,
     SliceKind,
@@ -97,6 +99,58 @@ def seed_fleet(*, actor) -> None:
                 )
 
 
+ALL_MODELS = ("A100-80GB", "H100-80GB", "H200-141GB")
+# name, framework, version, CUDA, reference, size in bytes, GPU models, default for them,
+# owning team (None: public), retired days ago (None: in service)
+IMAGES = [
+    ("pytorch-24.10", "PyTorch", "2.5.0", "12.6", "nvcr.io/nvidia/pytorch:24.10-py3", 10_372_857_856,
+     ALL_MODELS, True, None, None),
+    ("tensorflow-24.10", "TensorFlow", "2.16.1", "12.6", "nvcr.io/nvidia/tensorflow:24.10-tf2-py3", 8_912_896_000,
+     ALL_MODELS, False, None, None),
+    ("nvhpc-24.9", "NVIDIA HPC SDK", "24.9", "12.6", "nvcr.io/nvidia/nvhpc:24.9-devel-cuda12.6-ubuntu22.04",
+     9_663_676_416, ALL_MODELS, False, None, None),
+    ("pytorch-23.05", "PyTorch", "2.0.0", "12.1", "nvcr.io/nvidia/pytorch:23.05-py3", 9_126_805_504,
+     ("A100-80GB", "H100-80GB"), False, None, 5),
+    ("acme-llm-train", "PyTorch", "2.5.1", "12.6",
+     "registry.acme.example:5000/ml/llm-train:2026.11@sha256:"
+     "3f1c5a9d7e2b4c6a8f0e1d3b5a7c9e2f4b6d8a0c2e4f6a8b0d2c4e6f8a0b2c4d", 12_884_901_888,
+     ("H100-80GB", "H200-141GB"), False, "Acme", None),
+]
+# instance -> the image it was launched with (the rest boot their model's default)
+IMAGE_OF = {"acme-llm-finetune": "acme-llm-train", "acme-train-70b": "acme-llm-train",
+            "acme-old-exp": "pytorch-23.05", "globex-render": "tensorflow-24.10", "globex-pretrain": "nvhpc-24.9"}
+# spot instances with a ceiling per GPU-hour (above where the demo's spot market goes)
+MAX_PRICE = {"acme-batch-spot": "1.65"}
+
+
+@transaction.atomic
+def seed_images(*, users) -> None:
+    now = timezone.now()
+    actors = {None: users["ops"], "Acme": users["bob"]}
+    for name, framework, version, cuda, ref, size, models, default, team_name, _retired in IMAGES:
+        team = Team.objects.get(name=team_name) if team_name else None
+        if Image.objects.filter(name=name, team=team).exists():
+            continue
+        gpu_models = list(GpuModel.objects.filter(name__in=models))
+        created = now - timedelta(days=120)
+        with recorded_at(created):
+            images.create_image(
+                actor=actors[team_name], name=name, reference=ref, gpu_models=gpu_models, team=team,
+                framework=framework, framework_version=version, cuda_version=cuda, size_bytes=size,
+                default_for=gpu_models if default else (), at=created,
+            )
+
+
+def _retire_images(*, users) -> None:
+    """After the instances that boot them are launched: retiring stops new launches only."""
+    now = timezone.now()
+    for name, *_, team_name, retired in IMAGES:
+        image = Image.objects.filter(name=name, team__name=team_name, retired_at=None).first()
+        if image is not None and retired is not None:
+            with recorded_at(now - timedelta(days=retired)):
+                images.retire_image(actor=users["ops"], image=image, at=now - timedelta(days=retired))
+
+
 # team, name, model, count, pricing, slice, final state, launched hours ago
 INSTANCES = [
     ("Acme", "acme-llm-finetune", "H200-141GB", 1, "on_demand", None, "running", 30, REPLAY_HOST),
@@ -119,6 +173,7 @@ INSTANCES = [
 @transaction.atomic
 def seed_instances(*, users) -> None:
     now = timezone.now()
+    seed_images(users=users)
     actors = {"Acme": users["bob"], "Globex": users["charlie"]}
     for team_name, name, model, count, pricing, profile, final, hours_ago, host_name in INSTANCES:
         team = Team.objects.get(name=team_name)
@@ -128,14 +183,17 @@ def seed_instances(*, users) -> None:
         gpu_model = GpuModel.objects.get(name=model)
         slice_profile = SliceProfile.objects.get(gpu_model=gpu_model, name=profile) if profile else None
         start = now - timedelta(hours=hours_ago, minutes=5)
+        image = Image.objects.filter(Q(team=None) | Q(team=team), name=IMAGE_OF.get(name)).first()
         with recorded_at(start):  # the audit log tells when each seeded action happened
             instance = services.launch_instance(
                 actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing,
-                slice_profile=slice_profile, at=start, provision=False,
+                slice_profile=slice_profile, at=start, provision=False, image=image,
+                max_price=MAX_PRICE.get(name),
                 # pinned to the replayed GPU so the demo's live chart is real NVML data
                 host=Host.objects.get(name=host_name) if host_name else None,
             )
         _walk_to(instance, final, start, actor)
+    _retire_images(users=users)
 
 
 def _walk_to(instance, final: str, start, actor) -> None:

@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from console.tenancy import TeamScopedQuerySet
+from console.tenancy import READ_ROLES, TeamScopedQuerySet
 from console.validators import plain_name
 
 
@@ -75,6 +75,7 @@ class Host(models.Model):
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="hosts")
     kind = models.CharField(max_length=16, choices=HostKind.choices, default=HostKind.PASSTHROUGH)
     state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.ACTIVE)
+    # One NVLink domain for every GPU of the host (an HGX board); GPUs may name their own.
     nvlink_group = models.CharField(max_length=40, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -96,6 +97,9 @@ class Gpu(models.Model):
     model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
     memory_total = models.BigIntegerField(help_text="bytes")
     pci_bus_id = models.CharField(max_length=32, blank=True)
+    # The NVLink group of this GPU where a host has several (PCIe cards bridged in pairs);
+    # blank: the host's group, if any.
+    nvlink_group = models.CharField(max_length=40, blank=True)
     # The instance that holds the whole GPU now (slices are held through GpuSlice).
     instance = models.ForeignKey(
         "Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="gpus"
@@ -201,6 +205,62 @@ class Precision(models.TextChoices):
     FP8 = "fp8", "fp8"
 
 
+class ImageVisibility(models.TextChoices):
+    PUBLIC = "public", "Public"
+    PRIVATE = "private", "Private to a team"
+
+
+class ImageQuerySet(TeamScopedQuerySet):
+    def for_user(self, user, roles=READ_ROLES, *, operators: bool = True):
+        """Public images for every signed-in user; a team's private images for its members."""
+        if not (user and user.is_authenticated and user.is_active):
+            return self.none()
+        return self.filter(models.Q(visibility=ImageVisibility.PUBLIC) | models.Q(pk__in=super().for_user(
+            user, roles, operators=operators).values("pk")))
+
+    def launchable(self):
+        return self.filter(retired_at__isnull=True)
+
+
+class Image(models.Model):
+    """A container image an instance boots: public ones kept by operators, private ones a
+    team brings by registry reference. Retiring one stops new launches, not running ones."""
+
+    name = models.CharField(max_length=63, validators=[plain_name])
+    framework = models.CharField(max_length=40, blank=True)
+    framework_version = models.CharField(max_length=20, blank=True)
+    cuda_version = models.CharField(max_length=12, blank=True)
+    gpu_models = models.ManyToManyField(GpuModel, related_name="images")
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    reference = models.CharField(max_length=512, help_text="OCI reference: registry/repository[:tag][@digest]")
+    visibility = models.CharField(max_length=8, choices=ImageVisibility.choices, default=ImageVisibility.PUBLIC)
+    team = models.ForeignKey("console.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="images")
+    # The image a launch of these GPU models boots when it names none.
+    default_for = models.ManyToManyField(GpuModel, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImageQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(visibility="public", team__isnull=True)
+                           | models.Q(visibility="private", team__isnull=False)),
+                name="image_private_to_one_team",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def retired(self) -> bool:
+        return self.retired_at is not None
+
+
 class Instance(models.Model):
     team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="instances")
     name = models.CharField(max_length=63, validators=[plain_name])
@@ -221,6 +281,10 @@ class Instance(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     # The number format its tensor work mostly uses: picks the peak of the TFLOP/s estimate.
     precision = models.CharField(max_length=8, choices=Precision.choices, default=Precision.BF16)
+    # The image it boots (empty: launched before the catalog, or with none on offer).
+    image = models.ForeignKey(Image, null=True, blank=True, on_delete=models.PROTECT, related_name="instances")
+    # Spot only: the most it pays per GPU-hour; a spot price above it preempts it.
+    max_price = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
 
     objects = TeamScopedQuerySet.as_manager(team_path="team")
 

@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Max
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -7,6 +8,7 @@ from console.models import Team
 from console.validators import plain_name
 
 from . import catalog
+from .images import parse_reference
 from .models import (
     Gpu,
     GpuModel,
@@ -14,6 +16,7 @@ from .models import (
     Host,
     HostKind,
     HostState,
+    Image,
     Instance,
     LifecycleEvent,
     PreemptionNotice,
@@ -22,6 +25,11 @@ from .models import (
     SliceProfile,
 )
 from .services import MAX_GPUS_PER_INSTANCE, is_stuck
+
+
+def plain_name_or_blank(value: str) -> None:
+    if value:
+        plain_name(value)
 
 
 class CostListSerializer(serializers.ListSerializer):
@@ -140,6 +148,55 @@ class LifecycleEventSerializer(serializers.ModelSerializer):
         fields = ["time", "from_state", "to_state", "gpu_count", "host", "reason", "by_platform"]
 
 
+class ImageSummaryField(serializers.PrimaryKeyRelatedField):
+    """Written as an image id; read as the image's id, name and registry reference."""
+
+    def use_pk_only_optimization(self):
+        return False
+
+    def to_representation(self, value):
+        return {"id": value.pk, "name": value.name, "reference": value.reference, "retired": value.retired}
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    gpu_models = serializers.SlugRelatedField(slug_field="name", many=True, queryset=GpuModel.objects.all())
+    default_for = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    team = serializers.PrimaryKeyRelatedField(
+        queryset=Team.objects.none(), required=False, allow_null=True,
+        help_text="The team a private image belongs to; empty (operators only): a public image.")
+    name = serializers.CharField(max_length=63, validators=[plain_name])
+    framework = serializers.CharField(max_length=40, required=False, allow_blank=True, validators=[plain_name_or_blank])
+    framework_version = serializers.CharField(max_length=20, required=False, allow_blank=True,
+                                              validators=[plain_name_or_blank])
+    cuda_version = serializers.RegexField(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", max_length=12, required=False,
+                                          allow_blank=True, error_messages={"invalid": "A CUDA version, e.g. 12.6."})
+    size_bytes = serializers.IntegerField(min_value=0, max_value=10**13, required=False, allow_null=True)
+    reference = serializers.CharField(max_length=512, help_text="registry/repository[:tag][@sha256:digest]")
+    retired = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Image
+        fields = ["id", "name", "framework", "framework_version", "cuda_version", "gpu_models", "size_bytes",
+                  "reference", "visibility", "team", "default_for", "retired", "retired_at", "created_at"]
+        read_only_fields = ["visibility", "retired_at", "created_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = Team.objects.for_user(request.user)
+
+    def validate_reference(self, value):
+        try:
+            return str(parse_reference(value))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+
+
+class DefaultImageRequest(serializers.Serializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+
+
 class InstanceSerializer(CostFields, serializers.ModelSerializer):
     team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
     name = serializers.CharField(max_length=63, validators=[plain_name])
@@ -160,11 +217,22 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
         child=serializers.CharField(max_length=255, allow_blank=True), required=False,
         help_text="Up to 20 {key: value} strings (cost centre, project); exported as FOCUS Tags.",
     )
+    image = ImageSummaryField(
+        queryset=Image.objects.none(), required=False, allow_null=True,
+        help_text="Image id (see /api/v1/images/); omitted: the GPU model's default image.",
+        error_messages={"does_not_exist": "No such image, or it is private to another team.",
+                        "incorrect_type": "An image is named by its id (a number), see /api/v1/images/."},
+    )
+    max_price = serializers.DecimalField(
+        max_digits=14, decimal_places=6, required=False, allow_null=True, coerce_to_string=True,
+        help_text="Spot only: the most it pays per GPU-hour; a spot price above it preempts it after the notice.",
+    )
 
     class Meta:
         model = Instance
         fields = [
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
+            "image", "max_price",
             "state", "host", "gpus", "labels", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
             "cost_as_of", "stuck",
         ]
@@ -176,6 +244,7 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None:
             self.fields["team"].queryset = Team.objects.for_user(request.user)
+            self.fields["image"].queryset = Image.objects.for_user(request.user)
 
     def validate(self, attrs):
         name = attrs.get("slice_profile") or None

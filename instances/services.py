@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -16,7 +17,7 @@ from django.utils import timezone
 from audit.models import Outcome
 from audit.services import record_event
 
-from . import catalog
+from . import catalog, images
 from .models import (
     HOLDING_STATES,
     Gpu,
@@ -26,6 +27,7 @@ from .models import (
     Host,
     HostKind,
     HostState,
+    Image,
     Instance,
     LifecycleEvent,
     NoticeStatus,
@@ -75,6 +77,43 @@ def check_labels(labels) -> dict[str, str]:
         if not isinstance(value, str) or len(value) > 255 or "\x00" in value:
             raise ValidationError({"labels": f"The value of {key!r} must be a string of at most 255 characters."})
     return dict(labels)
+
+
+# A spot max price above this many times the on-demand price is a typo, not a ceiling.
+MAX_PRICE_CEILING = 100
+_MAX_PRICE_LIMIT = Decimal("100000000")  # what the column holds, where no on-demand price is known
+
+
+def check_max_price(value, *, pricing_model: str, sku: str, at: datetime) -> Decimal | None:
+    """A spot launch's ceiling per GPU-hour, as Decimal, or a ValidationError on ``max_price``."""
+    if value is None or value == "":
+        return None
+    if pricing_model != PricingModel.SPOT:
+        raise ValidationError({"max_price": "A max price applies to spot launches only."})
+    try:
+        price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise ValidationError({"max_price": f"{str(value)[:40]!r} is not a price per GPU-hour."}) from None
+    if not price.is_finite():
+        raise ValidationError({"max_price": "The max price is a finite number."})
+    if price <= 0:
+        raise ValidationError({"max_price": "The max price is more than zero."})
+    price = price.quantize(Decimal("0.000001"), rounding=ROUND_DOWN)
+    if price <= 0:
+        raise ValidationError({"max_price": "The max price is at least 0.000001 per GPU-hour."})
+    listed = getattr(catalog.quote(sku=sku, pricing_model=PricingModel.ON_DEMAND, count=1, team_id=None, at=at),
+                     "per_gpu_hour", None)
+    if listed is not None and price > listed * MAX_PRICE_CEILING:
+        raise ValidationError({"max_price": f"{price} per GPU-hour is more than {MAX_PRICE_CEILING} times the "
+                                            f"on-demand price ({listed}); give a real ceiling."})
+    if price >= _MAX_PRICE_LIMIT:
+        raise ValidationError({"max_price": f"The max price is below {_MAX_PRICE_LIMIT} per GPU-hour."})
+    spot = getattr(catalog.quote(sku=sku, pricing_model=PricingModel.SPOT, count=1, team_id=None, at=at),
+                   "per_gpu_hour", None)
+    if spot is not None and spot > price:
+        raise ValidationError({"max_price": f"The spot price now ({spot} per GPU-hour) is above {price}; "
+                                            "the instance would be preempted at once."})
+    return price
 
 
 def stopping_grace() -> timedelta:
@@ -310,6 +349,8 @@ def _launch(
     at: datetime | None = None,
     provision: bool = True,
     labels: dict | None = None,
+    image: Image | None = None,
+    max_price=None,
 ) -> Instance:
     labels = check_labels(labels or {})
     if pricing_model not in PricingModel.values:
@@ -318,6 +359,9 @@ def _launch(
         raise LifecycleError(f"gpu_count must be between 1 and {MAX_GPUS_PER_INSTANCE}.")
     at = at or timezone.now()
     _require_price(gpu_model, slice_profile, pricing_model, at)
+    image = images.image_for_launch(image=image, team=team, gpu_model=gpu_model)
+    sku = slice_profile.sku if slice_profile is not None else gpu_model.name
+    max_price = check_max_price(max_price, pricing_model=pricing_model, sku=sku, at=at)
     GpuModel.objects.select_for_update().get(pk=gpu_model.pk)  # serialises placement per model
     placement = place(gpu_model=gpu_model, count=gpu_count, slice_profile=slice_profile, region=region, host=host)
     instance = Instance.objects.create(
@@ -332,6 +376,8 @@ def _launch(
         created_at=at,
         state_changed_at=at,
         labels=labels,
+        image=image,
+        max_price=max_price,
     )
     _allocate(instance, placement, at)
     instance.save(update_fields=["host"])
@@ -350,6 +396,8 @@ def _launch(
             "pricing_model": pricing_model,
             "host": placement.host.name,
             "labels": labels,
+            "image": None if image is None else {"id": image.pk, "name": image.name, "reference": image.reference},
+            "max_price": None if max_price is None else str(max_price),
         },
     )
     if provision:

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,7 +22,7 @@ ACTIONS = {
 
 
 def _instances(request):
-    return Instance.objects.for_user(request.user).select_related("team", "gpu_model", "slice_profile", "host")
+    return Instance.objects.for_user(request.user).select_related("team", "gpu_model", "slice_profile", "host", "image")
 
 
 @login_required
@@ -75,15 +75,23 @@ def launch(request):
             instance = services.launch_instance(
                 actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
                 gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],
-                slice_profile=data["slice_profile"], region=data["region"],
+                slice_profile=data["slice_profile"], region=data["region"], image=data["image"],
+                max_price=data["max_price"],
             )
         except services.LifecycleError as exc:
             form.add_error(None, str(exc))
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
         else:
             messages.success(request, f"Instance {instance.name} launched on {instance.host.name}.")
             return redirect("instance-detail", pk=instance.pk)
     status = 400 if request.method == "POST" else 200
     return render(request, "instances/launch.html", {"form": form, "offers": _offers()}, status=status)
+
+
+def _errors_to_form(form, exc: ValidationError) -> None:
+    for field, messages_ in (exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}).items():
+        form.add_error(field if field in form.fields else None, messages_)
 
 
 def _offers() -> list[dict]:

@@ -145,6 +145,28 @@ def launch(fleet):
 
 
 @pytest.fixture
+def image_catalog(fleet, ops, acme):
+    """pytorch (public, the default of every model), tensorflow (public, H100 only),
+    old-cuda (public, retired) and acme-private (Acme's own, H100 and A100)."""
+    from instances import images
+
+    h100, a100, h200 = fleet["h100"], fleet["a100"], fleet["h200"]
+    made = {
+        "pytorch": images.create_image(actor=ops, name="pytorch", reference="nvcr.io/nvidia/pytorch:24.10-py3",
+                                       gpu_models=[h100, a100, h200], default_for=[h100, a100, h200],
+                                       framework="PyTorch", cuda_version="12.6", size_bytes=10_000_000_000),
+        "tensorflow": images.create_image(actor=ops, name="tensorflow", gpu_models=[h100],
+                                          reference="nvcr.io/nvidia/tensorflow:24.10-tf2-py3"),
+        "old-cuda": images.create_image(actor=ops, name="old-cuda", reference="nvcr.io/nvidia/pytorch:23.05-py3",
+                                        gpu_models=[h100, a100]),
+        "acme-private": images.create_image(actor=ops, name="acme-private", team=acme, gpu_models=[h100, a100],
+                                            reference="registry.acme.example:5000/ml/train:1.0"),
+    }
+    images.retire_image(actor=ops, image=made["old-cuda"])
+    return made
+
+
+@pytest.fixture
 def acme_instance(launch, bob, acme):
     instance = launch(bob, acme, name="acme-train", count=2)
     return instance_services.mark_running(instance=instance)
