@@ -262,6 +262,16 @@ class FakeNvml:
     def nvmlEventSetCreate(self):
         return object()
 
+    def nvmlDeviceRegisterEvents(self, h, kinds, event_set):
+        pass
+
+    def nvmlEventSetWait(self, event_set, timeout_ms):
+        time.sleep(timeout_ms / 1000)  # as NVML: blocks until an event or the timeout
+        raise self.NVMLError_Timeout()
+
+    def nvmlEventSetFree(self, event_set):
+        pass
+
 
 def fake_bare_step(args):
     """A bare loop over the fake's fast calls (as bench/nvml_tools.py's bare loop)."""

@@ -49,6 +49,7 @@ class Batch:
     last_seq: int
     count: int
     text: str
+    spooled: bool = True  # False: taken from memory (first_id and last_id mean nothing)
 
 
 class Spool:

@@ -1,9 +1,13 @@
-"""One host's way to the server: outbox -> spool -> websocket, with acks and retries.
+"""One host's way to the server: outbox -> memory or spool -> websocket, with acks and retries.
 
-Sampling threads hand records to the :class:`Outbox` (numbered, encoded, kept in
-memory). A flusher moves them to the spool in batches, off the event loop. The
-sender sends the spool's oldest records, one frame at a time, and forgets them
-only when the server acknowledges them.
+Sampling threads hand records to the :class:`Outbox` (numbered, encoded). The event
+loop takes them into memory and the sender sends them at once, one frame at a time,
+forgetting them only when the server acknowledges them. Records go to the on-disk
+spool (off the event loop) when they cannot be sent: every record while there is no
+connection, and, while connected, those the server has not acknowledged within
+``SPOOL_AFTER_S``. The spool holds the oldest records, memory the newer ones, so the
+sender empties the spool first and order is kept. On a healthy link a record never
+touches the disk: that is most of what the agent costs as a process.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import secrets
 import socket
 import sqlite3
 import time
+from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -30,6 +35,9 @@ log = logging.getLogger("gpuconsole.agent")
 WELCOME_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 30.0
 CLOCK_SKEW_WARNING_S = 2.0
+# While connected, records the server has not acknowledged this long are spooled too.
+SPOOL_AFTER_S = 5.0
+SPOOL_RETRY_S = 1.0
 
 
 class FatalError(Exception):
@@ -115,10 +123,16 @@ class HostLink:
         self.outbox = Outbox(self.boot_id)
         self._last_error: dict | None = None
         self._rehello: asyncio.Event | None = None
-        self._wake: asyncio.Event | None = None
-        self._spooled: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None  # the outbox has records (or a spool check is due)
+        self._ready: asyncio.Event | None = None  # something for the sender to look at
         self._skew_warned = False
         self._writing: asyncio.Future | None = None
+        # Taken from the outbox, neither acknowledged nor spooled: (seq, body, monotonic time).
+        self._held: deque[tuple[int, str, float]] = deque()
+        self._connected = False
+        self._closed_seen = False
+        self._spool_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -126,8 +140,9 @@ class HostLink:
         return f"{self.label}: {text}" if self.label else text
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._wake = asyncio.Event()
-        self._spooled = asyncio.Event()
+        self._ready = asyncio.Event()
         self._rehello = asyncio.Event()
         wake = self._wake
         self.outbox.notify = lambda: loop.call_soon_threadsafe(wake.set)
@@ -136,15 +151,24 @@ class HostLink:
         """The host's GPUs changed: reconnect and say hello again (same boot_id)."""
         self.gpus = gpus
         self._rehello.set()
+        self._ready.set()
+
+    @property
+    def in_memory(self) -> int:
+        """Records neither acknowledged nor spooled: in the outbox or held by the loop."""
+        return len(self.outbox) + len(self._held)
 
     @property
     def drained(self) -> bool:
         """Everything sampled so far is acknowledged (nothing held, being spooled, or spooled)."""
-        return len(self.outbox) == 0 and self._writing is None and len(self.spool) == 0
+        return (len(self.outbox) == 0 and not self._held and self._writing is None
+                and len(self.spool) == 0)  # fmt: skip
 
     def flush_now(self) -> None:
-        """Move whatever the outbox holds into the spool (used at shutdown)."""
-        self.spool.append(self.boot_id, self.outbox.take())
+        """Move whatever memory and the outbox hold into the spool (used at shutdown)."""
+        rows = [(seq, body) for seq, body, _ in self._held] + self.outbox.take()
+        self._held.clear()
+        self.spool.append(self.boot_id, rows)
 
     async def run(self) -> None:
         if self._wake is None:
@@ -164,23 +188,86 @@ class HostLink:
             await self._wake.wait()
             self._wake.clear()
             rows = self.outbox.take()
-            if not rows:
-                continue
-            self._writing = asyncio.ensure_future(
-                asyncio.to_thread(self.spool.append, self.boot_id, rows)
-            )
-            try:
-                await asyncio.shield(self._writing)
-            except (OSError, sqlite3.Error) as exc:
-                dropped = self.outbox.put_back(rows, keep=self.spool.max_records)
-                log.error(self._say(f"cannot write the spool ({exc}); holding records in "
-                                    f"memory, {dropped} dropped; retrying in 1 s"))  # fmt: skip
-                await asyncio.sleep(1.0)
-                self._wake.set()
-                continue
-            finally:
-                self._writing = None
-            self._spooled.set()
+            if rows:
+                now = time.monotonic()
+                self._held.extend([(seq, body, now) for seq, body in rows])
+                self._ready.set()
+            await self._spool_held()
+
+    async def _spool_held(self) -> None:
+        """Write held records to the spool: all of them while not connected; while
+        connected, those unacknowledged for SPOOL_AFTER_S (a check is timed for the rest)."""
+        held = self._held
+        if not held:
+            return
+        count = len(held)
+        if self._connected:
+            limit = time.monotonic() - SPOOL_AFTER_S
+            count = 0
+            for _, _, taken in held:
+                if taken > limit:
+                    break
+                count += 1
+            if count == 0:
+                self._arm_spool_timer(held[0][2] + SPOOL_AFTER_S - time.monotonic())
+                return
+        rows = [held.popleft() for _ in range(count)]
+        self._writing = asyncio.ensure_future(
+            asyncio.to_thread(self.spool.append, self.boot_id, [(seq, body) for seq, body, _ in rows])
+        )
+        try:
+            await asyncio.shield(self._writing)
+        except (OSError, sqlite3.Error) as exc:
+            held.extendleft(reversed(rows))
+            dropped = 0
+            while len(held) > self.spool.max_records:
+                held.popleft()
+                dropped += 1
+            log.error(self._say(f"cannot write the spool ({exc}); holding records in "
+                                f"memory, {dropped} dropped; retrying in 1 s"))  # fmt: skip
+            self._arm_spool_timer(SPOOL_RETRY_S)
+            return
+        finally:
+            self._writing = None
+        self._ready.set()
+
+    def _arm_spool_timer(self, delay: float) -> None:
+        if self._spool_timer is None:
+            self._spool_timer = self._loop.call_later(max(0.0, delay), self._spool_check)
+
+    def _spool_check(self) -> None:
+        self._spool_timer = None
+        self._wake.set()
+
+    def _forget_held(self, boot_id: str, seq: int) -> None:
+        """Acknowledged (or rejected) up to seq: no longer held in memory."""
+        held = self._held
+        if boot_id == self.boot_id:
+            while held and held[0][0] <= seq:
+                held.popleft()
+        if not held and self._spool_timer is not None:
+            self._spool_timer.cancel()
+            self._spool_timer = None
+
+    def _held_batch(self) -> Batch | None:
+        """The oldest held records that fit in one samples frame."""
+        held = self._held
+        budget = protocol.MAX_FRAME_BYTES - protocol.FRAME_OVERHEAD
+        bodies = []
+        for _seq, body, _ in held:
+            cost = len(body) + (1 if bodies else 0)
+            if cost > budget or len(bodies) >= protocol.MAX_RECORDS_PER_FRAME:
+                break
+            bodies.append(body)
+            budget -= cost
+        if not bodies:
+            seq = held.popleft()[0]
+            log.error(self._say(f"dropped record seq {seq}: larger than a frame"))
+            return None
+        first, last = held[0][0], held[len(bodies) - 1][0]
+        return Batch(boot_id=self.boot_id, first_id=-1, last_id=-1, first_seq=first,
+                     last_seq=last, count=len(bodies),
+                     text=protocol.samples_frame(self.boot_id, bodies), spooled=False)  # fmt: skip
 
     # -- connection -------------------------------------------------------------
 
@@ -258,6 +345,7 @@ class HostLink:
             open_timeout=10,
             close_timeout=2,
             max_size=1 << 20,
+            compression=None,
         ) as ws:
             inflight: Batch | None = None
             try:
@@ -273,18 +361,33 @@ class HostLink:
                 )
                 await self._await_welcome(ws)
                 log.info(self._say(f"connected to {self.server} (boot {self.boot_id})"))
-                while True:
-                    inflight = await self._next_batch(ws)
-                    await ws.send(inflight.text)
-                    await self._await_ack(ws, inflight)
-                    self.backoff.reset()
-                    inflight = None
-                    await self._hello_again_if_needed(ws)
+                self._connected = True
+                self._closed_seen = False
+                watcher = asyncio.create_task(self._watch_closed(ws))
+                try:
+                    while True:
+                        inflight = await self._next_batch(ws)
+                        await ws.send(inflight.text)
+                        await self._await_ack(ws, inflight)
+                        self.backoff.reset()
+                        inflight = None
+                        await self._hello_again_if_needed(ws)
+                finally:
+                    watcher.cancel()
             except ConnectionClosed as exc:
                 self._closed(exc, inflight)
             except asyncio.CancelledError:
                 await asyncio.shield(ws.close(1000, "agent stopping"))
                 raise
+            finally:
+                if self._connected:
+                    self._connected = False
+                    self._wake.set()  # what memory holds goes to the spool now
+
+    async def _watch_closed(self, ws) -> None:
+        await ws.wait_closed()
+        self._closed_seen = True
+        self._ready.set()
 
     async def _hello_again_if_needed(self, ws) -> None:
         if self._rehello.is_set():
@@ -305,7 +408,12 @@ class HostLink:
                 raise FatalError(self._say(f"the server does not speak protocol v1 ({text})"))
             self._refused(f"the server refused this agent ({text})")
         if action == protocol.DROP and inflight is not None:
-            self.spool.drop(inflight)
+            if inflight.spooled:
+                self.spool.drop(inflight)
+            else:
+                self._forget_held(inflight.boot_id, inflight.last_seq)
+                if len(self.spool):  # moved to the spool while in flight
+                    self.spool.ack(inflight.boot_id, inflight.last_seq)
             log.error(
                 self._say(
                     f"server rejected records {inflight.first_seq}-{inflight.last_seq} of boot "
@@ -322,7 +430,8 @@ class HostLink:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            text = await asyncio.wait_for(ws.recv(), left)
+            async with asyncio.timeout(left):
+                text = await ws.recv()
             frame = protocol.parse_server_frame(text)
             if frame is None:
                 log.warning(self._say("ignored a server frame that is not a JSON object"))
@@ -358,23 +467,25 @@ class HostLink:
             log.warning(self._say(f"this host's clock is {skew:+.1f} s off the server's"))
 
     async def _next_batch(self, ws) -> Batch:
+        """The oldest records not yet acknowledged: the spool's first, then memory's."""
         while True:
-            self._spooled.clear()
-            batch = await asyncio.to_thread(self.spool.oldest_batch)
-            if batch is not None:
-                return batch
-            waiter = asyncio.create_task(self._spooled.wait())
-            closed = asyncio.create_task(ws.wait_closed())
-            rehello = asyncio.create_task(self._rehello.wait())
-            try:
-                done, _ = await asyncio.wait(
-                    {waiter, closed, rehello}, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                for task in (waiter, closed, rehello):
-                    task.cancel()
+            writing = self._writing
+            if writing is not None and not writing.done():  # on their way to the spool: older
+                await asyncio.wait([writing])
+                continue
+            self._ready.clear()
+            if len(self.spool):
+                batch = await asyncio.to_thread(self.spool.oldest_batch)
+                if batch is not None:
+                    return batch
+            if self._held:
+                batch = self._held_batch()
+                if batch is not None:
+                    return batch
+                continue
+            await self._ready.wait()
             await self._hello_again_if_needed(ws)
-            if closed in done:
+            if self._closed_seen:
                 await ws.recv()  # raises ConnectionClosed with the close code
 
     async def _await_ack(self, ws, batch: Batch) -> None:
@@ -396,4 +507,9 @@ class HostLink:
     async def _apply_ack(self, frame: dict) -> None:
         boot_id, seq = frame.get("boot_id"), frame.get("seq")
         if isinstance(boot_id, str) and isinstance(seq, int) and not isinstance(seq, bool):
-            await asyncio.to_thread(self.spool.ack, boot_id, seq)
+            self._forget_held(boot_id, seq)
+            writing = self._writing
+            if writing is not None and not writing.done():
+                await asyncio.wait([writing])
+            if len(self.spool):
+                await asyncio.to_thread(self.spool.ack, boot_id, seq)

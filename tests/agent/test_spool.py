@@ -103,13 +103,13 @@ async def test_records_wait_in_memory_while_the_spool_cannot_be_written(tmp_path
     link.outbox.put([{"t": 1.0, "gpu": "GPU-a", "m": {"gpu_util": 1}}])
     for _ in range(100):
         await asyncio.sleep(0.01)
-        if len(link.outbox):
+        if link.in_memory and link._writing is None:
             break
-    assert len(link.outbox) == 1 and len(spool) == 0
+    assert link.in_memory == 1 and len(spool) == 0
     monkeypatch.setattr(spool, "append", real_append)
     for _ in range(300):
         await asyncio.sleep(0.01)
         if len(spool):
             break
     flusher.cancel()
-    assert len(link.outbox) == 0 and len(spool) == 1
+    assert link.in_memory == 0 and len(spool) == 1

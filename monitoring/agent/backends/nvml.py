@@ -1,14 +1,17 @@
 """Real GPUs through NVML (pynvml, imported only here and only when used).
 
-Four threads, so that nothing slow ever delays the fast path:
-- fast, every ``interval`` (default 1 s): utilization, memory, power, temperature,
-  clocks, clock-event reasons, ECC, fan, per-process memory (microseconds per call);
-- slow, every ``slow_interval`` (default 5 s): GPM metrics (Hopper and later; also per
-  MIG slice) and per-process SM use, which are rates over the interval and need it;
-- counters, every ``counter_interval`` (default 30 s): total energy and the PCIe/NVLink
-  byte counters (field values). They are cumulative, so reading them rarely loses
-  nothing but time resolution, and they are the dearest calls (milliseconds each);
-- XID errors, pushed by the driver through an NVML event set.
+Three threads, so that nothing slow ever delays the fast path:
+- sampling, every ``interval`` (default 1 s): the fast set (utilization, memory, power,
+  temperature, clocks, clock-event reasons, ECC, fan, per-process memory: microseconds
+  per call) and, on the tick when it is due, every ``slow_interval`` (default 5 s), the
+  slow set: GPM metrics (Hopper and later; also per MIG slice), rates over the interval
+  (two calls per device, tens of microseconds). Both go out in one batch, so the slow
+  set costs no wakeup and no frame of its own;
+- counters, every ``counter_interval`` (default 60 s): total energy, the PCIe/NVLink
+  byte counters (field values) and per-process SM use. The counters are cumulative, so
+  reading them rarely loses nothing but time resolution, and they are the dearest calls
+  (milliseconds each);
+- XID errors, pushed by the driver through an NVML event set (waited on in 5 s slices).
 
 A call that a GPU does not support is remembered and not made again, and its
 metric is absent from the samples, never 0. A GPU that is lost becomes a
@@ -33,7 +36,10 @@ ALL_LINKS = 0xFFFFFFFF
 NO_GPU_INSTANCE = 0xFFFFFFFF
 LOST_PROBE_S = 30.0
 MIG_RESCAN_EVERY = 12  # slow ticks: once a minute at the default 5 s
-EVENT_WAIT_MS = 500
+# An XID wait that times out wakes the process for nothing: wait long. stop() does not
+# wait for it; a process that exits while it waits lets the exit close NVML.
+EVENT_WAIT_MS = 5000
+XID_JOIN_S = 0.2
 
 # metric -> candidate field values, tried in order: (pynvml constant, numeric id, scope, scale)
 FIELD_METRICS = {
@@ -212,6 +218,7 @@ class NvmlSource(Source):
         self.gpus: list[_Gpu] = []
         self.driver: str | None = None
         self._slow_ticks = 0
+        self._slow_due = 0.0
         self._by_handle: dict[int, _Gpu] = {}
 
     # -- discovery --------------------------------------------------------------
@@ -749,21 +756,28 @@ class NvmlSource(Source):
             self.spawn(once, "nvml-once")
             return
         stop = self.stop_event
-        fast = self.sample_fast
-        self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, fast())),
+        self._slow_due = time.monotonic()
+        self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, self.sample_tick())),
                    "nvml-fast")  # fmt: skip
-        self.spawn(lambda: run_every(stop, self.slow_interval, lambda: self._slow_step(emit)),
-                   "nvml-slow")  # fmt: skip
         self.spawn(lambda: run_every(stop, self.counter_interval,
                                      lambda: emit(host, self.sample_counters())),
                    "nvml-counters")  # fmt: skip
         self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
 
-    def _slow_step(self, emit: Emit) -> None:
-        emit(self.host, self.sample_slow())
-        self._slow_ticks += 1
-        if self._slow_ticks % MIG_RESCAN_EVERY == 0:
-            self.rescan_mig()
+    def sample_tick(self) -> list[dict]:
+        """One tick of the sampling thread: the fast set, and the slow set when it is due
+        (a tick early by less than half an interval counts as due: clocks jitter)."""
+        records = self.sample_fast()
+        now = time.monotonic()
+        if now >= self._slow_due - self.interval / 2:
+            self._slow_due += self.slow_interval
+            if self._slow_due <= now:
+                self._slow_due = now + self.slow_interval
+            records.extend(self.sample_slow())
+            self._slow_ticks += 1
+            if self._slow_ticks % MIG_RESCAN_EVERY == 0:
+                self.rescan_mig()
+        return records
 
     def _free_samples(self, samples) -> None:
         for sample in samples:
@@ -780,9 +794,19 @@ class NvmlSource(Source):
             dev.gpm_primed = False
 
     def stop(self) -> None:
-        super().stop()
+        self.stop_event.set()
+        waiting = []
+        for thread in self.threads:
+            thread.join(timeout=XID_JOIN_S if thread.name == "nvml-xid" else 2.0)
+            if thread.is_alive():
+                waiting.append(thread.name)
         nv = self.nv
         if nv is None:
+            return
+        if waiting:
+            # Still inside an NVML call (the XID wait): shutting NVML down under it is not
+            # safe. The thread ends at its next timeout; the process's exit closes NVML.
+            log.debug("NVML left open: %s still waiting", ", ".join(waiting))
             return
         self._free_gpm([*self.gpus, *(s for g in self.gpus for s in g.slices)])
         try:
