@@ -28,6 +28,9 @@ PROG = "gpuconsole-agent"
 TOKEN_ENV = "GPUCONSOLE_AGENT_TOKEN"
 TOKEN_RE = re.compile(r"^[\x21-\x7e]{1,4096}$")
 DEFAULT_COUNTER_INTERVAL = 60.0
+# nvml: GPM costs two calls of tens of microseconds per GPU, so it is read on every tick
+# and every reading carries tensor activity; the sim keeps its slower, cheaper set.
+DEFAULT_SLOW_INTERVAL = {"nvml": 1.0, "sim": 5.0, "replay": 5.0}
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -66,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "wait until every record is acknowledged, exit")  # fmt: skip
     p.add_argument("--interval", type=float, default=1.0, metavar="S",
                    help="seconds between fast samples, 0.2-60 (default 1)")  # fmt: skip
-    p.add_argument("--slow-interval", type=float, default=5.0, metavar="S",
-                   help="seconds between slow samples (GPM, per-process SM use), 1-600 (default 5)")  # fmt: skip
+    p.add_argument("--slow-interval", type=float, default=None, metavar="S",
+                   help="seconds between slow samples (GPM: tensor activity, SM occupancy, DRAM "
+                   "bandwidth), 1-600, not shorter than --interval (default: nvml 1, or --interval "
+                   "when that is longer; sim 5)")  # fmt: skip
     p.add_argument("--counter-interval", type=float, default=None, metavar="S",
                    help="nvml: seconds between reads of the cumulative counters (energy, PCIe and "
                    "NVLink bytes), 1-3600, not shorter than --interval (default 60)")  # fmt: skip
@@ -151,6 +156,8 @@ def read_token(args, env) -> str | None:
 def check_numbers(args) -> None:
     if not 0.2 <= args.interval <= 60:
         raise UsageError(f"--interval must be between 0.2 and 60 seconds, not {args.interval:g}")
+    if args.slow_interval is None:
+        args.slow_interval = max(DEFAULT_SLOW_INTERVAL[args.backend], args.interval)
     if not 1 <= args.slow_interval <= 600:
         raise UsageError(
             f"--slow-interval must be between 1 and 600 seconds, not {args.slow_interval:g}"

@@ -246,6 +246,14 @@ class FakeDevice:
         self.mig_slices: list[FakeDevice] = []
         self.gpu_instance_id = None
         self.calls: dict[str, int] = {}
+        self.virtualization = 0  # NVML_GPU_VIRTUALIZATION_MODE_NONE
+        self.vgpus: list[SimpleNamespace] = []  # on a host in vGPU mode (3)
+        self.vgpu_util: dict[int, tuple[int, int, int]] = {}  # instance -> (time, sm %, memory %)
+
+    def add_vgpu(self, instance: int, uuid: str, type_name: str, framebuffer: int, used: int):
+        self.virtualization = 3
+        self.vgpus.append(SimpleNamespace(instance=instance, uuid=uuid, type=100 + instance,
+                                          name=type_name, fb=framebuffer, used=used))  # fmt: skip
 
     def add_slice(self, gi: int, profile: str, memory_total: int) -> FakeDevice:
         mig = FakeDevice(self.index, f"MIG-{self.index:04d}{gi:04d}-0000-0000-0000-000000000000",
@@ -333,6 +341,43 @@ class FakePynvml:
     def nvmlDeviceGetMigMode(self, dev):
         self._use(dev, "mig")
         return [1 if dev.mig_slices else 0, 0]
+
+    # virtualization
+    def nvmlDeviceGetVirtualizationMode(self, dev):
+        self._use(dev, "virtualization")
+        return dev.virtualization
+
+    def _vgpu(self, instance: int) -> SimpleNamespace:
+        for dev in self.devices:
+            for v in dev.vgpus:
+                if instance in (v.instance, v.type):
+                    return v
+        raise self.NVMLError_NotFound()
+
+    def nvmlDeviceGetActiveVgpus(self, dev):
+        self._use(dev, "vgpus")
+        return [v.instance for v in dev.vgpus]
+
+    def nvmlVgpuInstanceGetUUID(self, instance):
+        return self._vgpu(instance).uuid
+
+    def nvmlVgpuInstanceGetType(self, instance):
+        return self._vgpu(instance).type
+
+    def nvmlVgpuTypeGetName(self, kind):
+        return self._vgpu(kind).name.encode()
+
+    def nvmlVgpuTypeGetFramebufferSize(self, kind):
+        return self._vgpu(kind).fb
+
+    def nvmlVgpuInstanceGetFbUsage(self, instance):
+        return self._vgpu(instance).used
+
+    def nvmlDeviceGetVgpuUtilization(self, dev, since):
+        self._use(dev, "vgpu_util")
+        return [SimpleNamespace(vgpuInstance=i, timeStamp=t, smUtil=SimpleNamespace(uiVal=sm),
+                                memUtil=SimpleNamespace(uiVal=mem))
+                for i, (t, sm, mem) in dev.vgpu_util.items()]  # fmt: skip
 
     def nvmlDeviceGetMaxMigDeviceCount(self, dev):
         return 7

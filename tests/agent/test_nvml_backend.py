@@ -35,7 +35,7 @@ def test_it_describes_each_gpu_in_the_hello(fake_nvml):
     assert gpu == {
         "uuid": "GPU-00000001-0000-0000-0000-000000000000", "index": 1, "name": "NVIDIA H200",
         "memory_total": 150 * 2**30, "pci_bus_id": "00000000:19:00.0",
-        "power_limit_mw": 700_000, "mig_mode": False, "slices": [],
+        "power_limit_mw": 700_000, "mig_mode": False, "slices": [], "virtualization": "none",
     }  # fmt: skip
 
 
@@ -128,6 +128,30 @@ def test_gpm_metrics_come_from_two_samples(fake_nvml):
     assert second["m"]["sm_occupancy_pct"] == 41.5
     assert second["m"]["tensor_active_pct"] == 66.25
     assert second["m"]["dram_bw_util_pct"] == 38.0
+
+
+def test_each_reading_carries_its_tensor_activity_at_the_defaults(fake_nvml):
+    fake = fake_nvml()
+    source = opened()  # slow set every 1 s: each tick
+    source.sample_tick()  # the first GPM sample: nothing to compare with yet
+    source._slow_due = time.monotonic()
+    [record] = by_gpu(source.sample_tick(), fake.devices[0].uuid)
+    assert record["m"]["gpu_util"] == 87 and record["m"]["tensor_active_pct"] == 66.25
+    assert record["procs"] == [{"pid": 4242, "used_memory": 30 * 2**30}]
+
+
+def test_the_gpm_default_follows_the_backend(tmp_path):
+    from monitoring.agent.cli import build_parser, check_numbers
+
+    def slow(*argv):
+        args = build_parser().parse_args(["--server", "ws://h/ws/agent/", *argv])
+        check_numbers(args)
+        return args.slow_interval
+
+    assert slow() == 1.0
+    assert slow("--interval", "2") == 2.0
+    assert slow("--backend", "sim") == 5.0
+    assert slow("--slow-interval", "10") == 10.0
 
 
 def test_gpm_is_not_asked_of_a_gpu_without_it(fake_nvml):

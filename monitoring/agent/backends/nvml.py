@@ -3,10 +3,11 @@
 Three threads, so that nothing slow ever delays the fast path:
 - sampling, every ``interval`` (default 1 s): the fast set (utilization, memory, power,
   temperature, clocks, clock-event reasons, ECC, fan, per-process memory: microseconds
-  per call) and, on the tick when it is due, every ``slow_interval`` (default 5 s), the
-  slow set: GPM metrics (Hopper and later; also per MIG slice), rates over the interval
-  (two calls per device, tens of microseconds). Both go out in one batch, so the slow
-  set costs no wakeup and no frame of its own;
+  per call) and, on the tick when it is due, every ``slow_interval`` (default 1 s: every
+  tick), the slow set: GPM metrics (Hopper and later; also per MIG slice), rates over
+  the interval (two calls per device, tens of microseconds), merged into the same
+  record as the fast set, so a reading carries its tensor activity and the slow set
+  costs no wakeup, record or frame of its own;
 - counters, every ``counter_interval`` (default 60 s): total energy, the PCIe/NVLink
   byte counters (field values) and per-process SM use. The counters are cumulative, so
   reading them rarely loses nothing but time resolution, and they are the dearest calls
@@ -35,7 +36,7 @@ log = logging.getLogger("gpuconsole.agent")
 ALL_LINKS = 0xFFFFFFFF
 NO_GPU_INSTANCE = 0xFFFFFFFF
 LOST_PROBE_S = 30.0
-MIG_RESCAN_EVERY = 12  # slow ticks: once a minute at the default 5 s
+MIG_RESCAN_S = 60.0
 # An XID wait that times out wakes the process for nothing: wait long. stop() does not
 # wait for it; a process that exits while it waits lets the exit close NVML.
 EVENT_WAIT_MS = 5000
@@ -67,6 +68,11 @@ GPM_METRICS = {
 # NVML utilization does not exist on MIG slices; GPM's graphics activity is the same
 # measure (share of time any kernel ran), so slices report it as gpu_util.
 GPM_SLICE_METRICS = {**GPM_METRICS, "gpu_util": ("NVML_GPM_METRIC_GRAPHICS_UTIL", 1)}
+
+# nvmlDeviceGetVirtualizationMode -> what the hello says
+VIRTUALIZATION = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+MAX_VGPUS = 32
+_NOT_IN_UUID = re.compile(r"[^A-Za-z0-9/-]")
 
 XID_MESSAGES = {
     13: "Graphics engine exception",
@@ -114,6 +120,7 @@ class _Slice(_Device):
     gpu_instance_id: int = 0
     profile: str = ""
     memory_total: int = 0
+    vgpu: int | None = None  # a vGPU's instance id (host in vGPU mode), else a MIG slice
 
     def hello(self) -> dict:
         return {
@@ -132,6 +139,7 @@ class _Gpu(_Device):
     pci_bus_id: str | None = None
     power_limit_mw: int | None = None
     mig_mode: bool = False
+    virtualization: str | None = None  # VIRTUALIZATION's words; None: NVML cannot say
     slices: list[_Slice] = field(default_factory=list)
     reads: list = field(default_factory=list)  # the one-number fast reads it supports
     fields: dict = field(default_factory=dict)  # metric -> index of the candidate in use
@@ -140,6 +148,7 @@ class _Gpu(_Device):
     last_probe: float = 0.0
     proc_ts: int = 0
     proc_sm: dict = field(default_factory=dict)
+    vgpu_ts: int = 0
 
     def hello(self) -> dict:
         entry = {
@@ -154,6 +163,8 @@ class _Gpu(_Device):
             entry["pci_bus_id"] = self.pci_bus_id
         if self.power_limit_mw:
             entry["power_limit_mw"] = self.power_limit_mw
+        if self.virtualization:
+            entry["virtualization"] = self.virtualization
         return entry
 
 
@@ -195,6 +206,17 @@ def _proc_list(running, sm: dict) -> list[dict]:
     return out
 
 
+def _merge(records: list[dict], extra: list[dict]) -> None:
+    """Fold each extra record's metrics into the record of the same device, if any."""
+    by_device = {(r["gpu"], r.get("slice")): r for r in records if "m" in r}
+    for record in extra:
+        target = by_device.get((record["gpu"], record.get("slice")))
+        if target is None:
+            records.append(record)
+        else:
+            target["m"].update(record["m"])
+
+
 class NvmlSource(Source):
     name = "nvml"
 
@@ -203,8 +225,8 @@ class NvmlSource(Source):
         *,
         host: str,
         interval: float = 1.0,
-        slow_interval: float = 5.0,
-        counter_interval: float = 30.0,
+        slow_interval: float = 1.0,
+        counter_interval: float = 60.0,
         once: bool = False,
         nvml=None,
     ):
@@ -217,8 +239,8 @@ class NvmlSource(Source):
         self.nv = nvml
         self.gpus: list[_Gpu] = []
         self.driver: str | None = None
-        self._slow_ticks = 0
         self._slow_due = 0.0
+        self._mig_due = 0.0
         self._by_handle: dict[int, _Gpu] = {}
 
     # -- discovery --------------------------------------------------------------
@@ -295,9 +317,34 @@ class NvmlSource(Source):
         if gpu.gpm_ok:
             get = nv.nvmlGpmSampleGet
             gpu.gpm_take = lambda sample: get(handle, sample)
+        get_mode = getattr(nv, "nvmlDeviceGetVirtualizationMode", None)
+        mode = self._call(gpu, "virtualization", get_mode, handle) if get_mode else None
+        gpu.virtualization = VIRTUALIZATION.get(mode) if mode is not None else None
         if gpu.mig_mode:
             gpu.slices = self._probe_slices(gpu)
+        elif gpu.virtualization == "host_vgpu":
+            gpu.slices = self._probe_vgpus(gpu)
         return gpu
+
+    def _probe_vgpus(self, gpu: _Gpu) -> list[_Slice]:
+        """The vGPUs running on a GPU of a host in vGPU mode, as slices: "VGPU-<uuid>",
+        their type's name as the profile, its framebuffer as memory_total."""
+        nv = self.nv
+        get_active = getattr(nv, "nvmlDeviceGetActiveVgpus", None)  # absent from old pynvml
+        active = (self._call(gpu, "vgpus", get_active, gpu.handle) if get_active else None) or []
+        slices = []
+        for i, instance in enumerate(active[:MAX_VGPUS]):
+            try:
+                uuid = _NOT_IN_UUID.sub("", _text(nv.nvmlVgpuInstanceGetUUID(instance)))
+                kind = nv.nvmlVgpuInstanceGetType(instance)
+                profile = _text(nv.nvmlVgpuTypeGetName(kind)).removeprefix("NVIDIA ").strip()
+                memory = int(nv.nvmlVgpuTypeGetFramebufferSize(kind))
+            except nv.NVMLError as exc:
+                log.warning("vGPU %d of GPU %d cannot be read: %s", i, gpu.index, exc)
+                continue
+            slices.append(_Slice(handle=None, uuid=f"VGPU-{uuid}"[:96], gpu_instance_id=i,
+                                 profile=profile[:32], memory_total=memory, vgpu=instance))  # fmt: skip
+        return slices
 
     def _probe_slices(self, gpu: _Gpu) -> list[_Slice]:
         nv = self.nv
@@ -333,21 +380,27 @@ class NvmlSource(Source):
         nv = self.nv
         changed = False
         for gpu in self.gpus:
-            if gpu.lost or "mig" in gpu.unsupported:
+            if gpu.lost or ("mig" in gpu.unsupported and gpu.virtualization != "host_vgpu"):
                 continue
             try:
                 mig = self._call(gpu, "mig", nv.nvmlDeviceGetMigMode, gpu.handle)
             except _GpuLost:
                 continue
             mig_mode = bool(mig) and mig[0] == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1)
-            slices = self._probe_slices(gpu) if mig_mode else []
+            if mig_mode:
+                slices = self._probe_slices(gpu)
+            elif gpu.virtualization == "host_vgpu":
+                slices = self._probe_vgpus(gpu)
+            else:
+                slices = []
             if mig_mode == gpu.mig_mode and [s.uuid for s in slices] == [
                 s.uuid for s in gpu.slices
             ]:
                 continue
             old, gpu.slices, gpu.mig_mode = gpu.slices, slices, mig_mode
             self._free_gpm(old)
-            log.warning("GPU %d: MIG layout changed (%d slices now)", gpu.index, len(slices))
+            what = "MIG layout" if mig_mode or old and old[0].vgpu is None else "vGPU set"
+            log.warning("GPU %d: %s changed (%d slices now)", gpu.index, what, len(slices))
             changed = True
         if changed and self.on_inventory is not None:
             self.on_inventory(self.host, [g.hello() for g in self.gpus])
@@ -398,7 +451,9 @@ class NvmlSource(Source):
             slices = gpu.slices  # the slow thread may replace the list (MIG rescan)
             try:
                 record = self._fast_gpu(gpu, now)
-                if slices:
+                if slices and slices[0].vgpu is not None:
+                    slices = self._fast_vgpus(gpu, slices, now)
+                elif slices:
                     slices = [self._fast_slice(gpu, s, now) for s in slices]
             except _GpuLost:
                 records.append(self._mark_lost(gpu, now, "GPU is lost"))
@@ -496,6 +551,29 @@ class NvmlSource(Source):
         elif mem is None:
             return None
         return record
+
+    def _fast_vgpus(self, gpu: _Gpu, slices: list[_Slice], now: float) -> list[dict]:
+        """Each vGPU's framebuffer use, and its SM and memory utilization since the last
+        read (one call for all of a GPU's vGPUs). What NVML does not give stays absent."""
+        nv = self.nv
+        util = {}
+        get_util = getattr(nv, "nvmlDeviceGetVgpuUtilization", None)
+        samples = (self._call(gpu, "vgpu_util", get_util, gpu.handle, gpu.vgpu_ts) if get_util else None) or []
+        for sample in samples:
+            if sample.timeStamp > gpu.vgpu_ts:
+                util[sample.vgpuInstance] = (sample.smUtil.uiVal, sample.memUtil.uiVal)
+        if samples:
+            gpu.vgpu_ts = max(gpu.vgpu_ts, *(sample.timeStamp for sample in samples))
+        out = []
+        for sl in slices:
+            m = {"mem_total": sl.memory_total}
+            used = self._call(sl, "fb", nv.nvmlVgpuInstanceGetFbUsage, sl.vgpu)
+            if used is not None:
+                m["mem_used"] = int(used)
+            if sl.vgpu in util:
+                m["gpu_util"], m["mem_util"] = util[sl.vgpu]
+            out.append({"t": now, "gpu": gpu.uuid, "slice": sl.uuid, "m": m})
+        return out
 
     def _mark_lost(self, gpu: _Gpu, now: float, message: str) -> dict:
         gpu.lost = True
@@ -757,6 +835,7 @@ class NvmlSource(Source):
             return
         stop = self.stop_event
         self._slow_due = time.monotonic()
+        self._mig_due = self._slow_due + MIG_RESCAN_S
         self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, self.sample_tick())),
                    "nvml-fast")  # fmt: skip
         self.spawn(lambda: run_every(stop, self.counter_interval,
@@ -766,16 +845,17 @@ class NvmlSource(Source):
 
     def sample_tick(self) -> list[dict]:
         """One tick of the sampling thread: the fast set, and the slow set when it is due
-        (a tick early by less than half an interval counts as due: clocks jitter)."""
+        (a tick early by less than half an interval counts as due: clocks jitter), its
+        metrics merged into the same tick's record of each device."""
         records = self.sample_fast()
         now = time.monotonic()
         if now >= self._slow_due - self.interval / 2:
             self._slow_due += self.slow_interval
             if self._slow_due <= now:
                 self._slow_due = now + self.slow_interval
-            records.extend(self.sample_slow())
-            self._slow_ticks += 1
-            if self._slow_ticks % MIG_RESCAN_EVERY == 0:
+            _merge(records, self.sample_slow())
+            if now >= self._mig_due:
+                self._mig_due = now + MIG_RESCAN_S
                 self.rescan_mig()
         return records
 
