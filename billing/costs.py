@@ -26,6 +26,8 @@ GROUPS = {
     "model": ("gpu_model__name",),
     "pricing_category": ("pricing_category",),
     "team": ("team_id", "team__name"),
+    # instances a scaling group launched (scaling.ScalingMember); the rest in one row
+    "scaling_group": ("instance__scaling_member__group_id", "instance__scaling_member__group__name"),
 }
 MAX_RANGE_DAYS = 3660
 
@@ -114,6 +116,11 @@ def _key_label(group_by: str, row: dict) -> tuple[str, str]:
         return str(row["instance_id"]), row["instance__name"]
     if group_by == "team":
         return str(row["team_id"]), row["team__name"]
+    if group_by == "scaling_group":
+        group_id = row["instance__scaling_member__group_id"]
+        if group_id is None:
+            return "none", "Not in a scaling group"
+        return str(group_id), row["instance__scaling_member__group__name"]
     value = row[GROUPS[group_by][0]]
     label = dict(PricingCategory.choices).get(value, value) if group_by == "pricing_category" else value
     return value, label

@@ -94,6 +94,10 @@ def cost_explorer(request):
         "coverage": charts.coverage(costs.coverage_by_day(charges, start, end)),
         "idle": charts.idle(idle.rows, currency()),
     }
+    by_group = costs.grouped(window, "scaling_group")
+    if any(r["key"] != "none" for r in by_group):
+        plots["scaling"] = charts.breakdown([(r["label"], r["billed_cost"]) for r in by_group],
+                                            "Cost by scaling group", "Scaling group", currency())
     by_category = {r["key"]: r for r in costs.grouped(window, "pricing_category")}
     context = {
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "instances",
     "monitoring",
     "billing",
+    "scaling",
     "axes",
 ]
 

@@ -27,7 +27,8 @@ urlpatterns = [
 
 urlpatterns += [
     path("", include(module))
-    for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls")
+    for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls",
+                   "scaling.urls")
 ]
 
 handler400 = "console.views.bad_request"

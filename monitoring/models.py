@@ -325,6 +325,7 @@ class AlertKind(models.TextChoices):
     PREEMPTION = "preemption", "Spot preemption"
     AUDIT = "audit_verify", "Audit verification"
     UNRATED = "unrated", "Unrated usage"
+    SCALING_AT_MAX = "scaling_at_max", "Scaling group at its maximum"
 
 
 class Category(models.TextChoices):

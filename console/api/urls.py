@@ -7,12 +7,13 @@ from audit import api as audit_api
 from billing import api as billing_api
 from instances import api as instances_api
 from monitoring import api as monitoring_api
+from scaling import api as scaling_api
 
 from . import routes, views
 
 router = DefaultRouter()
 extra = []
-for module in (routes, instances_api, monitoring_api, billing_api, audit_api):
+for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api):
     for prefix, viewset, basename in module.routes:
         router.register(prefix, viewset, basename=basename)
     extra += getattr(module, "urlpatterns", [])

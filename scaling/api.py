@@ -1,0 +1,69 @@
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from console.api.mixins import TeamScopedViewSetMixin
+from console.tenancy import WRITE_ROLES
+
+from . import services
+from .models import ScalingGroup
+from .serializers import QueueDepthSerializer, ScalingDecisionSerializer, ScalingGroupSerializer
+
+SETTINGS = [field for field in services.SETTINGS]
+
+
+class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+                          viewsets.ReadOnlyModelViewSet):
+    """Elastic scaling groups: instances of one template kept at
+    clamp(ceil(queue depth / target per instance), min, max). Push the queue depth to
+    ``metrics/``; every decision is listed at ``decisions/``."""
+
+    queryset = ScalingGroup.objects.select_related("team", "gpu_model")
+    serializer_class = ScalingGroupSerializer
+    filterset_fields = ["team"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        self.require_role(data["team"].pk, WRITE_ROLES, "create scaling groups")
+        serializer.instance = services.create_group(
+            actor=self.request.user, team=data["team"], name=data["name"],
+            **{field: data[field] for field in SETTINGS if field in data},
+        )
+
+    def perform_update(self, serializer):
+        group = serializer.instance
+        self.require_role(group.team_id, WRITE_ROLES, "change scaling groups")
+        changes = {field: value for field, value in serializer.validated_data.items() if field in SETTINGS}
+        serializer.instance = services.update_group(actor=self.request.user, group=group, **changes)
+
+    @extend_schema(request=QueueDepthSerializer, responses=ScalingGroupSerializer)
+    @action(detail=True, methods=["post"])
+    def metrics(self, request, pk=None):
+        """Push the group's queue depth, ``{"queue_depth": N}`` (an API token needs the
+        ``write`` scope). The group is evaluated at once, and every 30 s after."""
+        group = self.get_object()
+        self.require_role(group.team_id, WRITE_ROLES, "push metrics of scaling groups")
+        if not isinstance(request.data, dict) or "queue_depth" not in request.data:
+            raise ValidationError({"queue_depth": "Send {\"queue_depth\": N}, N queued items."})
+        services.push_queue_depth(group=group, queue_depth=request.data["queue_depth"])
+        from . import tasks
+
+        transaction.on_commit(lambda: tasks.evaluate_group.delay(group.pk))
+        return Response(self.get_serializer(group).data)
+
+    @extend_schema(responses=ScalingDecisionSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def decisions(self, request, pk=None):
+        """The group's decisions, newest first: what it saw, wanted, did and why."""
+        group = self.get_object()
+        page = self.paginate_queryset(group.decisions.all())
+        return self.get_paginated_response(ScalingDecisionSerializer(page, many=True).data)
+
+
+routes = [
+    ("scaling-groups", ScalingGroupViewSet, "scaling-group"),
+]

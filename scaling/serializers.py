@@ -1,0 +1,80 @@
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from console.models import Team
+from console.validators import plain_name
+from instances.models import GpuModel, PricingModel
+
+from .models import MetricSource, ScalingDecision, ScalingGroup
+
+
+class GroupCostSerializer(serializers.Serializer):
+    month_to_date = serializers.DecimalField(max_digits=16, decimal_places=2)
+    per_hour = serializers.DecimalField(max_digits=16, decimal_places=6)
+    currency = serializers.CharField()
+
+
+class ScalingGroupSerializer(serializers.ModelSerializer):
+    """Ranges and relations between fields (min ≤ max, a max price only for spot) are
+    checked by scaling.services.check_settings, one place for the API and the pages."""
+
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
+    name = serializers.CharField(max_length=48, validators=[plain_name])
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="name", queryset=GpuModel.objects.all(),
+        error_messages={"does_not_exist": "Unknown GPU model {value}: see GET /api/v1/gpu-models/."},
+    )
+    gpus_per_instance = serializers.IntegerField()
+    pricing_model = serializers.ChoiceField(choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
+    max_price = serializers.DecimalField(max_digits=12, decimal_places=6, required=False, allow_null=True,
+                                         help_text="spot only: the most paid per GPU-hour, else on-demand")
+    min_instances = serializers.IntegerField(default=1)
+    max_instances = serializers.IntegerField()
+    target_per_instance = serializers.IntegerField(help_text="queued items one instance should work through")
+    scale_out_cooldown_s = serializers.IntegerField(default=120)
+    scale_in_cooldown_s = serializers.IntegerField(default=300)
+    metric_source = serializers.ChoiceField(choices=MetricSource.choices, default=MetricSource.PUSHED)
+    running = serializers.SerializerMethodField()
+    cost = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ScalingGroup
+        fields = [
+            "id", "team", "name", "gpu_model", "gpus_per_instance", "pricing_model", "max_price", "min_instances",
+            "max_instances", "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
+            "queue_depth", "queue_depth_at", "running", "last_scale_out_at", "last_scale_in_at", "cost", "created_at",
+        ]
+        read_only_fields = ["queue_depth", "queue_depth_at", "last_scale_out_at", "last_scale_in_at", "created_at"]
+        validators = []  # a taken name is refused by services.create_group, with its name
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = Team.objects.for_user(request.user)
+        if self.instance is not None and not isinstance(self.instance, list | tuple) and not hasattr(self.instance, "all"):
+            self.fields["team"].read_only = True
+            self.fields["name"].read_only = True
+
+    def get_running(self, obj) -> int:
+        from .services import active_instances
+
+        return active_instances(obj).count()
+
+    @extend_schema_field(GroupCostSerializer)
+    def get_cost(self, obj):
+        from django.utils import timezone
+
+        from .costs import group_cost
+
+        return GroupCostSerializer(group_cost(obj, now=timezone.now())).data
+
+
+class QueueDepthSerializer(serializers.Serializer):
+    queue_depth = serializers.IntegerField(help_text="queued items now, a whole number 0 … 10⁹")
+
+
+class ScalingDecisionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ScalingDecision
+        fields = ["time", "queue_depth", "desired", "running", "action", "changed", "reason", "message"]

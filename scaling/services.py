@@ -1,0 +1,334 @@
+"""Scaling groups' verbs: create and change a group, take a pushed queue depth, and
+evaluate a group (decide, launch or stop, record the decision, audit what changed).
+Launches and stops go through ``instances.services``, so placement, prices, billing
+and the instances' own audit records are the same as for any launch."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Avg
+from django.utils import timezone
+
+from audit.services import record_event
+from console.validators import plain_name
+from instances import catalog
+from instances import services as instance_services
+from instances.models import GpuModel, Instance, PricingModel, State
+
+from . import policy
+from .models import Action, MetricSource, Reason, ScalingDecision, ScalingGroup, ScalingMember
+
+logger = logging.getLogger(__name__)
+
+MAX_INSTANCES = 64  # per group
+MAX_TARGET = 1_000_000  # queued items per instance
+MAX_COOLDOWN_S = 86_400
+MAX_QUEUE_DEPTH = 1_000_000_000
+MAX_PRICE = Decimal("1000")  # per GPU-hour
+UTIL_WINDOW = timedelta(minutes=5)
+DECISIONS_KEPT = timedelta(days=30)
+# States in which a group's instance counts toward what it has (stopping ones are leaving).
+ACTIVE_STATES = (State.PENDING, State.RUNNING)
+SETTINGS = (
+    "gpu_model", "gpus_per_instance", "pricing_model", "max_price", "min_instances", "max_instances",
+    "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
+)
+
+
+def metric_stale_after() -> timedelta:
+    """A pushed queue depth older than this is not acted on (the pusher may be down)."""
+    return timedelta(seconds=getattr(settings, "SCALING_METRIC_STALE_S", 600))
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def _whole(errors: dict, field: str, value, low: int, high: int, what: str):
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors[field] = f"{what} must be a whole number."
+    elif not low <= value <= high:
+        errors[field] = f"{what} must be between {low} and {high}; got {value}."
+
+
+def check_settings(values: dict) -> dict:
+    """Every rule on a group's settings, with a message naming the field; raises
+    ValidationError with all that are broken."""
+    errors: dict[str, str] = {}
+    if not isinstance(values.get("gpu_model"), GpuModel):
+        errors["gpu_model"] = "Name a GPU model on offer (GET /api/v1/gpu-models/)."
+    _whole(errors, "gpus_per_instance", values.get("gpus_per_instance"), 1, instance_services.MAX_GPUS_PER_INSTANCE,
+           "GPUs per instance")
+    if values.get("pricing_model") not in PricingModel.values:
+        errors["pricing_model"] = f"Pricing model is one of {', '.join(PricingModel.values)}."
+    _whole(errors, "min_instances", values.get("min_instances"), 0, MAX_INSTANCES, "The minimum")
+    _whole(errors, "max_instances", values.get("max_instances"), 1, MAX_INSTANCES, "The maximum")
+    if "min_instances" not in errors and "max_instances" not in errors and values["min_instances"] > values["max_instances"]:
+        errors["min_instances"] = (f"The minimum ({values['min_instances']}) is above the maximum "
+                                   f"({values['max_instances']}).")
+    _whole(errors, "target_per_instance", values.get("target_per_instance"), 1, MAX_TARGET,
+           "The target of queued items per instance")
+    for field, what in (("scale_out_cooldown_s", "The scale-out cooldown"), ("scale_in_cooldown_s", "The scale-in cooldown")):
+        _whole(errors, field, values.get(field), 0, MAX_COOLDOWN_S, f"{what} (seconds)")
+    if values.get("metric_source") not in MetricSource.values:
+        errors["metric_source"] = f"The metric source is one of {', '.join(MetricSource.values)}."
+    price = values.get("max_price")
+    if price is not None:
+        try:
+            price = Decimal(str(price)) if not isinstance(price, (bool, float)) else None
+        except InvalidOperation:
+            price = None
+        if price is None or not price.is_finite():
+            errors["max_price"] = "The max price is a decimal number per GPU-hour, e.g. \"1.20\"."
+        elif not Decimal(0) < price <= MAX_PRICE:
+            errors["max_price"] = f"The max price is above 0 and at most {MAX_PRICE} per GPU-hour."
+        elif values.get("pricing_model") != PricingModel.SPOT:
+            errors["max_price"] = "A max price applies to spot groups only."
+        values["max_price"] = price
+    if errors:
+        raise ValidationError(errors)
+    return values
+
+
+def _described(group: ScalingGroup) -> dict:
+    out = {field: getattr(group, field) for field in SETTINGS}
+    out["gpu_model"] = group.gpu_model.name
+    out["max_price"] = None if group.max_price is None else str(group.max_price)
+    return out
+
+
+@transaction.atomic
+def create_group(*, actor, team, name: str, **values) -> ScalingGroup:
+    plain_name(name)
+    if ScalingGroup.objects.filter(team=team, name=name).exists():
+        raise ValidationError({"name": f"Your team has a scaling group named {name!r} already."})
+    values = {"pricing_model": PricingModel.ON_DEMAND, "min_instances": 1, "scale_out_cooldown_s": 120,
+              "scale_in_cooldown_s": 300, "metric_source": MetricSource.PUSHED, "max_price": None, **values}
+    check_settings(values)
+    group = ScalingGroup.objects.create(
+        team=team, name=name, created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        **{field: values[field] for field in SETTINGS},
+    )
+    record_event(actor=actor, action="scaling_group.create", target=group, team=team,
+                 details={"name": name, **_described(group)})
+    return group
+
+
+@transaction.atomic
+def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
+    """Change a group's template or bounds; the next evaluation applies them."""
+    group = ScalingGroup.objects.select_for_update().select_related("gpu_model").get(pk=group.pk)
+    before = _described(group)
+    values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes})
+    for field in SETTINGS:
+        setattr(group, field, values[field])
+    group.save(update_fields=list(SETTINGS))
+    after = _described(group)
+    changed = {k: {"from": before[k], "to": after[k]} for k in SETTINGS if before[k] != after[k]}
+    if changed:
+        record_event(actor=actor, action="scaling_group.update", target=group, team=group.team_id,
+                     details={"changed": changed})
+    return group
+
+
+def check_queue_depth(value) -> int:
+    """A queue depth as a team sends it: a whole JSON number, 0 … 10⁹."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError({"queue_depth": "The queue depth is a number of queued items, e.g. 42."})
+    if isinstance(value, float) and not value.is_integer():
+        raise ValidationError({"queue_depth": "The queue depth is a whole number of items."})
+    value = int(value)
+    if not 0 <= value <= MAX_QUEUE_DEPTH:
+        raise ValidationError({"queue_depth": f"The queue depth is between 0 and {MAX_QUEUE_DEPTH}."})
+    return value
+
+
+def push_queue_depth(*, group: ScalingGroup, queue_depth, now: datetime | None = None) -> ScalingGroup:
+    """Store the depth a team pushed. Pushes are data, not changes, so they are not
+    audited; the decisions they cause are."""
+    depth = check_queue_depth(queue_depth)
+    if group.metric_source != MetricSource.PUSHED:
+        raise ValidationError({"queue_depth": f"Scaling group {group.name} takes its depth from "
+                                              f"{group.get_metric_source_display().lower()}, not from pushes."})
+    now = now or timezone.now()
+    ScalingGroup.objects.filter(pk=group.pk).update(queue_depth=depth, queue_depth_at=now)
+    group.queue_depth, group.queue_depth_at = depth, now
+    return group
+
+
+# --- what a group has and sees ---------------------------------------------------------------
+
+
+def active_instances(group: ScalingGroup):
+    """The group's instances that hold GPUs and are not stopping, newest first."""
+    return Instance.objects.filter(scaling_member__group=group, state__in=ACTIVE_STATES).order_by("-created_at", "-id")
+
+
+def current_depth(group: ScalingGroup, now: datetime) -> int | None:
+    """The queue depth the group acts on now, or None when it has none fresh.
+
+    Pushed: the latest push, if younger than SCALING_METRIC_STALE_S. GPU utilization:
+    the sum over its running instances of their mean utilization (%) over the last 5
+    minutes, so a target of 70 keeps instances about 70% busy."""
+    if group.metric_source == MetricSource.PUSHED:
+        fresh = group.queue_depth_at is not None and now - group.queue_depth_at <= metric_stale_after()
+        return group.queue_depth if fresh else None
+    from monitoring.models import Sample
+
+    means = (
+        Sample.objects.filter(instance__in=active_instances(group), time__gt=now - UTIL_WINDOW, time__lte=now,
+                              gpu_util__isnull=False)
+        .values("instance_id").annotate(util=Avg("gpu_util")).values_list("util", flat=True)
+    )
+    means = list(means)
+    return round(sum(means)) if means else None
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    launched: list[Instance]
+    stopped: list[Instance]
+    problem: str = ""  # why fewer were launched than planned
+
+
+def _spot_too_dear(group: ScalingGroup, now: datetime) -> str:
+    if group.max_price is None:
+        return ""
+    quote = catalog.quote(sku=group.gpu_model.name, pricing_model=PricingModel.SPOT, count=1,
+                          team_id=group.team_id, at=now)
+    spot = getattr(quote, "per_gpu_hour", None)
+    if spot is not None and spot > group.max_price:
+        return f"spot at {spot}/GPU-hour is above the max price {group.max_price}"
+    return ""
+
+
+def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[Instance | None, str]:
+    """Launch one instance of the template: spot first where the group allows it, then
+    on-demand. Returns (the instance or None, what stood in the way)."""
+    tries = [group.pricing_model]
+    notes = []
+    if group.pricing_model == PricingModel.SPOT:
+        tries.append(PricingModel.ON_DEMAND)
+        dear = _spot_too_dear(group, now)
+        if dear:
+            tries, notes = [PricingModel.ON_DEMAND], [dear]
+    for pricing_model in tries:
+        name = f"{group.name}-{group.launched_total + 1}"
+        try:
+            # A refused launch undoes itself (its own savepoint); the preemption notices
+            # an on-demand launch short of room gives spot instances stand, as for any launch.
+            instance = instance_services.launch_instance(
+                actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
+                gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,
+                labels={"scaling-group": group.name},
+            )
+        except instance_services.LifecycleError as exc:
+            notes.append(f"{PricingModel(pricing_model).label.lower()}: {exc}")
+            continue
+        ScalingMember.objects.create(group=group, instance=instance, joined_at=now)
+        group.launched_total += 1
+        return instance, "; ".join(notes)
+    return None, "; ".join(notes)
+
+
+def _scale_out(group: ScalingGroup, count: int, now: datetime, provision: bool) -> Outcome:
+    out = Outcome([], [])
+    for _ in range(count):
+        instance, note = _launch_one(group, now, provision)
+        if instance is None:
+            out.problem = note
+            break
+        out.launched.append(instance)
+        if note:
+            out.problem = note  # launched, but not as the template prefers
+    return out
+
+
+def _scale_in(group: ScalingGroup, count: int, now: datetime) -> Outcome:
+    stopped = []
+    for instance in list(active_instances(group)[:count]):
+        stopped.append(instance_services.stop_instance(actor="system", instance=instance, at=now))
+    return Outcome([], stopped)
+
+
+def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
+    """(action, reason, message) of what happened, which may fall short of the plan."""
+    if plan.action == Action.SCALE_IN:
+        names = ", ".join(i.name for i in done.stopped)
+        return Action.SCALE_IN, plan.reason, f"{plan.message}; stopped {names}"
+    if plan.action != Action.SCALE_OUT:
+        return Action.NONE, plan.reason, plan.message
+    names = ", ".join(f"{i.name} ({i.get_pricing_model_display().lower()})" for i in done.launched)
+    if len(done.launched) < plan.count:
+        what = f"launched {names}" if names else "launched nothing"
+        action = Action.SCALE_OUT if done.launched else Action.NONE
+        return action, Reason.NO_CAPACITY, f"{plan.message}; {what}: {done.problem}"
+    extra = f" ({done.problem})" if done.problem else ""
+    return Action.SCALE_OUT, plan.reason, f"{plan.message}; launched {names}{extra}"
+
+
+@transaction.atomic
+def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provision: bool = True) -> ScalingDecision:
+    """Decide, act within bounds, cooldowns and capacity, and record the decision (and
+    audit it when it launched or stopped anything). ``provision=False`` leaves new
+    instances pending (the demo walks them itself)."""
+    now = now or timezone.now()
+    group = ScalingGroup.objects.select_for_update().select_related("team", "gpu_model").get(pk=group.pk)
+    depth = current_depth(group, now)
+    current = active_instances(group).count()
+    bounds = policy.Bounds(group.min_instances, group.max_instances, group.target_per_instance,
+                           group.scale_out_cooldown_s, group.scale_in_cooldown_s)
+    plan = policy.decide(queue_depth=depth, current=current, bounds=bounds, now=now,
+                         last_scale_out_at=group.last_scale_out_at, last_scale_in_at=group.last_scale_in_at)
+    if plan.action == Action.SCALE_OUT:
+        done = _scale_out(group, plan.count, now, provision)
+    elif plan.action == Action.SCALE_IN:
+        done = _scale_in(group, plan.count, now)
+    else:
+        done = Outcome([], [])
+    action, reason, message = _summary(plan, done)
+    if done.launched:
+        group.last_scale_out_at = now
+    if done.stopped:
+        group.last_scale_in_at = now
+    group.save(update_fields=["last_scale_out_at", "last_scale_in_at", "launched_total"])
+    decision = ScalingDecision.objects.create(
+        group=group, time=now, queue_depth=depth, desired=plan.desired,
+        running=current + len(done.launched) - len(done.stopped), action=action,
+        changed=len(done.launched) + len(done.stopped), reason=reason, message=message[:300],
+    )
+    if decision.changed:
+        record_event(actor="system", action=f"scaling_group.{action}", target=group, team=group.team_id, details={
+            "queue_depth": depth, "desired": plan.desired, "running": decision.running, "reason": reason,
+            "launched": [i.name for i in done.launched], "stopped": [i.name for i in done.stopped],
+            "message": decision.message,
+        })
+    return decision
+
+
+def evaluate_all(*, now: datetime | None = None) -> list[ScalingDecision]:
+    """One evaluation of every group, each in its own transaction: one group's failure
+    leaves the others' decisions standing."""
+    now = now or timezone.now()
+    done = []
+    for group in ScalingGroup.objects.order_by("pk"):
+        try:
+            done.append(evaluate_group(group, now=now))
+        except Exception:
+            logger.exception("evaluating scaling group %s failed", group.pk)
+    return done
+
+
+def prune_decisions(*, now: datetime | None = None) -> int:
+    """Decisions older than 30 days go (what they changed stays in the audit log)."""
+    now = now or timezone.now()
+    return ScalingDecision.objects.filter(time__lt=now - DECISIONS_KEPT).delete()[0]
