@@ -12,7 +12,7 @@ from . import services
 from .models import ScalingGroup
 from .serializers import QueueDepthSerializer, ScalingDecisionSerializer, ScalingGroupSerializer
 
-SETTINGS = [field for field in services.SETTINGS]
+SETTINGS = services.SETTINGS
 
 
 class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
@@ -21,7 +21,7 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
     clamp(ceil(queue depth / target per instance), min, max). Push the queue depth to
     ``metrics/``; every decision is listed at ``decisions/``."""
 
-    queryset = ScalingGroup.objects.select_related("team", "gpu_model")
+    queryset = ScalingGroup.objects.select_related("team", "gpu_model", "image")
     serializer_class = ScalingGroupSerializer
     filterset_fields = ["team"]
     http_method_names = ["get", "post", "patch", "head", "options"]

@@ -25,6 +25,8 @@ class ScalingGroup(models.Model):
     # The template every instance of the group is launched from.
     gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+")
     gpus_per_instance = models.PositiveSmallIntegerField()
+    # Empty: each launch boots the GPU model's default image.
+    image = models.ForeignKey("instances.Image", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     pricing_model = models.CharField(max_length=16, choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
     # Spot only: the most it pays per GPU-hour; above it, launches fall back to on-demand.
     max_price = models.DecimalField(null=True, blank=True, **MONEY)
@@ -82,6 +84,7 @@ class Reason(models.TextChoices):
     COOLDOWN = "cooldown", "Cooldown"
     NO_CAPACITY = "no_capacity", "No capacity"
     NO_METRIC = "no_metric", "No fresh queue depth"
+    REFUSED = "refused", "Launch refused"
 
 
 class ScalingDecision(models.Model):

@@ -3,7 +3,8 @@ from rest_framework import serializers
 
 from console.models import Team
 from console.validators import plain_name
-from instances.models import GpuModel, PricingModel
+from instances.models import GpuModel, Image, PricingModel
+from instances.serializers import ImageSummaryField
 
 from .models import MetricSource, ScalingDecision, ScalingGroup
 
@@ -25,6 +26,12 @@ class ScalingGroupSerializer(serializers.ModelSerializer):
         error_messages={"does_not_exist": "Unknown GPU model {value}: see GET /api/v1/gpu-models/."},
     )
     gpus_per_instance = serializers.IntegerField()
+    image = ImageSummaryField(
+        queryset=Image.objects.none(), required=False, allow_null=True,
+        help_text="Image id (see /api/v1/images/) every instance boots; empty: the GPU model's default image.",
+        error_messages={"does_not_exist": "No such image, or it is private to another team.",
+                        "incorrect_type": "An image is named by its id (a number), see /api/v1/images/."},
+    )
     pricing_model = serializers.ChoiceField(choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
     max_price = serializers.DecimalField(max_digits=12, decimal_places=6, required=False, allow_null=True,
                                          help_text="spot only: the most paid per GPU-hour, else on-demand")
@@ -40,7 +47,7 @@ class ScalingGroupSerializer(serializers.ModelSerializer):
     class Meta:
         model = ScalingGroup
         fields = [
-            "id", "team", "name", "gpu_model", "gpus_per_instance", "pricing_model", "max_price", "min_instances",
+            "id", "team", "name", "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances",
             "max_instances", "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
             "queue_depth", "queue_depth_at", "running", "last_scale_out_at", "last_scale_in_at", "cost", "created_at",
         ]
@@ -52,6 +59,7 @@ class ScalingGroupSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None:
             self.fields["team"].queryset = Team.objects.for_user(request.user)
+            self.fields["image"].queryset = Image.objects.for_user(request.user)
         if self.instance is not None and not isinstance(self.instance, list | tuple) and not hasattr(self.instance, "all"):
             self.fields["team"].read_only = True
             self.fields["name"].read_only = True

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from audit.services import record_event
 from console.validators import plain_name
-from instances import catalog
+from instances import catalog, images
 from instances import services as instance_services
 from instances.models import GpuModel, Instance, PricingModel, State
 
@@ -31,13 +31,13 @@ MAX_INSTANCES = 64  # per group
 MAX_TARGET = 1_000_000  # queued items per instance
 MAX_COOLDOWN_S = 86_400
 MAX_QUEUE_DEPTH = 1_000_000_000
-MAX_PRICE = Decimal("1000")  # per GPU-hour
+MAX_PRICE = Decimal("1000")  # per GPU-hour, where the model has no on-demand price
 UTIL_WINDOW = timedelta(minutes=5)
 DECISIONS_KEPT = timedelta(days=30)
 # States in which a group's instance counts toward what it has (stopping ones are leaving).
 ACTIVE_STATES = (State.PENDING, State.RUNNING)
 SETTINGS = (
-    "gpu_model", "gpus_per_instance", "pricing_model", "max_price", "min_instances", "max_instances",
+    "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances", "max_instances",
     "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
 )
 
@@ -57,12 +57,18 @@ def _whole(errors: dict, field: str, value, low: int, high: int, what: str):
         errors[field] = f"{what} must be between {low} and {high}; got {value}."
 
 
-def check_settings(values: dict) -> dict:
+def check_settings(values: dict, *, team, now: datetime | None = None) -> dict:
     """Every rule on a group's settings, with a message naming the field; raises
     ValidationError with all that are broken."""
     errors: dict[str, str] = {}
+    now = now or timezone.now()
     if not isinstance(values.get("gpu_model"), GpuModel):
         errors["gpu_model"] = "Name a GPU model on offer (GET /api/v1/gpu-models/)."
+    elif values.get("image") is not None:
+        try:  # the rules of a launch: the team may use it, not retired, supports the model
+            images.image_for_launch(image=values["image"], team=team, gpu_model=values["gpu_model"])
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
     _whole(errors, "gpus_per_instance", values.get("gpus_per_instance"), 1, instance_services.MAX_GPUS_PER_INSTANCE,
            "GPUs per instance")
     if values.get("pricing_model") not in PricingModel.values:
@@ -86,19 +92,32 @@ def check_settings(values: dict) -> dict:
             price = None
         if price is None or not price.is_finite():
             errors["max_price"] = "The max price is a decimal number per GPU-hour, e.g. \"1.20\"."
-        elif not Decimal(0) < price <= MAX_PRICE:
-            errors["max_price"] = f"The max price is above 0 and at most {MAX_PRICE} per GPU-hour."
         elif values.get("pricing_model") != PricingModel.SPOT:
             errors["max_price"] = "A max price applies to spot groups only."
-        values["max_price"] = price
+        elif not Decimal(0) < price <= _price_ceiling(values.get("gpu_model"), now):
+            ceiling = _price_ceiling(values.get("gpu_model"), now).normalize()
+            errors["max_price"] = f"The max price is above 0 and at most {ceiling:f} per GPU-hour."
+        else:
+            values["max_price"] = price.quantize(Decimal("0.000001"))
     if errors:
         raise ValidationError(errors)
     return values
 
 
+def _price_ceiling(gpu_model, now: datetime) -> Decimal:
+    """A launch's ceiling on a max price: a multiple of the on-demand price where there
+    is one (instances.services.MAX_PRICE_CEILING), else MAX_PRICE."""
+    if not isinstance(gpu_model, GpuModel):
+        return MAX_PRICE
+    quote = catalog.quote(sku=gpu_model.name, pricing_model=PricingModel.ON_DEMAND, count=1, team_id=None, at=now)
+    listed = getattr(quote, "per_gpu_hour", None)
+    return MAX_PRICE if listed is None else listed * instance_services.MAX_PRICE_CEILING
+
+
 def _described(group: ScalingGroup) -> dict:
     out = {field: getattr(group, field) for field in SETTINGS}
     out["gpu_model"] = group.gpu_model.name
+    out["image"] = None if group.image is None else group.image.name
     out["max_price"] = None if group.max_price is None else str(group.max_price)
     return out
 
@@ -110,7 +129,8 @@ def create_group(*, actor, team, name: str, **values) -> ScalingGroup:
         raise ValidationError({"name": f"Your team has a scaling group named {name!r} already."})
     values = {"pricing_model": PricingModel.ON_DEMAND, "min_instances": 1, "scale_out_cooldown_s": 120,
               "scale_in_cooldown_s": 300, "metric_source": MetricSource.PUSHED, "max_price": None, **values}
-    check_settings(values)
+    values.setdefault("image", None)
+    check_settings(values, team=team)
     group = ScalingGroup.objects.create(
         team=team, name=name, created_by=actor if getattr(actor, "is_authenticated", False) else None,
         **{field: values[field] for field in SETTINGS},
@@ -123,9 +143,9 @@ def create_group(*, actor, team, name: str, **values) -> ScalingGroup:
 @transaction.atomic
 def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
     """Change a group's template or bounds; the next evaluation applies them."""
-    group = ScalingGroup.objects.select_for_update().select_related("gpu_model").get(pk=group.pk)
+    group = ScalingGroup.objects.select_for_update().select_related("gpu_model", "image").get(pk=group.pk)
     before = _described(group)
-    values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes})
+    values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes}, team=group.team)
     for field in SETTINGS:
         setattr(group, field, values[field])
     group.save(update_fields=list(SETTINGS))
@@ -193,11 +213,16 @@ def current_depth(group: ScalingGroup, now: datetime) -> int | None:
 # --- evaluation ------------------------------------------------------------------------------
 
 
+class Refused(Exception):
+    """A launch of the group's template is refused whatever the capacity."""
+
+
 @dataclass
 class Outcome:
     launched: list[Instance]
     stopped: list[Instance]
     problem: str = ""  # why fewer were launched than planned
+    refused: bool = False  # the template was refused, not short of room
 
 
 def _spot_too_dear(group: ScalingGroup, now: datetime) -> str:
@@ -229,11 +254,14 @@ def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[In
             instance = instance_services.launch_instance(
                 actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
                 gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,
-                labels={"scaling-group": group.name},
+                labels={"scaling-group": group.name}, image=group.image,
+                max_price=group.max_price if pricing_model == PricingModel.SPOT else None,
             )
         except instance_services.LifecycleError as exc:
             notes.append(f"{PricingModel(pricing_model).label.lower()}: {exc}")
             continue
+        except ValidationError as exc:  # the template itself is refused (a retired image, say)
+            raise Refused("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
         ScalingMember.objects.create(group=group, instance=instance, joined_at=now)
         group.launched_total += 1
         return instance, "; ".join(notes)
@@ -243,7 +271,11 @@ def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[In
 def _scale_out(group: ScalingGroup, count: int, now: datetime, provision: bool) -> Outcome:
     out = Outcome([], [])
     for _ in range(count):
-        instance, note = _launch_one(group, now, provision)
+        try:
+            instance, note = _launch_one(group, now, provision)
+        except Refused as exc:
+            out.problem, out.refused = str(exc), True
+            break
         if instance is None:
             out.problem = note
             break
@@ -271,7 +303,8 @@ def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
     if len(done.launched) < plan.count:
         what = f"launched {names}" if names else "launched nothing"
         action = Action.SCALE_OUT if done.launched else Action.NONE
-        return action, Reason.NO_CAPACITY, f"{plan.message}; {what}: {done.problem}"
+        reason = Reason.REFUSED if done.refused else Reason.NO_CAPACITY
+        return action, reason, f"{plan.message}; {what}: {done.problem}"
     extra = f" ({done.problem})" if done.problem else ""
     return Action.SCALE_OUT, plan.reason, f"{plan.message}; launched {names}{extra}"
 
@@ -282,7 +315,7 @@ def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provisio
     audit it when it launched or stopped anything). ``provision=False`` leaves new
     instances pending (the demo walks them itself)."""
     now = now or timezone.now()
-    group = ScalingGroup.objects.select_for_update().select_related("team", "gpu_model").get(pk=group.pk)
+    group = ScalingGroup.objects.select_for_update().select_related("team", "gpu_model", "image").get(pk=group.pk)
     depth = current_depth(group, now)
     current = active_instances(group).count()
     bounds = policy.Bounds(group.min_instances, group.max_instances, group.target_per_instance,

@@ -18,7 +18,7 @@ CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": time
 
 
 def _groups(request):
-    return ScalingGroup.objects.for_user(request.user).select_related("team", "gpu_model")
+    return ScalingGroup.objects.for_user(request.user).select_related("team", "gpu_model", "image")
 
 
 @login_required

@@ -20,7 +20,7 @@ GOOD = {"name": "workers", "gpu_model": "H100-80GB", "gpus_per_instance": 1, "mi
     ({"gpu_model": "B300-288GB"}, "gpu_model", "Unknown GPU model B300-288GB"),
     ({"pricing_model": "free"}, "pricing_model", "not a valid choice"),
     ({"pricing_model": "spot", "max_price": "-1"}, "max_price", "above 0"),
-    ({"pricing_model": "spot", "max_price": "5000"}, "max_price", "at most 1000"),
+    ({"pricing_model": "spot", "max_price": "5000"}, "max_price", "at most 100 per GPU-hour"),  # 100 × on-demand
     ({"max_price": "1.20"}, "max_price", "spot groups only"),
     ({"max_instances": "many"}, "max_instances", "valid integer"),
     ({"name": "-workers"}, "name", "starting with a letter"),
@@ -82,3 +82,13 @@ def test_a_group_cannot_be_made_for_another_team(api, fleet, globex, bob):
     response = api(bob).post("/api/v1/scaling-groups/", {**GOOD, "team": globex.pk}, format="json")
     assert response.status_code == 400
     assert not ScalingGroup.objects.exists()
+
+
+def test_another_teams_private_image_is_refused(api, fleet, acme, globex, bob, charlie):
+    from instances import images
+
+    theirs = images.create_image(actor=charlie, name="globex-only", reference="registry.example.com/globex/x:1",
+                                 gpu_models=[fleet["h100"]], team=globex)
+    response = api(bob).post("/api/v1/scaling-groups/", {**GOOD, "team": acme.pk, "image": theirs.pk}, format="json")
+    assert response.status_code == 400
+    assert "private to another team" in response.json()["image"][0]

@@ -51,3 +51,25 @@ def test_a_stale_queue_depth_holds_the_group_where_it_is(fleet, acme, bob, setti
     settings.SCALING_METRIC_STALE_S = 60
     later = services.evaluate_group(group, now=first.time + timezone.timedelta(minutes=5))
     assert (later.queue_depth, later.desired, later.action, later.reason) == (None, 3, "none", "no_metric")
+
+
+def test_instances_boot_the_groups_image(fleet, acme, bob):
+    from instances import images
+
+    image = images.create_image(actor=bob, name="acme-worker", reference="registry.example.com/acme/worker:1.2",
+                                gpu_models=[fleet["h100"]], team=acme)
+    group = _group(fleet, acme, bob, pricing_model="on_demand", image=image)
+    _push_and_evaluate(group, 10)
+    assert Instance.objects.get().image == image
+
+
+def test_a_retired_image_refuses_the_launch_with_its_reason(fleet, acme, bob, ops):
+    from instances import images
+
+    image = images.create_image(actor=ops, name="old-cuda", reference="registry.example.com/pub/old:11",
+                                gpu_models=[fleet["h100"]])
+    group = _group(fleet, acme, bob, pricing_model="on_demand", image=image)
+    images.retire_image(actor=ops, image=image)
+    decision = _push_and_evaluate(group, 10)
+    assert (decision.action, decision.reason, decision.running) == ("none", "refused", 0)
+    assert "retired" in decision.message
