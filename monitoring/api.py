@@ -17,7 +17,7 @@ from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.tenancy import ADMIN_ROLES, WRITE_ROLES, is_operator
 from instances.models import Gpu, GpuSlice, Instance
 
-from . import queries, services
+from . import figures, queries, services
 from .models import Alert, AlertRule, GpuEvent, GpuLatest, HostToken, NotificationChannel, Silence
 from .serializers import (
     AlertRuleSerializer,
@@ -329,6 +329,20 @@ class HostTokenViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, viewsets.Read
         return Response(NewHostTokenSerializer(token).data | {"token": raw}, status=status.HTTP_201_CREATED)
 
 
+class OverviewView(APIView):
+    """The overview's figures (the same functions the overview page reads): for an
+    operator the whole fleet with capacity per model, for anyone else the instances of
+    their teams that hold GPUs."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        now = timezone.now()
+        if is_operator(request.user):
+            models = figures.capacity()
+            return Response({"scope": "fleet", **figures.fleet_totals(now, models=models), "capacity": models})
+        return Response({"scope": "teams", **figures.team_totals(request.user, now)})
+
+
 routes = [
     ("gpu-latest", GpuLatestViewSet, "gpu-latest"),
     ("gpu-events", GpuEventViewSet, "gpu-event"),
@@ -354,6 +368,7 @@ def agent_allocations(request):
 
 urlpatterns = [
     path("agent/allocations/", agent_allocations, name="agent-allocations"),
+    path("overview/", OverviewView.as_view(), name="overview-figures"),
     path("gpus/<str:uuid>/metrics/", GpuMetricsView.as_view(), name="gpu-metrics"),
     path("instances/<int:pk>/metrics/", InstanceMetricsView.as_view(), name="instance-metrics"),
 ]

@@ -26,9 +26,9 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance, State, gpu_used_q
+from instances.models import Gpu, GpuSlice, Host, Instance, gpu_used_q
 
-from . import charts, queries, services
+from . import charts, figures, queries, services
 from .models import (
     ACTIVE_STATES,
     AgentState,
@@ -121,21 +121,27 @@ def latest_by_uuid(qs) -> dict[str, GpuLatest]:
 
 @login_required
 def overview(request):
+    page = request.GET.get("page")
     if is_operator(request.user):
-        return render(request, "monitoring/fleet.html", fleet_context(request.user))
-    return render(request, "monitoring/overview.html", team_context(request.user))
+        return render(request, "monitoring/fleet.html", fleet_context(request.user, page=page))
+    return render(request, "monitoring/overview.html", team_context(request.user, page=page))
 
 
-def team_context(user) -> dict:
-    """A team's running instances with a tile per GPU, open alerts, month-to-date cost."""
+# What one screen of the overview draws; the figures above it cover everything.
+INSTANCES_PER_PAGE = 12
+HOSTS_PER_PAGE = 48
+
+
+def team_context(user, *, page=None) -> dict:
+    """A team's figures (``figures.team_totals``), then one page of its instances
+    holding GPUs with a tile per GPU, open alerts and month-to-date cost."""
     now = timezone.now()
     teams = list(Team.objects.for_user(user).order_by("name"))
-    instances = list(
-        Instance.objects.for_user(user)
-        .filter(state__in=HOLDING_STATES)
-        .select_related("team", "gpu_model", "slice_profile", "host")
-        .order_by("team__name", "name")
-    )
+    shown = Paginator(
+        figures.holding(user).select_related("team", "gpu_model", "slice_profile", "host").order_by("team__name", "name"),
+        INSTANCES_PER_PAGE,
+    ).get_page(page)
+    instances = list(shown.object_list)
     ids = [i.pk for i in instances]
     gpus = Gpu.objects.for_user(user).filter(instance_id__in=ids).select_related("model", "host")
     pieces = (
@@ -148,16 +154,17 @@ def team_context(user) -> dict:
     for piece in pieces:
         devices[piece.instance_id].append(slice_device(piece, latest.get(piece.uuid), now))
     alerts = Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).select_related("host")
-    tiles = [d for i in ids for d in devices[i]]
-    utils = [d["tile"]["util"] for d in tiles if d["tile"]["util"] is not None and not d["stale"]]
+    totals = figures.team_totals(user, now)
     return {
         "teams": [{"team": t, "cost": month_to_date(t)} for t in teams],
         "instances": [{"instance": i, "devices": devices[i.pk]} for i in instances],
+        "page": shown,
         "alerts": list(alerts[:8]),
-        "alert_count": alerts.count(),
-        "running_count": sum(1 for i in instances if i.state == State.RUNNING),
-        "gpu_count": len(tiles),
-        "mean_util": round(sum(utils) / len(utils)) if utils else None,
+        "alert_count": totals["alerts"],
+        "holding_count": totals["holding"],
+        "running_count": totals["running"],
+        "gpu_count": totals["gpus"],
+        "mean_util": totals["mean_util"],
         "live": {
             "subscribe": [{"kind": "team", "id": t.pk} for t in teams],
             "stale_after_s": stale_after_s(),
@@ -166,46 +173,39 @@ def team_context(user) -> dict:
     }
 
 
-def fleet_context(user) -> dict:
-    """Every host grouped by region, a utilization heatmap and capacity per model."""
+def fleet_context(user, *, page=None) -> dict:
+    """The fleet's figures and capacity per model (``figures``), then one page of hosts
+    grouped by region with their utilization heatmap."""
     require_operator(user)
     now = timezone.now()
+    shown = Paginator(Host.objects.select_related("region").order_by("region__name", "name"), HOSTS_PER_PAGE).get_page(
+        page
+    )
+    hosts = list(shown.object_list)
+    host_ids = [h.pk for h in hosts]
     gpus = list(
-        Gpu.objects.values(
-            "id",
-            "uuid",
-            "index",
-            "host_id",
-            "model__name",
-            "instance_id",
-            "memory_total",
-            "model__power_limit_w",
-        ).annotate(used=Count("id", filter=gpu_used_q(), distinct=True))
+        Gpu.objects.filter(host_id__in=host_ids)
+        .order_by()
+        .values("id", "uuid", "index", "host_id")
+        .annotate(used=Count("id", filter=gpu_used_q(), distinct=True))
     )
     latest = {
         row["gpu_id"]: row
-        for row in GpuLatest.objects.filter(slice__isnull=True).values(
+        for row in GpuLatest.objects.filter(host_id__in=host_ids, slice__isnull=True).values(
             "gpu_id", "metrics", "last_seen"
         )
     }
-    hosts = list(Host.objects.select_related("region").order_by("region__name", "name"))
     agents = {
-        a["host_id"]: a for a in AgentState.objects.values("host_id", "connected", "last_seen_at")
+        a["host_id"]: a
+        for a in AgentState.objects.filter(host_id__in=host_ids).values("host_id", "connected", "last_seen_at")
     }
-    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
     after = stale_after_s()
     by_host: dict[int, list[dict]] = {h.pk: [] for h in hosts}
-    capacity: dict[str, dict] = {}
     for gpu in gpus:
         row = latest.get(gpu["id"])
         metrics = row["metrics"] if row else {}
         stale = row is None or (now - row["last_seen"]).total_seconds() > after
-        used = gpu["used"] > 0
-        by_host[gpu["host_id"]].append({"gpu": gpu, "m": metrics, "stale": stale, "used": used})
-        model = capacity.setdefault(
-            gpu["model__name"], {"model": gpu["model__name"], "used": 0, "free": 0}
-        )
-        model["used" if used else "free"] += 1
+        by_host[gpu["host_id"]].append({"gpu": gpu, "m": metrics, "stale": stale, "used": gpu["used"] > 0})
     regions: dict[str, dict] = {}
     heat_rows, heat_index = [], {}
     for host in hosts:
@@ -220,24 +220,21 @@ def fleet_context(user) -> dict:
             values[cell["gpu"]["index"]] = None if cell["stale"] else cell["m"].get("gpu_util")
             heat_index[cell["gpu"]["uuid"]] = [len(heat_rows), cell["gpu"]["index"]]
         heat_rows.append((host.name, values))
-    capacity_rows = sorted(capacity.values(), key=lambda r: r["model"])
-    live_utils = [c["m"].get("gpu_util") for cs in by_host.values() for c in cs if not c["stale"]]
-    live_utils = [u for u in live_utils if u is not None]
+    capacity_rows = figures.capacity()
+    totals = figures.fleet_totals(now, models=capacity_rows, hosts=shown.paginator.count)
+    title = "GPU utilization"
+    if shown.paginator.num_pages > 1:
+        title += f" · hosts {shown.start_index():,}–{shown.end_index():,} of {shown.paginator.count:,}"
+    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
     return {
         "regions": list(regions.values()),
-        "heatmap": charts.heatmap_figure(heat_rows),
+        "page": shown,
+        "heatmap": charts.heatmap_figure(heat_rows, title=title),
         "capacity": capacity_rows,
         "capacity_figure": charts.capacity_figure(capacity_rows),
-        "totals": {
-            "hosts": len(hosts),
-            "gpus": len(gpus),
-            "used": sum(r["used"] for r in capacity_rows),
-            "reporting": len(live_utils),
-            "mean_util": round(sum(live_utils) / len(live_utils)) if live_utils else None,
-            "agents_up": sum(1 for a in agents.values() if a["connected"]),
-        },
+        "totals": totals,
         "alerts": list(alerts.select_related("host")[:8]),
-        "alert_count": alerts.count(),
+        "alert_count": totals["alerts"],
         "live": {
             "subscribe": [{"kind": "fleet", "id": None}],
             "heat_index": heat_index,

@@ -1,0 +1,88 @@
+"""The overview's figures, aggregated in the database.
+
+Each figure is one aggregate query whatever the fleet holds, so the overview costs
+what its screen shows: the totals below, plus the one page of hosts (operators) or
+instances (team members) it draws. The overview page and the API
+(``/api/v1/overview/``) both read these functions: one definition per figure.
+
+A GPU is *used* when it or any of its slices is held (``gpu_used_q``). A reading is
+*fresh* while it is at most ``TELEMETRY_STALE_AFTER_S`` old; the mean utilization
+is over fresh readings that report one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Avg, Count, FloatField, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
+
+from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance, State, gpu_used_q
+
+from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, stale_after_s
+
+
+def _util():
+    return Cast(KeyTextTransform("gpu_util", "metrics"), FloatField())
+
+
+def _mean(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def fresh_since(now: datetime) -> datetime:
+    return now - timedelta(seconds=stale_after_s())
+
+
+def capacity() -> list[dict]:
+    """Used and free GPUs per model, by model name."""
+    rows = (
+        Gpu.objects.order_by()
+        .values("model__name")
+        .annotate(total=Count("id", distinct=True), used=Count("id", filter=gpu_used_q(), distinct=True))
+        .order_by("model__name")
+    )
+    return [{"model": r["model__name"], "used": r["used"], "free": r["total"] - r["used"]} for r in rows]
+
+
+def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int | None = None) -> dict:
+    """The operator's figures over the whole fleet. ``models`` (``capacity()``) and
+    ``hosts`` may be passed when the caller has them already."""
+    models = capacity() if models is None else models
+    live = GpuLatest.objects.filter(slice__isnull=True, last_seen__gte=fresh_since(now)).aggregate(
+        reporting=Count(_util()), mean=Avg(_util())
+    )
+    return {
+        "hosts": Host.objects.count() if hosts is None else hosts,
+        "gpus": sum(r["used"] + r["free"] for r in models),
+        "used": sum(r["used"] for r in models),
+        "reporting": live["reporting"],
+        "mean_util": _mean(live["mean"]),
+        "agents_up": AgentState.objects.filter(connected=True).count(),
+        "alerts": Alert.objects.filter(state__in=ACTIVE_STATES).count(),
+    }
+
+
+def holding(user) -> QuerySet:
+    """The instances holding GPUs that ``user`` sees."""
+    return Instance.objects.for_user(user).filter(state__in=HOLDING_STATES)
+
+
+def team_totals(user, now: datetime) -> dict:
+    """A team member's figures over every instance of their teams that holds GPUs."""
+    held = holding(user)
+    counts = held.order_by().aggregate(holding=Count("id"), running=Count("id", filter=Q(state=State.RUNNING)))
+    ids = held.order_by().values("id")
+    gpus = Gpu.objects.for_user(user).filter(instance_id__in=ids).count()
+    gpus += GpuSlice.objects.for_user(user).filter(instance_id__in=ids).count()
+    live = GpuLatest.objects.for_user(user).filter(instance_id__in=ids, last_seen__gte=fresh_since(now)).aggregate(
+        mean=Avg(_util())
+    )
+    return {
+        "holding": counts["holding"],
+        "running": counts["running"],
+        "gpus": gpus,
+        "mean_util": _mean(live["mean"]),
+        "alerts": Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).count(),
+    }
