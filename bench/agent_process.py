@@ -3,10 +3,15 @@
 Every tool runs as its own process, all at the same time, for the same window, each
 reading the same GPU(s) once a second:
 
-- agent      - ``gpuconsole-agent --backend nvml`` at its default cadences (fast 1 s,
-               slow 5 s, counters 60 s), XID watcher on, spooling and streaming every
-               record over a websocket to a sink on loopback that answers like the
-               console (hello -> welcome, each samples frame -> ack of its last seq);
+- agent      - ``gpuconsole-agent --backend nvml`` at its default cadences (fast and
+               GPM 1 s, counters 60 s), XID watcher on, streaming every record over a
+               websocket to a sink on loopback that answers like the console (hello ->
+               welcome, each samples frame -> ack of its last seq; not a console:
+               nothing is stored, so the figures are the agent's alone);
+- agent-thread - the same, its sampling tick on a thread of its own instead of the
+               event loop (the layout before; for comparison);
+- agent-before - with --before DIR: the agent of another checkout (DIR, its repo
+               root) at its own defaults, the same way (to compare versions in one run);
 - bare       - a plain pynvml loop over the fast fields, sleeping to the next second;
 - nvitop     - nvitop's ``Device`` API for the same fields, the same loop;
 - nvidia-smi - ``nvidia-smi --query-gpu=... -l 1`` (its own 1 s loop; 1 GPU only).
@@ -47,7 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TOOLS = ("agent", "bare", "nvitop", "nvidia-smi")
+TOOLS = ("agent", "agent-thread", "agent-before", "bare", "nvitop", "nvidia-smi")
 TOKEN = "bench-agent-process-token"
 SMI_FIELDS = ("utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,"
               "temperature.gpu,clocks.sm,clocks.mem,clocks_event_reasons.active,"
@@ -123,7 +128,15 @@ def every_second(step) -> None:
 
 def role_agent(args) -> None:
     sys.modules["pynvml"] = pynvml_for(args)
+    if args.role == "agent-before":
+        sys.path.insert(0, str(Path(args.before).resolve()))
     from monitoring.agent.cli import main
+
+    if args.role == "agent-thread":  # the same agent with its sampling tick on a thread
+        from monitoring.agent.backends.nvml import NvmlSource
+
+        start = NvmlSource.start
+        NvmlSource.start = lambda self, emit, loop=None: start(self, emit)
 
     spool = tempfile.mkdtemp(prefix="agent-process-spool-")
     try:
@@ -225,7 +238,7 @@ def role_sink(args) -> None:
     asyncio.run(main())
 
 
-ROLES = {"agent": role_agent, "bare": role_bare, "nvitop": role_nvitop, "sink": role_sink}
+ROLES = {"agent": role_agent, "agent-thread": role_agent, "agent-before": role_agent, "bare": role_bare, "nvitop": role_nvitop, "sink": role_sink}
 
 
 # -- measuring from outside --------------------------------------------------------------
@@ -282,6 +295,8 @@ def start_role(role: str, devices: int, args, port: int, report: str = "") -> su
            str(port), "--report", report]  # fmt: skip
     if args.fake:
         cmd.append("--fake")
+    if args.before:
+        cmd += ["--before", args.before]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -351,7 +366,7 @@ def measure(args) -> dict:
         except subprocess.TimeoutExpired:
             p.kill()
         err = p.stderr.read().strip()
-        if err and key[0] == "agent":
+        if err and key[0].startswith("agent"):
             rows_err = err.splitlines()[-3:]
             skipped.setdefault(("agent log", key[1]), " / ".join(rows_err))
     sink.send_signal(signal.SIGTERM)
@@ -403,6 +418,8 @@ def main() -> int:
     p.add_argument("--devices", default="1,8",
                    help="device counts to run, comma-separated (default 1,8)")  # fmt: skip
     p.add_argument("--fake", action="store_true", help="pynvml stand-in instead of a GPU")
+    p.add_argument("--before", default="",
+                   help="repo root of another version of the agent, measured as agent-before")  # fmt: skip
     p.add_argument("--port", type=int, default=0, help="the sink's port (default: a free one)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--role", choices=sorted(ROLES), help=argparse.SUPPRESS)
@@ -412,7 +429,7 @@ def main() -> int:
         args.devices = int(args.devices)
         ROLES[args.role](args)
         return 0
-    args.tools = [t for t in args.tools.split(",") if t]
+    args.tools = [t for t in args.tools.split(",") if t and (t != "agent-before" or args.before)]
     unknown = set(args.tools) - set(TOOLS)
     if unknown:
         p.error(f"unknown tools: {', '.join(sorted(unknown))} (known: {', '.join(TOOLS)})")

@@ -37,7 +37,7 @@ async def run(source: Source, links: dict[str, HostLink], *, once: bool = False)
     stopped = asyncio.Event()
     interrupted = []
     _install_signals(loop, stopped, interrupted)
-    source.start(emit)
+    source.start(emit, loop)
     link_tasks = [asyncio.create_task(link.run(), name=f"link {h}") for h, link in links.items()]
     watchers = [asyncio.create_task(stopped.wait(), name="signal")]
     if once:
@@ -46,6 +46,7 @@ async def run(source: Source, links: dict[str, HostLink], *, once: bool = False)
         done, _ = await asyncio.wait([*link_tasks, *watchers], return_when=asyncio.FIRST_COMPLETED)
         return _exit_code(done, link_tasks, interrupted)
     finally:
+        source.stop_event.set()  # here, on the loop: no tick of a source on the loop is under way
         await asyncio.to_thread(source.stop)
         for task in [*link_tasks, *watchers]:
             task.cancel()

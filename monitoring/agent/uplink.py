@@ -18,6 +18,7 @@ import random
 import secrets
 import socket
 import sqlite3
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -145,7 +146,15 @@ class HostLink:
         self._ready = asyncio.Event()
         self._rehello = asyncio.Event()
         wake = self._wake
-        self.outbox.notify = lambda: loop.call_soon_threadsafe(wake.set)
+        loop_thread = threading.get_ident()
+
+        def notify() -> None:
+            if threading.get_ident() == loop_thread:
+                wake.set()  # a source sampling on the loop itself: no self-pipe, no extra wakeup
+            else:
+                loop.call_soon_threadsafe(wake.set)
+
+        self.outbox.notify = notify
 
     def update_gpus(self, gpus: list[dict]) -> None:
         """The host's GPUs changed: reconnect and say hello again (same boot_id)."""

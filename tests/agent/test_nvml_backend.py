@@ -357,3 +357,25 @@ def test_a_counter_that_is_not_supported_stays_absent(fake_nvml):
         assert by_gpu(source.sample_counters(), fake.devices[0].uuid) == []
     assert fake.calls(fake.devices[0], "energy") == 1
     assert "energy_mj" in by_gpu(source.sample_counters(), fake.devices[1].uuid)[0]["m"]
+
+
+async def test_given_the_agents_loop_the_tick_runs_on_it_without_a_thread(fake_nvml):
+    import asyncio
+    import threading
+
+    fake = fake_nvml()
+    source = opened(interval=0.05, slow_interval=0.05, counter_interval=60.0)
+    on_loop = []
+
+    def emit(host, records):
+        if threading.get_ident() == threading.main_thread().ident:
+            on_loop.extend(r for r in records if "gpu_util" in r.get("m", {}))
+
+    source.start(emit, asyncio.get_running_loop())
+    await asyncio.sleep(0.32)
+    source.stop_event.set()
+    await asyncio.to_thread(source.stop)
+    assert "nvml-fast" not in [t.name for t in source.threads]
+    ticks = len(on_loop) // len(fake.devices)
+    assert 4 <= ticks <= 8
+    assert any("tensor_active_pct" in r["m"] for r in on_loop)  # the slow set rode along

@@ -42,8 +42,9 @@ class Source(abc.ABC):
         """The hosts this source speaks for, with their GPUs (for the hello)."""
 
     @abc.abstractmethod
-    def start(self, emit: Emit) -> None:
-        """Start sampling on the source's own threads, handing records to ``emit``."""
+    def start(self, emit: Emit, loop=None) -> None:
+        """Start sampling, handing records to ``emit``: on the source's own threads, or,
+        for a source that can, partly on ``loop`` (the agent's event loop) when given."""
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -21,6 +21,7 @@ metric is absent from the samples, never 0. A GPU that is lost becomes a
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import importlib
 import logging
@@ -821,7 +822,11 @@ class NvmlSource(Source):
 
     # -- running ----------------------------------------------------------------
 
-    def start(self, emit: Emit) -> None:
+    def start(self, emit: Emit, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start sampling. Given the agent's event loop, the sampling tick runs on it (a
+        timer, no thread: the fast and slow sets take tens of microseconds per GPU, and a
+        thread of their own would cost a wakeup and a hand-over per tick); without one, on
+        a thread. The counters and the XID watcher always have threads of their own."""
         host = self.host
         if self.once:
 
@@ -836,12 +841,32 @@ class NvmlSource(Source):
         stop = self.stop_event
         self._slow_due = time.monotonic()
         self._mig_due = self._slow_due + MIG_RESCAN_S
-        self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, self.sample_tick())),
-                   "nvml-fast")  # fmt: skip
+        if loop is None:
+            self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, self.sample_tick())),
+                       "nvml-fast")  # fmt: skip
+        else:
+            self._tick_on(loop, emit)
         self.spawn(lambda: run_every(stop, self.counter_interval,
                                      lambda: emit(host, self.sample_counters())),
                    "nvml-counters")  # fmt: skip
         self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
+
+    def _tick_on(self, loop: asyncio.AbstractEventLoop, emit: Emit) -> None:
+        """sample_tick every interval on loop, on a fixed schedule (missed ticks skipped),
+        until stop_event is set (set it on the loop: no tick is then under way)."""
+        due = [loop.time()]
+
+        def tick() -> None:
+            if self.stop_event.is_set():
+                return
+            emit(self.host, self.sample_tick())
+            due[0] += self.interval
+            now = loop.time()
+            if due[0] < now:
+                due[0] = now
+            loop.call_at(due[0], tick)
+
+        loop.call_soon(tick)
 
     def sample_tick(self) -> list[dict]:
         """One tick of the sampling thread: the fast set, and the slow set when it is due

@@ -149,7 +149,7 @@ class ReplaySource(Source):
             record["procs"] = [dict(p) for p in line.procs]
         return record
 
-    def start(self, emit: Emit) -> None:
+    def start(self, emit: Emit, loop=None) -> None:
         self.spawn(lambda: self._play(emit), "replay")
 
     def _play(self, emit: Emit) -> None:

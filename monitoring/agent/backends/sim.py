@@ -407,7 +407,7 @@ class SimSource(Source):
                 continue
             apply_allocations(host, devices)
 
-    def start(self, emit: Emit) -> None:
+    def start(self, emit: Emit, loop=None) -> None:
         if getattr(self, "follow_url", None):
             self.poll_allocations()
             self.spawn(lambda: run_every(self.stop_event, FOLLOW_EVERY_S, self.poll_allocations), "sim-follow")
