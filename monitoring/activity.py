@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from . import readings
 from .models import GpuLatest, Rollup1m, stale_after_s
 
 BUCKET = timedelta(minutes=1)
@@ -53,16 +54,14 @@ def activity_by_instance(
 
 
 def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
-    """{instance id: {"t": newest reading or None, "gpus": [{uuid, t, m, stale}, …]}}."""
+    """{instance id: {"t": newest reading or None, "gpus": [current reading, …]}} (``readings``)."""
     now = timezone.now()
     after = stale_after_s()
     out: dict[int, dict] = {iid: {"t": None, "gpus": []} for iid in instance_ids}
     rows = GpuLatest.objects.filter(instance_id__in=list(instance_ids)).order_by("gpu_id", "slice_id")
-    for row in rows:
+    for row in rows.select_related("host", "gpu"):
         entry = out[row.instance_id]
-        entry["gpus"].append(
-            {"uuid": row.uuid, "t": row.time.isoformat(), "m": row.metrics, "stale": row.is_stale(now, after)}
-        )
+        entry["gpus"].append(readings.of_latest(row, now=now, after_s=after, host=row.host.name, index=row.gpu.index))
         if entry["t"] is None or row.time.isoformat() > entry["t"]:
             entry["t"] = row.time.isoformat()
     return out

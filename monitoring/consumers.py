@@ -7,6 +7,7 @@ tenancy checks; no ORM call runs on the event loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -39,14 +40,14 @@ from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 from monitoring.agent import protocol as p
 
-from . import fanout, frames, ingest, services
+from . import fanout, frames, ingest, inventory, services
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TOKEN_EXPIRED = 1013  # "try again later": the agent reconnects with the token it now has
 QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
-MERGE_FRAMES = 8  # frames one transaction may take from the queue
+MERGE_FRAMES = 8  # frames of one connection one flush may take
 
 
 @cache
@@ -99,6 +100,100 @@ def _write(func):
     return sync_to_async(_keeping_connection(func), thread_sensitive=False, executor=_writers())
 
 
+class Flusher:
+    """This process's sample writes: the frames every agent connection hands over are
+    stored together, one transaction per flush (``ingest.store_many``), and their
+    readings go to the live fan-out as soon as they are attributed, before the write.
+
+    A flush takes the waiting frames of every connection that has no flush under way, so
+    the frames of one connection are written, and acknowledged, in the order received.
+    As many flushes run at once as there are writer threads.
+    """
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.waiting: list[tuple[ingest.Link, frames.Samples, asyncio.Future]] = []
+        self.busy: set[int] = set()  # id() of the links a flush holds
+        self.running = 0
+
+    def submit(self, link: ingest.Link, batch: frames.Samples) -> asyncio.Future:
+        """A future of (boot_id, high) acks for ``batch``, or the write's exception."""
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((link, batch, future))
+        fanout.writing()
+        self._start()
+        return future
+
+    def _start(self) -> None:
+        while self.running < self.concurrency and self.waiting:
+            taken, left, per_link = [], [], {}
+            for item in self.waiting:
+                key = id(item[0])
+                if key in self.busy or per_link.get(key, 0) >= MERGE_FRAMES:
+                    left.append(item)
+                    continue
+                per_link[key] = per_link.get(key, 0) + 1
+                taken.append(item)
+            if not taken:
+                return
+            self.waiting = left
+            self.busy.update(per_link)
+            self.running += 1
+            asyncio.ensure_future(self._flush(taken))
+
+    async def _flush(self, taken: list) -> None:
+        loop = asyncio.get_running_loop()
+        groups: dict[int, tuple[ingest.Link, list]] = {}
+        for link, batch, future in taken:
+            groups.setdefault(id(link), (link, []))[1].append((batch, future))
+        published = threading.Event()
+
+        def publish(latest: dict) -> None:  # on the writer thread, before the write
+            published.set()
+            loop.call_soon_threadsafe(self._published, len(taken), latest)
+
+        try:
+            results = await _write(ingest.store_many)(
+                [(link, [batch for batch, _ in items]) for link, items in groups.values()], publish=publish)
+        except Exception as exc:  # noqa: BLE001 (every connection of the flush hears of it)
+            results = [exc] * len(groups)
+        finally:
+            if not published.is_set():
+                self._published(len(taken), {})
+            self.busy.difference_update(groups)
+            self.running -= 1
+        for (_, items), result in zip(groups.values(), results, strict=True):
+            if isinstance(result, Exception):
+                for _, future in items:
+                    if not future.done():
+                        future.set_exception(result)
+                continue
+            acks = iter(result.acks)
+            for _, future in items:
+                if not future.done():
+                    future.set_result(next(acks))
+        self._start()
+
+    @staticmethod
+    def _published(frames_count: int, latest: dict) -> None:
+        fanout.offer(latest)
+        for _ in range(frames_count):
+            fanout.written({})
+
+
+_flushers: dict = {}
+
+
+def flusher() -> Flusher:
+    """This event loop's flusher (one per server process)."""
+    loop = asyncio.get_running_loop()
+    found = _flushers.get(loop)
+    if found is None:
+        _flushers.clear()  # a new loop (tests): the old one's flusher is gone with it
+        found = _flushers[loop] = Flusher(_writers()._max_workers)
+    return found
+
+
 def _bearer(scope) -> str | None:
     for name, value in scope.get("headers", []):
         if name == b"authorization":
@@ -131,10 +226,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.host = None
         self.hello = None
         self.closing = False
-        self.queue: asyncio.Queue | None = None
-        self.writer: asyncio.Task | None = None
-        self.storing: asyncio.Future | None = None
-        self.known: set[str] = set()  # UUID strings already checked on this connection
+        self.unacked: collections.deque[asyncio.Future] = collections.deque()  # frames not yet stored, in order
+        self.ready = asyncio.Event()  # set while frames wait to be acked
+        self.acker: asyncio.Task | None = None
         await self.accept()
         if b"token" in self.scope.get("query_string", b"").lower():
             await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
@@ -191,11 +285,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 handle.cancel()
         if getattr(self, "token_group", None) is not None:
             await self.channel_layer.group_discard(self.token_group, self.channel_name)
-        if self.writer is not None:
-            self.writer.cancel()
-            await asyncio.gather(self.writer, return_exceptions=True)
-            if self.storing is not None:  # let a write in progress finish before the flush
-                await asyncio.gather(self.storing, return_exceptions=True)
+        if self.acker is not None:
+            self.acker.cancel()
+            # The frames handed over are written, acked or not, before the link's last state.
+            await asyncio.gather(self.acker, *self.unacked, return_exceptions=True)
         if self.host is not None and self.hello is not None:
             try:
                 await _write(ingest.flush)(self.link)
@@ -207,22 +300,23 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.closing or self.host is None:
             return
         try:
-            frame = frames.parse(text_data if text_data is not None else bytes_data,
-                                 hello_expected=self.hello is None)
+            frame = frames.read(text_data if text_data is not None else bytes_data,
+                                hello_expected=self.hello is None, now=time.time())
             if self.hello is None:
-                await self.on_hello(frames.hello(frame))
+                await self.on_hello(frame)
             else:
-                batch = frames.samples(frame, now=time.time(), known=self.known)
-                if self.queue.full():
+                batch = frame
+                if len(self.unacked) >= QUEUE_FRAMES:
                     # Agents send one frame and wait for its ack; this one did not.
                     # (console/serving.py stops reading the socket meanwhile.)
-                    raise ingest.Refused(p.CLOSE_FLOOD, "too_many_unacked",
-                                         f"more than {QUEUE_FRAMES} frames wait to be stored; "
-                                         "send the next frame after the ack of the last")
-                self.queue.put_nowait(batch)
+                    raise inventory.Refused(p.CLOSE_FLOOD, "too_many_unacked",
+                                            f"more than {QUEUE_FRAMES} frames wait to be stored; "
+                                            "send the next frame after the ack of the last")
+                self.unacked.append(flusher().submit(self.link, batch))
+                self.ready.set()
         except frames.FrameError as exc:
             await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame())
-        except ingest.Refused as exc:
+        except inventory.Refused as exc:
             await self.refuse(exc.close_code, exc.code, exc.message)
         except Exception:
             log.exception("agent connection of %s failed", self.host.name)
@@ -230,33 +324,26 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_hello(self, hello: frames.Hello):
         if hello.host != self.host.name:
-            raise ingest.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
-        result = await database_sync_to_async(ingest.accept_hello)(
+            raise inventory.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
+        result = await database_sync_to_async(inventory.accept_hello)(
             host=self.host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT
         )
         await database_sync_to_async(ingest.connected)(host=self.host, hello=hello, result=result, peer=_peer(self.scope))
         self.hello = hello
         self.timer.cancel()
         self.link = ingest.Link(self.host.pk, self.host.name)
-        self.queue = asyncio.Queue(maxsize=QUEUE_FRAMES)
-        self.writer = asyncio.ensure_future(self.write_loop())
+        self.acker = asyncio.ensure_future(self.ack_loop())
         await self.send_frame({
             "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
             "registered": result.registered, "vanished": result.vanished,
         })
 
-    async def write_loop(self):
-        store = _write(ingest.store)
+    async def ack_loop(self):
+        """Acks in the order the frames came, each once its frame is stored."""
         while True:
-            batches = [await self.queue.get()]
-            while len(batches) < MERGE_FRAMES and not self.queue.empty():
-                batches.append(self.queue.get_nowait())
-            self.storing = asyncio.ensure_future(store(link=self.link, batches=batches))
-            fanout.writing()
-            stored = None
+            await self.ready.wait()
             try:
-                # Shielded: a disconnect stops this loop, not a write already under way.
-                stored = await asyncio.shield(self.storing)
+                boot_id, seq = await asyncio.shield(self.unacked[0])
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -266,10 +353,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 self.closing = True
                 await self.close(code=1011)
                 return
-            finally:
-                fanout.written(stored.latest if stored is not None else {})
-            for boot_id, seq in stored.acks:
-                await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
+            self.unacked.popleft()
+            if not self.unacked:
+                self.ready.clear()
+            await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
 
     async def send_frame(self, frame: dict):
         await self.send(text_data=json.dumps(frame, separators=(",", ":")))

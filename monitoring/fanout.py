@@ -32,15 +32,12 @@ from console.live import (
     team_group,
 )
 
-PUBLIC_KEYS = ("uuid", "host", "index", "instance", "team", "t", "m", "stale")
+from . import readings
+from .readings import PUBLIC_KEYS, public
 
 
 def interval_s() -> float:
     return float(getattr(settings, "LIVE_COALESCE_S", 0.25))
-
-
-def public(entry: dict) -> dict:
-    return {k: entry[k] for k in PUBLIC_KEYS}
 
 
 def groups_of(entry: dict) -> list[str]:
@@ -168,9 +165,8 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     edge = now - timedelta(seconds=stale_after_s())
     rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
     entries = [
-        {"uuid": row.uuid, "host": row.host.name, "index": row.gpu.index, "instance": row.instance_id,
-         "team": row.team_id, "t": row.time.isoformat(), "m": row.metrics, "stale": True, "_host_id": row.host_id,
-         "_t": row.time.timestamp()}
+        {**readings.of_latest(row, now=now, host=row.host.name, index=row.gpu.index), "stale": True,
+         "_host_id": row.host_id, "_t": row.time.timestamp()}
         for row in rows.select_related("host", "gpu")
     ]
     if entries:

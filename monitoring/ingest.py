@@ -1,213 +1,39 @@
-"""The ingest service: what the agent consumer calls, off the event loop.
+"""The ingest service: what the agent consumer calls for samples, off the event loop.
 
-``accept_hello`` reconciles a host's report of its GPUs with the inventory;
-``store`` writes checked samples frames in one transaction, skipping records an
-earlier connection already stored (dedupe by host, boot_id and seq), so a frame
-replayed after a lost ack is acknowledged again but never stored twice.
+``store_many`` writes the checked samples frames of many connections in one
+transaction, skipping records an earlier connection already stored (dedupe by host,
+boot_id and seq), so a frame replayed after a lost ack is acknowledged again but never
+stored twice; the frames' current readings are handed to the live fan-out once they
+are attributed, before the write. Side jobs live in their own modules: the inventory
+(``inventory``, the hello), GPU events and their alerts (``gpu_events``), late samples
+and rollups (``rollup_marks``); alert rules on readings are ``alerts.Watch``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import record_event
-from instances import services as instance_services
-from instances.models import Gpu, GpuHold, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
+from instances.models import Gpu, GpuHold, GpuSlice, Host
 
-from . import alerts, partitions
-from .agent import protocol as p
+from . import alerts, gpu_events, partitions, readings, rollup_marks
+from .agent import protocol
 from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
-from .frames import GpuInfo, Hello, Samples
-from .models import AgentSession, AgentState, AlertKind, EventKind, GpuEvent, RollupCursor
+from .frames import Hello, Samples
+from .inventory import HelloResult
+from .models import AgentSession, AgentState
 
 SAMPLE_COLUMNS = ("time", "gpu_id", "slice_id", "instance_id", "team_id", "procs", *RAW_METRICS)
-_UNSIGNED = frozenset(UNSIGNED_64)
-
-
-class Refused(Exception):
-    """The hello cannot be accepted: ``code`` and ``close_code`` go to the agent."""
-
-    def __init__(self, close_code: int, code: str, message: str):
-        super().__init__(message)
-        self.close_code, self.code, self.message = close_code, code, message
-
-
-# --- hello ----------------------------------------------------------------------------
-
-
-@dataclass
-class HelloResult:
-    registered: list[str] = field(default_factory=list)
-    vanished: list[str] = field(default_factory=list)
-
-
-def accept_hello(*, host: Host, hello: Hello, conflict_code: int) -> HelloResult:
-    """Register GPUs the host reports for the first time, flag those it no longer
-    reports, and refuse GPUs the inventory places on another host."""
-    with transaction.atomic():
-        elsewhere = _elsewhere(host, hello)
-        if elsewhere:
-            _flag_moved(host, elsewhere)
-    if elsewhere:
-        uuid, other = elsewhere[0]
-        raise Refused(conflict_code, "gpu_conflict", f"GPU {uuid} is registered to host {other}, not {host.name}")
-    with transaction.atomic():
-        return _reconcile(host, hello)
-
-
-def _elsewhere(host: Host, hello: Hello) -> list[tuple[str, str]]:
-    gpu_uuids = [g.uuid for g in hello.gpus]
-    slice_uuids = [s.uuid for g in hello.gpus for s in g.slices]
-    found = list(Gpu.objects.filter(uuid__in=gpu_uuids).exclude(host=host).values_list("uuid", "host__name"))
-    found += list(
-        GpuSlice.objects.filter(uuid__in=slice_uuids).exclude(gpu__host=host).values_list("uuid", "gpu__host__name")
-    )
-    return found
-
-
-def _flag_moved(host: Host, elsewhere: list[tuple[str, str]]) -> None:
-    for uuid, other in elsewhere:
-        gpu = Gpu.objects.filter(uuid=uuid).first()
-        GpuEvent.objects.create(
-            kind=EventKind.MOVED, host=host, gpu=gpu, uuid=uuid,
-            message=f"{host.name} reports {uuid}, which the inventory places on {other}.",
-            details={"registered_host": other},
-        )
-
-
-def _reconcile(host: Host, hello: Hello) -> HelloResult:
-    result = HelloResult()
-    known = {g.uuid: g for g in Gpu.objects.filter(host=host).select_related("model")}
-    reported = {g.uuid for g in hello.gpus}
-    _make_room(host, known, hello)
-    for info in hello.gpus:
-        gpu = known.get(info.uuid)
-        if gpu is None:
-            gpu = _register_gpu(host, info)
-            result.registered.append(info.uuid)
-        else:
-            _update_gpu(host, gpu, info)
-        _register_slices(host, gpu, info, result)
-        alerts.resolve_key(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
-    for uuid, gpu in known.items():
-        if uuid in reported:
-            continue
-        result.vanished.append(uuid)
-        if alerts.is_active(f"gpu_lost:{uuid}"):
-            continue
-        GpuEvent.objects.create(
-            kind=EventKind.VANISHED, host=host, gpu=gpu, uuid=uuid, instance_id=gpu.instance_id, team_id=gpu.team_id,
-            message=f"{host.name} no longer reports {uuid} (GPU {gpu.index}).",
-        )
-        alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
-            key=f"gpu_lost:{uuid}", host_id=host.pk, gpu_id=gpu.pk, uuid=uuid, instance_id=gpu.instance_id,
-            team_id=gpu.team_id, message=f"{uuid} (GPU {gpu.index} of {host.name}) is missing from its agent's report.",
-        ))
-    return result
-
-
-# NVML indexes are 0-63; a GPU that no longer holds its index waits above them.
-PARKED_FROM = 64
-
-
-def _make_room(host: Host, known: dict[str, Gpu], hello: Hello) -> None:
-    """Free every index the hello assigns: a GPU sitting on another GPU's index (it
-    moved slot, or vanished and was replaced) is parked above the NVML range first."""
-    wanted = {info.index: info.uuid for info in hello.gpus}
-    taken = {g.index for g in known.values()}
-    for gpu in known.values():
-        if wanted.get(gpu.index, gpu.uuid) != gpu.uuid:
-            parked = next(i for i in range(PARKED_FROM, 32767) if i not in taken)
-            taken.add(parked)
-            Gpu.objects.filter(pk=gpu.pk).update(index=parked)
-            gpu.index = parked
-
-
-def _update_gpu(host: Host, gpu: Gpu, info: GpuInfo) -> None:
-    changes = {}
-    if gpu.index != info.index:
-        changes["index"] = (gpu.index, info.index)
-    if info.pci_bus_id and gpu.pci_bus_id != info.pci_bus_id:
-        changes["pci_bus_id"] = (gpu.pci_bus_id, info.pci_bus_id)
-    if gpu.memory_total != info.memory_total:
-        changes["memory_total"] = (gpu.memory_total, info.memory_total)
-    if not changes:
-        return
-    Gpu.objects.filter(pk=gpu.pk).update(**{k: new for k, (_, new) in changes.items()})
-    record_event(
-        actor=host, action="gpu.update", target=gpu,
-        details={"host": host.name, "uuid": gpu.uuid, **{k: {"from": a, "to": b} for k, (a, b) in changes.items()}},
-    )
-
-
-def _register_gpu(host: Host, info: GpuInfo) -> Gpu:
-    gpu = instance_services.add_gpu(
-        actor=host, host=host, index=info.index, uuid=info.uuid,
-        model=gpu_model_for(info.name, info.memory_total, info.power_limit_mw, actor=host),
-        memory_total=info.memory_total, pci_bus_id=info.pci_bus_id,
-    )
-    GpuEvent.objects.create(
-        kind=EventKind.REGISTERED, host=host, gpu=gpu, uuid=info.uuid,
-        message=f"{host.name} reported a new GPU {info.uuid} ({info.name or gpu.model.name}) at index {info.index}.",
-    )
-    return gpu
-
-
-def _register_slices(host: Host, gpu: Gpu, info: GpuInfo, result: HelloResult) -> None:
-    if not info.slices:
-        return
-    known = set(GpuSlice.objects.filter(gpu=gpu).values_list("uuid", flat=True))
-    for s in info.slices:
-        if s.uuid in known:
-            continue
-        profile = _slice_profile(gpu.model, s.profile or "unknown", s.memory_total, actor=host)
-        piece = GpuSlice.objects.create(gpu=gpu, profile=profile, uuid=s.uuid, gpu_instance_id=s.gpu_instance_id)
-        record_event(actor=host, action="gpu_slice.register", target=piece,
-                     details={"host": host.name, "gpu": gpu.uuid, "uuid": s.uuid, "profile": profile.name})
-        result.registered.append(s.uuid)
-
-
-_FAMILY = re.compile(r"([A-Z]+\d+[A-Z]*)")
-
-
-def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None, *, actor="system") -> GpuModel:
-    """The catalog model for what NVML calls ``name`` (e.g. "NVIDIA H200"), matched on its
-    family and memory size; a model the catalog lacks is registered (audited, unpriced:
-    it cannot be launched until an operator prices it)."""
-    exact = GpuModel.objects.filter(name=name).first()
-    if exact is not None:
-        return exact
-    gib = memory_total / 2**30
-    match = _FAMILY.search(name.removeprefix("NVIDIA").upper())
-    family = match.group(1) if match else "GPU"
-    for model in GpuModel.objects.filter(name__istartswith=family):
-        if gib and abs(model.memory_gb - gib) <= 0.1 * model.memory_gb:
-            return model
-    return instance_services.register_gpu_model(
-        actor=actor, name=f"{family}-{round(gib)}GB", memory_gb=max(1, round(gib)),
-        power_limit_w=(power_limit_mw or 700_000) // 1000, reported_as=name,
-    )
-
-
-def _slice_profile(model: GpuModel, name: str, memory_total: int | None, *, actor) -> SliceProfile:
-    existing = SliceProfile.objects.filter(gpu_model=model, name=name).first()
-    if existing is not None:
-        return existing
-    memory_gb = max(1, round((memory_total or 0) / 2**30))
-    return instance_services.register_slice_profile(
-        actor=actor, gpu_model=model, kind=SliceKind.MIG, name=name[:40], memory_gb=memory_gb,
-        slices_per_gpu=max(1, min(7, model.memory_gb // memory_gb)),
-    )
 
 
 def connected(*, host: Host, hello: Hello, result: HelloResult, peer: str = "") -> None:
@@ -269,13 +95,17 @@ class Holds:
             self.by_device.setdefault((gpu_id, slice_id), []).append(Hold(start, end, instance_id, team_id))
 
     @classmethod
-    def read(cls, host_id: int, first: datetime, last: datetime) -> Holds:
+    def read_many(cls, host_ids: set[int], first: datetime, last: datetime) -> dict[int, Holds]:
+        """{host id: its holds over [first, last]}: one query for all the hosts of a flush."""
         rows = (
-            GpuHold.objects.filter(gpu__host_id=host_id, start__lte=last)
+            GpuHold.objects.filter(gpu__host_id__in=host_ids, start__lte=last)
             .filter(Q(end__isnull=True) | Q(end__gt=first))
-            .values_list("gpu_id", "slice_id", "start", "end", "instance_id", "team_id")
+            .values_list("gpu__host_id", "gpu_id", "slice_id", "start", "end", "instance_id", "team_id")
         )
-        return cls(rows)
+        by_host: dict[int, list] = {}
+        for host_id, *row in rows:
+            by_host.setdefault(host_id, []).append(row)
+        return {host_id: cls(host_rows) for host_id, host_rows in by_host.items()}
 
     def team_ids(self) -> set[int]:
         return {hold.team_id for holds in self.by_device.values() for hold in holds}
@@ -285,6 +115,9 @@ class Holds:
             if hold.start <= when and (hold.end is None or when < hold.end):
                 return hold.instance_id, hold.team_id
         return None, None
+
+
+NO_HOLDS = Holds(())
 
 
 def refresh_s() -> float:
@@ -370,7 +203,21 @@ class Stored:
     stored: int
     duplicates: int
     discarded: int
-    latest: dict[str, dict]  # device uuid -> live entry
+    latest: dict[str, dict]  # device uuid -> current reading (readings.live)
+
+
+@dataclass
+class Prepared:
+    """One connection's frames, attributed and ready to write: what ``prepare`` read
+    (devices, holds) and what ``commit`` writes. ``latest`` is published before the write."""
+
+    link: Link
+    batches: list[Samples]
+    attributed: list[list[tuple]]  # per batch: (record, device, when, instance_id, team_id)
+    team_ids: set[int]
+    discarded: int
+    latest: dict[str, dict]
+    ahead: tuple[int, float] | None
 
 
 def store(*, link: Link, batches: list[Samples]) -> Stored:
@@ -381,65 +228,140 @@ def store(*, link: Link, batches: list[Samples]) -> Stored:
     is sent. Records of GPUs this host does not have, and events of unknown kinds, are
     acknowledged and discarded (protocol section 3.2).
     """
+    return store_many([(link, batches)])[0]
+
+
+def store_many(items: list[tuple[Link, list[Samples]]], *, publish=None) -> list[Stored | Exception]:
+    """Write the frames of many connections in one transaction (one per flush, not one
+    per frame); ``publish`` gets the current readings of every frame once they are
+    attributed, before the write (readings never wait for their own storage).
+
+    Only frames that passed validation reach here, and every record published is one
+    this write stores, discards as unknown (never published) or already holds. When the
+    shared transaction fails, each connection's frames are written again on their own,
+    so one host's failure fails only that host; a failed connection is not acked.
+    """
+    prepared = prepare(items)
+    if publish is not None:
+        publish({uuid: entry for p in prepared for uuid, entry in p.latest.items()})
     try:
         with transaction.atomic():
-            stored = _store(link, batches)
+            return commit(prepared)
     except Exception:
-        link.forget()
-        raise
-    return stored
+        for p in prepared:
+            p.link.forget()
+        if len(prepared) == 1:
+            raise
+    out: list[Stored | Exception] = []
+    for p in prepared:
+        try:
+            with transaction.atomic():
+                out += commit([p])
+        except Exception as exc:  # noqa: BLE001 (reported to that connection only)
+            p.link.forget()
+            out.append(exc)
+    return out
 
 
-def _store(link: Link, batches: list[Samples]) -> Stored:
-    devices = link.devices()
-    ahead = _clamp_future(link, batches)
-    times = [r.t for batch in batches for r in batch.records]
-    holds = Holds.read(link.host_id, datetime.fromtimestamp(min(times), tz=UTC), datetime.fromtimestamp(max(times), tz=UTC))
-    link.watch.load(devices, holds.team_ids())
-    rows, events, newest, acks = [], [], {}, []
-    duplicates = discarded = 0
-    oldest_t = None
+def prepare(items: list[tuple[Link, list[Samples]]]) -> list[Prepared]:
+    """Reads only: each record's device (the host's inventory) and holder at its time."""
+    found = [(link, batches, link.devices(), _clamp_future(batches)) for link, batches in items]
+    times = [r.t for _, batches, _, _ in found for batch in batches for r in batch.records]
+    holds = Holds.read_many({link.host_id for link, *_ in found}, _at(min(times)), _at(max(times)))
+    return [_attribute(link, batches, devices, holds.get(link.host_id, NO_HOLDS), ahead)
+            for link, batches, devices, ahead in found]
+
+
+def _at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=UTC)
+
+
+def _attribute(link: Link, batches: list[Samples], devices: dict[str, Device], holds: Holds, ahead) -> Prepared:
+    attributed, newest = [], {}
+    discarded = 0
     for batch in batches:
-        high = _advance(link, batch.boot_id, batch.last_seq)
-        fresh = [r for r in batch.records if r.seq > high] if batch.first_seq <= high else batch.records
-        duplicates += len(batch.records) - len(fresh)
-        acks.append((batch.boot_id, link.high[batch.boot_id][1]))
-        for record in fresh:
+        kept = []
+        for record in batch.records:
             device_uuid = record.slice or record.gpu
             device = devices.get(device_uuid)
             if device is None or device.gpu_uuid != record.gpu:
                 discarded += 1
                 continue
-            when = datetime.fromtimestamp(record.t, tz=UTC)
+            when = _at(record.t)
             instance_id, team_id = holds.at(device, when)
-            if record.event is not None:
-                if record.event["kind"] in p.EVENT_KINDS:
+            kept.append((record, device, when, instance_id, team_id))
+            if not record.event:
+                last = newest.get(device_uuid)
+                if last is None or record.t >= last[0].t:
+                    newest[device_uuid] = (record, device, instance_id, team_id)
+        attributed.append(kept)
+    latest = {
+        uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=device, t=record.t,
+                            m=record.m, instance=instance_id, team=team_id)
+        for uuid, (record, device, instance_id, team_id) in newest.items()
+    }
+    return Prepared(link, batches, attributed, holds.team_ids(), discarded, latest, ahead)
+
+
+def commit(prepared: list[Prepared]) -> list[Stored]:
+    """The writes of ``prepare``'d frames, inside the caller's transaction. Hosts go in
+    one order (by id), so two flushes never wait on each other's rows in a cycle."""
+    rows, out = [], {}
+    oldest_t = None
+    for p in sorted(prepared, key=lambda p: p.link.host_id):
+        stored, oldest = _commit_one(p, rows)
+        out[id(p)] = stored
+        if oldest is not None and (oldest_t is None or oldest < oldest_t):
+            oldest_t = oldest
+    insert_samples(rows)
+    rollup_marks.note_late(oldest_t)
+    for p in prepared:
+        link = p.link
+        link.watch.apply()
+        if p.ahead:
+            _note_clock_ahead(link.host_id, *p.ahead)
+        link.keep(p.latest, len(p.batches), out[id(p)].stored, out[id(p)].duplicates)
+        if link.due():
+            link.write_kept()
+    return [out[id(p)] for p in prepared]
+
+
+def _commit_one(p: Prepared, rows: list) -> tuple[Stored, float | None]:
+    link = p.link
+    link.watch.load(link.devices(), p.team_ids)
+    events, acks = [], []
+    duplicates, discarded, stored = 0, p.discarded, 0
+    oldest_t = None
+    for batch, kept in zip(p.batches, p.attributed, strict=True):
+        high = _advance(link, batch.boot_id, batch.last_seq)
+        acks.append((batch.boot_id, link.high[batch.boot_id][1]))
+        if batch.first_seq <= high:
+            fresh = [k for k in kept if k[0].seq > high]
+            repeated = sum(1 for r in batch.records if r.seq <= high)
+            duplicates += repeated
+            discarded -= repeated - (len(kept) - len(fresh))  # a repeated record is a duplicate only
+        else:
+            fresh = kept
+        for record, device, when, instance_id, team_id in fresh:
+            device_uuid = record.slice or record.gpu
+            if record.event:
+                if record.event.kind in protocol.EVENT_KINDS:
                     events.append((record, device, when, instance_id, team_id))
-                    link.watch.event(device_uuid, device, record.t, record.event, instance_id, team_id)
+                    link.watch.event(device_uuid, device, record.t, msgspec.structs.asdict(record.event),
+                                     instance_id, team_id)
                 else:
                     discarded += 1
                 continue
             rows.append(_row(record.m, record.procs, device, when, instance_id, team_id))
+            stored += 1
             link.watch.observe(device_uuid, device, record.t, record.m, instance_id, team_id)
             if oldest_t is None or record.t < oldest_t:
                 oldest_t = record.t
-            kept = newest.get(device_uuid)
-            if kept is None or record.t >= kept[0].t:
-                newest[device_uuid] = (record, device, instance_id, team_id)
-    latest = {uuid: _live_entry(*kept, link.host_id, link.host_name) for uuid, kept in newest.items()}
-    insert_samples(rows)
-    _store_events(link.host_id, link.host_name, events)
-    link.watch.apply()
-    _note_late(oldest_t)
-    if ahead:
-        _note_clock_ahead(link.host_id, *ahead)
-    link.keep(latest, len(batches), len(rows), duplicates)
-    if link.due():
-        link.write_kept()
-    return Stored(acks=acks, stored=len(rows), duplicates=duplicates, discarded=discarded, latest=latest)
+    gpu_events.store(link.host_id, link.host_name, events)
+    return Stored(acks=acks, stored=stored, duplicates=duplicates, discarded=discarded, latest=p.latest), oldest_t
 
 
-def _clamp_future(link: Link, batches: list[Samples]) -> tuple[int, float] | None:
+def _clamp_future(batches: list[Samples]) -> tuple[int, float] | None:
     """Readings stamped more than ``TELEMETRY_MAX_SKEW_S`` ahead of this server are
     stored at the time they arrived: a host clock running fast must not park a reading
     in the future, where it would outrank every later one. Returns (count, most s ahead)."""
@@ -494,27 +416,18 @@ def flush(link: Link) -> None:
 
 
 _UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
-_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _row(m: dict, procs, device: Device, when: datetime, instance_id, team_id) -> list:
     row = [
         when, device.gpu_id, device.slice_id, instance_id, team_id,
-        None if procs is None else _compact(procs),
+        None if procs is None or procs is msgspec.UNSET else protocol.encode_procs(procs),
         *[m.get(name) for name in RAW_METRICS],
     ]
     for at in _UNSIGNED_AT:
         if row[at] is not None and row[at] > 2**63 - 1:
             row[at] = to_signed(row[at])
     return row
-
-
-def _live_entry(record, device: Device, instance_id, team_id, host_id, host_name) -> dict:
-    return {
-        "uuid": record.slice or record.gpu, "host": host_name, "index": device.index, "instance": instance_id,
-        "team": team_id, "t": datetime.fromtimestamp(record.t, tz=UTC).isoformat(), "m": record.m, "stale": False,
-        "_t": record.t, "_host_id": host_id, "_gpu_id": device.gpu_id, "_slice_id": device.slice_id,
-    }
 
 
 def _copy_line(row) -> str:
@@ -577,35 +490,3 @@ def _upsert_latest(host_id: int, latest: dict[str, dict]) -> None:
         cursor.execute(sql, params)
 
 
-def _store_events(host_id: int, host_name: str, events: list) -> None:
-    if not events:
-        return
-    rows = []
-    for record, device, when, instance_id, team_id in events:
-        e = record.event
-        rows.append(GpuEvent(
-            time=when, kind=e["kind"], host_id=host_id, gpu_id=device.gpu_id, uuid=record.device,
-            code=e.get("code"), message=e.get("message", ""), instance_id=instance_id, team_id=team_id,
-            details={"seq": record.seq},
-        ))
-        where = dict(host_id=host_id, gpu_id=device.gpu_id, uuid=record.device, instance_id=instance_id,
-                     team_id=team_id)
-        if e["kind"] == "gpu_lost":
-            alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
-                key=f"gpu_lost:{record.device}",
-                message=f"{record.device} on {host_name} is lost: {e.get('message') or 'no detail'}", **where,
-            ), now=when)
-        elif e["kind"] == "gpu_back":
-            alerts.resolve_key(f"gpu_lost:{record.device}", now=when, why="the agent reports it back")
-    GpuEvent.objects.bulk_create(rows)
-
-
-def _note_late(oldest_t: float | None) -> None:
-    """Samples older than what the rollups already cover make those buckets dirty.
-    Rollups trail real time by ROLLUP_DELAY_S, so fresh samples need no check."""
-    if oldest_t is None or time.time() - oldest_t < float(getattr(settings, "ROLLUP_DELAY_S", 30)):
-        return
-    oldest = datetime.fromtimestamp(oldest_t, tz=UTC)
-    RollupCursor.objects.filter(done_until__gt=oldest).filter(
-        Q(dirty_from__isnull=True) | Q(dirty_from__gt=oldest)
-    ).update(dirty_from=oldest)

@@ -1,8 +1,9 @@
 """Protocol v1 between the agent and the server (docs/agent-protocol.md).
 
-Frame builders, limits, close codes and the value ranges the server enforces.
-The agent cleans every record against the same ranges before it is spooled, so a
-value NVML reports out of range costs one metric, never a rejected batch.
+The wire schema, written once: frame builders, limits, close codes, the value ranges
+and the typed frames (msgspec structs) the server decodes agent frames into. The agent
+cleans every record against the same ranges before it is spooled, so a value NVML
+reports out of range costs one metric, never a rejected batch.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from . import __version__
 
@@ -53,6 +58,183 @@ METRICS: dict[str, tuple[float, float, bool]] = {
 
 EVENT_KINDS = ("xid", "gpu_lost", "gpu_back")
 
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
+BOOT_ID_RE = re.compile(r"^[0-9a-f]{32}\Z")
+METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+PID = (0, 2**32 - 1)
+PERCENT = (0, 100)
+MAX_HELLO_BYTES = 64 * 1024
+MAX_GPUS = 64
+MAX_SLICES = 8
+MAX_METRICS = 64
+EARLIEST_T = 946_684_800.0  # 2000-01-01; the latest is the server's time + FUTURE_SLACK_S
+FUTURE_SLACK_S = 86_400.0
+# Patterns end with \Z: "$" would also match before a final newline.
+GPU_UUID = r"^GPU-[A-Za-z0-9-]{0,92}\Z"
+SLICE_UUID = r"^(MIG|VGPU)-[A-Za-z0-9/-]{0,91}\Z"  # a MIG slice or a vGPU
+NO_CONTROL = r"^[^\x00-\x1f\x7f]*\Z"
+NO_NUL = r"^[^\x00]*\Z"
+
+
+# --- the typed frames (section 3): every shape and range rule of an agent frame ---------
+# Extra keys are ignored; a missing required key or a wrong type is a bad frame. Rules a
+# type cannot say are in ``frame_rules`` below: seq order, t against the server's clock,
+# metrics or an event, names and ranges of metrics (``metric_error``), unique GPUs.
+
+
+def _int(low: int, high: int):
+    return Annotated[int, Meta(ge=low, le=high)]
+
+
+def _text(high: int, low: int = 0, pattern: str = NO_CONTROL):
+    return Annotated[str, Meta(min_length=low, max_length=high, pattern=pattern)]
+
+
+BootId = Annotated[str, Meta(pattern=BOOT_ID_RE.pattern)]
+Seq = _int(1, SAFE_INT)
+Bytes = _int(1, SAFE_INT)
+Number = int | float
+
+
+class SliceInfo(Struct):
+    uuid: _text(96, 4, SLICE_UUID)
+    gpu_instance_id: _int(0, 63)
+    profile: _text(32)
+    memory_total: Bytes
+
+
+class GpuInfo(Struct):
+    uuid: _text(96, 4, GPU_UUID)
+    index: _int(0, 63)
+    name: _text(96, 1)
+    memory_total: Bytes
+    mig_mode: bool
+    slices: Annotated[list[SliceInfo], Meta(max_length=MAX_SLICES)]
+    pci_bus_id: _text(32) = ""
+    power_limit_mw: _int(1, 10_000_000) | None = None
+
+
+class Hello(Struct, tag="hello", tag_field="type"):
+    host: Annotated[str, Meta(max_length=253, pattern=HOST_RE.pattern)]
+    boot_id: BootId
+    agent: _text(64)
+    backend: _text(32, 1)
+    gpus: Annotated[list[GpuInfo], Meta(max_length=MAX_GPUS)]
+    driver: _text(32) = ""
+    v: Literal[1] | UnsetType = UNSET  # required on the wire: a frame without it is refused (4426)
+
+    @property
+    def devices(self) -> dict[str, tuple[str, str | None]]:
+        """{uuid: (gpu uuid, slice uuid or None)} of every GPU and slice reported."""
+        out = {}
+        for gpu in self.gpus:
+            out[gpu.uuid] = (gpu.uuid, None)
+            for s in gpu.slices:
+                out[s.uuid] = (gpu.uuid, s.uuid)
+        return out
+
+
+class Proc(Struct, omit_defaults=True):
+    pid: _int(*PID)
+    used_memory: _int(0, SAFE_INT) | UnsetType = UNSET
+    sm_util: Annotated[float, Meta(ge=PERCENT[0], le=PERCENT[1])] | UnsetType = UNSET
+    name: _text(PROC_TEXT["name"], pattern=NO_NUL) | UnsetType = UNSET
+    user: _text(PROC_TEXT["user"], pattern=NO_NUL) | UnsetType = UNSET
+    cmd: _text(PROC_TEXT["cmd"], pattern=NO_NUL) | UnsetType = UNSET
+    cgroup: _text(PROC_TEXT["cgroup"], pattern=NO_NUL) | UnsetType = UNSET
+
+
+class Event(Struct):
+    kind: _text(32, 1)
+    code: _int(0, 65535) | None = None
+    message: Annotated[str, Meta(max_length=MAX_MESSAGE)] = ""
+
+
+class Record(Struct):
+    seq: Seq
+    t: Annotated[float, Meta(ge=EARLIEST_T)]
+    gpu: _text(96, 4, GPU_UUID)
+    slice: _text(96, 4, SLICE_UUID) | None = None
+    m: Annotated[dict[str, Number], Meta(max_length=MAX_METRICS)] | UnsetType = UNSET
+    procs: Annotated[list[Proc], Meta(max_length=MAX_PROCS)] | None | UnsetType = UNSET
+    event: Event | UnsetType = UNSET
+
+    @property
+    def device(self) -> str:
+        """The slice's UUID for a slice record, else the GPU's."""
+        return self.slice or self.gpu
+
+
+class Samples(Struct, tag="samples", tag_field="type"):
+    boot_id: BootId
+    records: Annotated[list[Record], Meta(min_length=1, max_length=MAX_RECORDS_PER_FRAME)]
+    v: Literal[1] | UnsetType = UNSET  # required on the wire: a frame without it is refused (4426)
+
+    @property
+    def first_seq(self) -> int:
+        return self.records[0].seq
+
+    @property
+    def last_seq(self) -> int:
+        return self.records[-1].seq
+
+
+def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | None:
+    """What a decoded samples frame breaks beyond its types, as (error code, message,
+    close code), or None; it also fills in ``m = {}`` and ``procs = None`` where absent."""
+    previous = 0
+    for i, record in enumerate(frame.records):
+        if record.seq <= previous:
+            return ("seq_not_increasing", f"records[{i}].seq {record.seq} does not follow {previous}: "
+                    "seqs must increase within a frame", CLOSE_SEQ)
+        previous = record.seq
+        if record.t > latest_t:
+            return "bad_field", f"records[{i}].t must be a number between {EARLIEST_T:g} and {latest_t:g}", CLOSE_BAD_FRAME
+        m = record.m
+        if record.event is not UNSET:
+            if m is not UNSET or record.procs is not UNSET:
+                return "bad_frame", f"records[{i}] has both an event and metrics", CLOSE_BAD_FRAME
+            record.m, record.procs = {}, None
+            continue
+        if m is UNSET:
+            if record.procs is UNSET:
+                return "bad_frame", f"records[{i}] has neither m, procs nor event", CLOSE_BAD_FRAME
+            record.m = {}
+        else:
+            unknown = False
+            for name, value in m.items():
+                if name not in METRICS:
+                    unknown = True
+                error = metric_error(name, value)
+                if error is not None:
+                    where = f"records[{i}].m" + (": " if error.startswith("metric name") else f".{name} ")
+                    return "bad_field", where + error, CLOSE_BAD_FRAME
+            if unknown:  # ignored (section 3.2)
+                record.m = {k: v for k, v in m.items() if k in METRICS}
+        if record.procs is UNSET:
+            record.procs = None
+        record.event = None
+    return None
+
+
+def hello_rules(hello: Hello) -> str | None:
+    """What a decoded hello breaks beyond its types: a GPU index or UUID twice."""
+    uuids, indexes = set(), set()
+    for i, gpu in enumerate(hello.gpus):
+        if gpu.index in indexes:
+            return f"gpus[{i}].index {gpu.index} is reported twice"
+        indexes.add(gpu.index)
+        for uuid in (gpu.uuid, *(s.uuid for s in gpu.slices)):
+            if uuid in uuids:
+                return f"gpus[{i}]: UUID {uuid} is reported twice"
+            uuids.add(uuid)
+    return None
+
+
+def encode_procs(procs: list[Proc]) -> str:
+    """Processes as compact JSON (what the server stores)."""
+    return msgspec.json.encode(procs).decode()
+
 # Close codes sent by the server.
 CLOSE_BAD_FRAME = 4400
 CLOSE_BAD_TOKEN = 4401
@@ -91,8 +273,6 @@ CLOSE_MEANING = {
     CLOSE_FLOOD: "frames sent without waiting for acks",
 }
 
-HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
-BOOT_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def close_action(code: int) -> str:
@@ -168,58 +348,36 @@ def samples_frame(boot_id: str, bodies: list[str]) -> str:
     return _SAMPLES_HEAD % boot_id + ",".join(bodies) + "]}"
 
 
-def _clean_value(name: str, value):
-    """The general rule for one metric value: the value to send, or None to drop it."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def metric_error(name: str, value) -> str | None:
+    """What is wrong with one metric value (``value`` an int or a float), or None.
+
+    The server refuses a frame holding such a value; the agent leaves the value out.
+    An unknown name passes (a v1 server ignores it) when the value is finite."""
     bounds = METRICS.get(name)
-    if bounds is not None:
-        low, high, integral = bounds
-        if not low <= value <= high:
-            return None
-        if integral and isinstance(value, float):
-            if not value.is_integer():
-                return None
-            value = int(value)
-    return value
+    if bounds is None:
+        if not METRIC_NAME.match(name):
+            return f"metric name {name[:70]!r} is not well formed"
+        return None if type(value) is int or math.isfinite(value) else "must be finite"
+    low, high, integral = bounds
+    if low <= value <= high and (not integral or type(value) is int):  # False for NaN
+        return None
+    return f"must be {'an integer' if integral else 'a number'} between {low:g} and {high:g}"
 
 
 def clean_metrics(m: dict) -> dict:
-    """Drop values that are not finite numbers inside the documented range.
-
-    Unknown names pass through (a v1 server ignores them) as long as they are finite.
-    Plain ints and floats (what the backends produce) take a short way; anything else
-    (bools, int subclasses, other types) the general one.
-    """
+    """Drop values that are not finite numbers inside the documented range (an integer
+    metric read as a whole float is sent as an integer)."""
     out = {}
-    bounds_of = METRICS.get
     for name, value in m.items():
-        kind = type(value)
-        if kind is int:
-            bounds = bounds_of(name)
-            if bounds is None or bounds[0] <= value <= bounds[1]:
-                out[name] = value
-        elif kind is float:
-            bounds = bounds_of(name)
-            if bounds is None:
-                if math.isfinite(value):
-                    out[name] = value
-            elif bounds[0] <= value <= bounds[1]:  # False for NaN; bounds are finite
-                if not bounds[2]:
-                    out[name] = value
-                elif value.is_integer():
-                    out[name] = int(value)
-        else:
-            value = _clean_value(name, value)
-            if value is not None:
-                out[name] = value
+        if type(value) is not int and type(value) is not float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            value = int(value) if isinstance(value, int) else float(value)
+        if type(value) is float and value.is_integer() and METRICS.get(name, (0, 0, False))[2]:
+            value = int(value)
+        if metric_error(name, value) is None:
+            out[name] = value
     return out
-
-
-def _is_int(value) -> bool:
-    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def clean_procs(procs: list[dict]) -> list[dict]:
@@ -227,7 +385,7 @@ def clean_procs(procs: list[dict]) -> list[dict]:
     out = []
     for p in procs:
         pid = p.get("pid")
-        if not _is_int(pid) or not 0 <= pid <= 4_294_967_295:
+        if not _is_int(pid) or not PID[0] <= pid <= PID[1]:
             continue
         entry = {"pid": pid}
         used = p.get("used_memory")
@@ -235,17 +393,21 @@ def clean_procs(procs: list[dict]) -> list[dict]:
             entry["used_memory"] = used
         sm = p.get("sm_util")
         if sm is not None and isinstance(sm, int | float) and not isinstance(sm, bool):
-            if 0 <= sm <= 100:
+            if PERCENT[0] <= sm <= PERCENT[1]:
                 entry["sm_util"] = sm
         for key, limit in PROC_TEXT.items():
             text = p.get(key)
             if isinstance(text, str) and text:
-                entry[key] = text[:limit]
+                entry[key] = text[:limit].replace("\x00", "")
         out.append(entry)
     if len(out) > MAX_PROCS:
         out.sort(key=lambda e: e.get("used_memory", -1), reverse=True)
         del out[MAX_PROCS:]
     return out
+
+
+def _is_int(value) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def clean_record(record: dict) -> dict | None:

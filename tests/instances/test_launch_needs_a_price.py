@@ -2,7 +2,7 @@ from audit.models import AuditEvent
 from billing.models import Price, SpotPrice
 from instances import services
 from instances.models import GpuModel, Instance
-from monitoring.ingest import gpu_model_for
+from monitoring.inventory import gpu_model_for
 
 
 def _body(team, model="H100-80GB", pricing="on_demand"):

@@ -6,7 +6,7 @@ import itertools
 import time
 
 from monitoring import ingest
-from monitoring.frames import Record, Samples
+from monitoring.frames import Event, Record, Samples
 from monitoring.models import ACTIVE_STATES, Alert
 
 
@@ -25,7 +25,7 @@ class Feed:
         ingest.store(link=self.link, batches=[Samples(boot_id=self.boot, records=records)])
 
     def event(self, gpu, t: float, **event) -> None:
-        record = Record(seq=next(self.seqs), t=t, gpu=gpu.uuid, slice=None, event=event)
+        record = Record(seq=next(self.seqs), t=t, gpu=gpu.uuid, slice=None, event=Event(**event))
         ingest.store(link=self.link, batches=[Samples(boot_id=self.boot, records=[record])])
 
 

@@ -73,12 +73,12 @@ def agent_ingest_event():
     import time
 
     from monitoring import ingest
-    from monitoring.frames import Record, Samples
+    from monitoring.frames import Event, Record, Samples
 
     seqs = itertools.count(1)
 
     def send(gpu, kind, **event):
-        record = Record(seq=next(seqs), t=time.time(), gpu=gpu.uuid, slice=None, event={"kind": kind, **event})
+        record = Record(seq=next(seqs), t=time.time(), gpu=gpu.uuid, slice=None, event=Event(kind=kind, **event))
         return ingest.store(link=ingest.Link(gpu.host_id, gpu.host.name),
                             batches=[Samples(boot_id="cd" * 16, records=[record])])
 

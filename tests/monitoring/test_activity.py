@@ -58,4 +58,5 @@ def test_instance_latest_lists_its_gpus(acme_instance):
     GpuLatest.objects.create(uuid=gpu.uuid, gpu=gpu, host=gpu.host, instance=acme_instance, time=START,
                              last_seen=START, metrics={"gpu_util": 7})
     entry = instance_latest([acme_instance.pk])[acme_instance.pk]
-    assert entry["gpus"] == [{"uuid": gpu.uuid, "t": START.isoformat(), "m": {"gpu_util": 7}, "stale": True}]
+    assert entry["gpus"] == [{"uuid": gpu.uuid, "host": gpu.host.name, "index": gpu.index, "instance": acme_instance.pk,
+                              "team": None, "t": START.isoformat(), "m": {"gpu_util": 7}, "stale": True}]

@@ -14,15 +14,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def slow_store(monkeypatch):
-    real = ingest.store
+    real = ingest.store_many
 
-    def store(**kwargs):
+    def store_many(*args, **kwargs):
         import time
 
         time.sleep(0.3)  # a busy database: the writer falls behind the flood
-        return real(**kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(ingest, "store", store)
+    monkeypatch.setattr(ingest, "store_many", store_many)
 
 
 async def test_a_flooding_agent_is_closed_with_4429(tokens, slow_store):

@@ -1,0 +1,31 @@
+"""GPU events from the agent (XID errors, a GPU lost or back): stored as rows, and a
+lost GPU raises its alert until the agent reports it back."""
+
+from __future__ import annotations
+
+from . import alerts
+from .models import AlertKind, GpuEvent
+
+
+def store(host_id: int, host_name: str, events: list) -> None:
+    """``events``: (record, device, when, instance_id, team_id) of known event kinds."""
+    if not events:
+        return
+    rows = []
+    for record, device, when, instance_id, team_id in events:
+        e = record.event
+        rows.append(GpuEvent(
+            time=when, kind=e.kind, host_id=host_id, gpu_id=device.gpu_id, uuid=record.device,
+            code=e.code, message=e.message, instance_id=instance_id, team_id=team_id,
+            details={"seq": record.seq},
+        ))
+        where = dict(host_id=host_id, gpu_id=device.gpu_id, uuid=record.device, instance_id=instance_id,
+                     team_id=team_id)
+        if e.kind == "gpu_lost":
+            alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
+                key=f"gpu_lost:{record.device}",
+                message=f"{record.device} on {host_name} is lost: {e.message or 'no detail'}", **where,
+            ), now=when)
+        elif e.kind == "gpu_back":
+            alerts.resolve_key(f"gpu_lost:{record.device}", now=when, why="the agent reports it back")
+    GpuEvent.objects.bulk_create(rows)
