@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
+
+import wsclient  # noqa: E402 (bench/, beside this script)
 
 from monitoring.agent import protocol  # noqa: E402
 
@@ -53,27 +54,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"daphne exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit(f"daphne did not answer {url}")
 
 
 class Frames:
@@ -101,7 +81,6 @@ class Frames:
 
 
 async def agent(url: str, token: str, records: int, seconds: float, wait_for_acks: bool) -> dict:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
     frames, closes = Frames(records), Counter()
@@ -110,8 +89,7 @@ async def agent(url: str, token: str, records: int, seconds: float, wait_for_ack
     until = loop.time() + seconds
     while loop.time() < until:
         try:
-            async with connect(url, additional_headers={"Authorization": f"Bearer {token}"},
-                               max_size=2**22, open_timeout=30) as ws:
+            async with wsclient.agent(url, token, max_size=2**22, open_timeout=30) as ws:
                 await ws.send(frames.hello())
                 json.loads(await ws.recv())
                 while loop.time() < until:
@@ -123,20 +101,20 @@ async def agent(url: str, token: str, records: int, seconds: float, wait_for_ack
                             pass
                         acked += 1
         except ConnectionClosed as exc:
-            closes[exc.rcvd.code if exc.rcvd else 1006] += 1
+            closes[wsclient.close_code(exc)] += 1
         except TimeoutError:
             closes["send still blocked at the end"] += 1
     return {"frames": sent, "bytes": sent_bytes, "acked": acked, "closes": dict(closes)}
 
 
 def side(name: str, env: dict, var: Path, token: str, args, wait_for_acks: bool) -> dict:
-    port = free_port()
+    port = wsclient.free_port()
     server = subprocess.Popen(
         [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
         cwd=ROOT, env=env, stdout=open(var / f"daphne-{name}.log", "w"), stderr=subprocess.STDOUT,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", server)
+        wsclient.wait_http(f"http://127.0.0.1:{port}/healthz", server)
         time.sleep(2)
         before = rss_kib(server.pid)
         peak, stop = [before], threading.Event()

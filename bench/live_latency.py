@@ -25,7 +25,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,10 +32,11 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+import wsclient  # noqa: E402 (bench/, beside this script)
 
 SEED = """
 import json
@@ -77,37 +77,6 @@ def parse_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"daphne exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"daphne did not answer {url}")
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 async def client(
     url: str,
     session: str,
@@ -118,11 +87,9 @@ async def client(
     until: float,
     start: float,
 ) -> None:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    headers = {"Cookie": f"sessionid={session}", "Origin": origin}
-    async with connect(url, additional_headers=headers, max_size=2**24) as ws:
+    async with wsclient.browser(url, session, origin) as ws:
         await ws.send(json.dumps({"subscribe": {"kind": "fleet"}}))
         while time.time() < until:
             try:
@@ -130,9 +97,7 @@ async def client(
             except TimeoutError:
                 break
             except ConnectionClosed as exc:
-                closed.append(
-                    f"{exc.rcvd.code if exc.rcvd else 'no close frame'} at {time.time() - start:+.0f} s"
-                )
+                closed.append(f"{wsclient.close_code(exc)} at {time.time() - start:+.0f} s")
                 return
             received = time.time()
             if received < start or not text.startswith(GPUS_EVENT):
@@ -172,7 +137,7 @@ async def measure(
 
 
 def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
+    port = wsclient.free_port()
     server = subprocess.Popen(
         [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
         cwd=ROOT,
@@ -180,7 +145,7 @@ def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int
         stdout=open(var / f"daphne-{name}-{port}.log", "w"),
         stderr=subprocess.STDOUT,
     )
-    wait_http(f"http://127.0.0.1:{port}/healthz", server)
+    wsclient.wait_http(f"http://127.0.0.1:{port}/healthz", server)
     return server, port
 
 
@@ -218,9 +183,9 @@ def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, arg
             measure(browser_port, data["sessions"], args.warmup, args.seconds)
         )
     finally:
-        stop(agent)
+        wsclient.stop(agent)
         for server, _ in servers:
-            stop(server)
+            wsclient.stop(server)
     if not latencies:
         tail = "".join(p.read_text()[-1500:] for p in sorted(var.glob(f"*-{name}*.log")))
         raise SystemExit(f"{name}: no GPU readings reached the clients.\n{tail}")
@@ -314,25 +279,13 @@ def own_database(env: dict) -> tuple[str, str] | None:
     url = env.get("DATABASE_URL")
     if not url:
         return None
-    import psycopg
-
-    parts = urlsplit(url)
-    name = f"bench_live_{os.getpid()}"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
+    admin, name, env["DATABASE_URL"] = wsclient.scratch_database(url, "bench_live")
     return admin, name
 
 
 def drop_database(database: tuple[str, str] | None) -> None:
-    if database is None:
-        return
-    import psycopg
-
-    admin, name = database
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    if database is not None:
+        wsclient.drop_database(*database)
 
 
 def bench(args, env: dict, var: Path) -> int:

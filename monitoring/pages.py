@@ -28,7 +28,7 @@ from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 from instances.models import Gpu, GpuSlice, Host, Instance, gpu_used_q
 
-from . import charts, figures, queries, services
+from . import charts, figures, queries, readings, services
 from .models import (
     ACTIVE_STATES,
     AgentState,
@@ -76,6 +76,7 @@ def alert_temp_c() -> float:
 
 def gpu_device(gpu: Gpu, latest: GpuLatest | None, now) -> dict:
     metrics = latest.metrics if latest else {}
+    reading = readings.of_latest(latest, now=now) if latest else {"t": None, "stale": True}
     limit = metrics.get("power_limit_mw") or gpu.model.power_limit_w * 1000
     return {
         "uuid": gpu.uuid,
@@ -86,14 +87,15 @@ def gpu_device(gpu: Gpu, latest: GpuLatest | None, now) -> dict:
         "tile": charts.tile(metrics, memory_total=gpu.memory_total, power_limit_mw=limit, tensor_missing=(
             charts.tensor_absence(architecture=gpu.model.architecture, model=gpu.model.name, host_kind=gpu.host.kind)
         )),
-        "t": latest.time.isoformat() if latest else None,
-        "stale": latest.is_stale(now) if latest else True,
+        "t": reading["t"],
+        "stale": reading["stale"],
         "seen": latest is not None,
     }
 
 
 def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
     metrics = latest.metrics if latest else {}
+    reading = readings.of_latest(latest, now=now) if latest else {"t": None, "stale": True}
     total = piece.profile.memory_gb * GIB
     return {
         "uuid": piece.uuid,
@@ -106,8 +108,8 @@ def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
             slice_kind=piece.profile.kind,
         )),
         "slice": True,
-        "t": latest.time.isoformat() if latest else None,
-        "stale": latest.is_stale(now) if latest else True,
+        "t": reading["t"],
+        "stale": reading["stale"],
         "seen": latest is not None,
     }
 

@@ -30,7 +30,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,9 +37,12 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import wsclient  # noqa: E402 (the harnesses' websocket clients)
+
 BIN = Path(sys.executable).parent
 TRACE = ROOT / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 HOST = "prod-replay"
@@ -89,45 +91,6 @@ ROLLUP_DELAY_S = 2  # close 1-minute buckets 2 s after their end, so a short run
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"a server exited with {proc.returncode} before answering {url}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"no answer from {url}")
-
-
-def scratch_database(url: str) -> tuple[str, str, str]:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = f"prodmode_{os.getpid()}"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return admin, name, urlunsplit(parts._replace(path="/" + name))
-
-
-def drop_database(admin: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def manage(env: dict, *args: str) -> str:
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
@@ -148,18 +111,12 @@ class Client:
         self.ready_at = float("inf")  # when every subscription was answered (wall clock)
 
     async def run(self, until: float) -> None:
-        from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed
 
-        headers = {"Cookie": f"sessionid={self.session}", "Origin": self.origin}
         loop = asyncio.get_running_loop()
         try:
-            async with connect(self.url, additional_headers=headers, max_size=2**24) as ws:
-                for sub in self.subscriptions:
-                    await ws.send(json.dumps({"subscribe": sub}))
-                answered = 0
-                while answered < len(self.subscriptions):
-                    answered += json.loads(await ws.recv())["event"] == "subscribed"
+            async with wsclient.browser(self.url, self.session, self.origin) as ws:
+                await wsclient.subscribe(ws, self.subscriptions)
                 self.ready_at = time.time()
                 while loop.time() < until:
                     try:
@@ -172,7 +129,7 @@ class Client:
                         for gpu in message["data"]["gpus"]:
                             self.readings[(gpu["uuid"], datetime.fromisoformat(gpu["t"]).timestamp())] += 1
         except ConnectionClosed as exc:
-            self.closed = f"closed with {exc.rcvd.code if exc.rcvd else 1006}"
+            self.closed = f"closed with {wsclient.close_code(exc)}"
         except OSError as exc:
             self.closed = f"could not connect: {exc}"
 
@@ -203,7 +160,7 @@ def run(args, env: dict, var: Path) -> list[str]:
     procs: list = []
     failures: list[str] = []
     try:
-        ports = free_port(), free_port()
+        ports = wsclient.free_port(), wsclient.free_port()
         daphne = [str(BIN / "daphne"), "-b", "127.0.0.1", "--websocket-max-message-size", str(512 * 1024)]
         workers = [start(procs, f"daphne-{i}", [*daphne, "-p", str(port), "console.asgi:application"], env, logs)
                    for i, port in enumerate(ports)]
@@ -211,7 +168,7 @@ def run(args, env: dict, var: Path) -> list[str]:
         start(procs, "celery-worker", [*celery, "worker", "-l", "info", "--concurrency", "2"], env, logs)
         start(procs, "celery-beat", [*celery, "beat", "-l", "info"], env, logs)
         for worker, port in zip(workers, ports, strict=True):
-            wait_http(f"http://127.0.0.1:{port}/healthz", worker)
+            wsclient.wait_http(f"http://127.0.0.1:{port}/healthz", worker, timeout=180)
         origin = f"http://127.0.0.1:{ports[1]}"
         live = Client("live", f"ws://127.0.0.1:{ports[1]}/ws/live/", seed["sessions"][0], origin,
                       [{"kind": "fleet"}, {"kind": "host", "id": seed["host"]}])
@@ -307,7 +264,7 @@ def main() -> int:
     if not database_url.startswith("postgres") or not redis_url:
         print("production mode needs DATABASE_URL (PostgreSQL) and REDIS_URL", file=sys.stderr)
         return 2
-    admin, name, url = scratch_database(database_url)
+    admin, name, url = wsclient.scratch_database(database_url, "prodmode")
     try:
         with tempfile.TemporaryDirectory(prefix="prodmode-") as tmp:
             var = Path(tmp)
@@ -322,7 +279,7 @@ def main() -> int:
             env.pop("INPROCESS_SCHEDULER", None)
             failures = run(args, env, var)
     finally:
-        drop_database(admin, name)
+        wsclient.drop_database(admin, name)
     for failure in failures:
         print(f"FAIL {failure}")
     print("production mode: " + ("FAILED" if failures else "passed"))
