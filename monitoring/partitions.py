@@ -185,27 +185,56 @@ def drop_before(table: str, cutoff: datetime) -> list[str]:
     """Drop every day partition of ``table`` that ends at or before ``cutoff``.
 
     Rows of the day that holds ``cutoff`` stay until that whole day is past it, so on
-    PostgreSQL retention keeps up to one day more than its setting. Gives up for this
+    PostgreSQL retention keeps up to one day more than its setting. Each day is first
+    detached (catalog work: the only moment the table's writers wait), then its table
+    dropped on its own (freeing its files locks nothing they need). Gives up for this
     run (returns what it dropped) rather than wait more than a few seconds for a lock
     that a long query holds."""
     if not partitioned(table):
         return []
     dropped = []
-    for day in days(table):
+    for day in sorted(set(days(table)) | detached(table)):
         if start_of(day + DAY) > cutoff:
             break
-        name = name_of(table, day)
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '5s'")
-                # Rows written earlier in an enclosing transaction leave deferred
-                # foreign-key checks behind, and a table with those cannot be dropped.
-                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-                cursor.execute("SELECT monitoring_drop_partition(%s, %s)", [table, day])
+            detach(table, day)
         except Exception as exc:  # lock_not_available: try again on the next run
             if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "55P03":
                 raise
             break
+        drop_detached(table, day)
         _known_days(table).discard(day)
-        dropped.append(name)
+        dropped.append(name_of(table, day))
     return dropped
+
+
+def detach(table: str, day: date) -> bool:
+    """Take ``day``'s partition out of ``table`` (its rows leave the table's queries)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '5s'")
+        # Rows written earlier in an enclosing transaction leave deferred foreign-key
+        # checks behind, and a table with those cannot be detached or dropped.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SELECT monitoring_detach_partition(%s, %s)", [table, day])
+        return cursor.fetchone()[0]
+
+
+def drop_detached(table: str, day: date) -> bool:
+    """Drop ``day``'s table once detached: the files go, no lock on ``table`` is held."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT monitoring_drop_detached(%s, %s)", [table, day])
+        return cursor.fetchone()[0]
+
+
+def detached(table: str) -> set[date]:
+    """Days whose table exists but is no partition: detached by a retention run that
+    stopped before dropping it; the next run drops them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relname ~ %s "
+            "AND c.relnamespace = to_regnamespace(current_schema()) "
+            "AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
+            [f"^{table}_[0-9]{{8}}$"],
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    return {datetime.strptime(name[-8:], "%Y%m%d").date() for name in names}

@@ -256,3 +256,16 @@ def test_a_day_wrongly_remembered_as_made_is_made_by_the_next_run(gpu):
     assert in_default() == 2 and when.date() not in days()
     partitions.maintain(now=NOW)
     assert in_default() == 0 and rows_in("monitoring_sample", when.date()) == 2
+
+
+def test_retention_detaches_a_day_then_drops_it_and_finishes_a_day_left_detached(gpu):
+    old, older = NOW - timedelta(days=5), NOW - timedelta(days=6)
+    add_samples(gpu, old, [{"gpu_util": 1}] * 2)
+    add_samples(gpu, older, [{"gpu_util": 2}] * 2)
+    assert partitions.detach("monitoring_sample", older.date())  # a run that stopped here
+    assert older.date() not in days() and partitions.detached("monitoring_sample") == {older.date()}
+    with pytest.raises(DatabaseError, match="detach it first"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT monitoring_drop_detached('monitoring_sample', %s)", [old.date()])
+    dropped = partitions.drop_before("monitoring_sample", NOW - timedelta(days=3))
+    assert dropped == [partitions.name_of("monitoring_sample", d.date()) for d in (older, old)]
+    assert partitions.detached("monitoring_sample") == set() and not Sample.objects.exists()
