@@ -3,6 +3,7 @@
 # the agent as a whole process beside a bare pynvml loop, nvitop and nvidia-smi at 1 Hz.
 # Wheels for Python 3.12 (websockets, nvitop; see docs/benchmarks.md) may be in .whl/.
 #   bash bench/gpu_agent_process.sh      # writes under $OUT (default /tmp/gpu-agent-process)
+#   BEFORE=/path/to/older/checkout bash bench/gpu_agent_process.sh   # also that agent, beside
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu-agent-process}"
@@ -23,7 +24,8 @@ export PYTHONUNBUFFERED=1
 } 2>&1 | tee "$OUT/machine.txt"
 status=0
 python3 bench/gpu_features.py --out "$OUT/features.json" 2>&1 | tee "$OUT/features.md" || status=$?
-python3 bench/agent_process.py --seconds "${WINDOW_S:-120}" --warmup 10 --out "$OUT/agent_process.json" 2>&1 \
+python3 bench/agent_process.py --seconds "${WINDOW_S:-120}" --warmup 10 ${BEFORE:+--before "$BEFORE"} \
+  --out "$OUT/agent_process.json" 2>&1 \
   | tee "$OUT/agent_process.md" || status=$?
 uptime | tee -a "$OUT/machine.txt"
 exit $status

@@ -1,7 +1,8 @@
 """The on-disk spool of records the server has not acknowledged yet.
 
 One SQLite file per host (``<spool-dir>/spool.sqlite3``), rows kept in the order
-they were sampled. Bounded: past ``max_records`` the oldest rows are dropped and
+they were sampled. The file is opened (and SQLite loaded) only once it exists or is
+first written: an agent whose records are all acknowledged in time never needs it. Bounded: past ``max_records`` the oldest rows are dropped and
 counted. Records survive a restart and are sent, oldest first, under the boot_id
 they were sampled with.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -60,18 +60,29 @@ class Spool:
         self._dropped_unreported = 0
         self._last_drop_warning = 0.0
         self._lock = threading.Lock()
+        self._db = None
+        self._count = 0
+        self._path = self.directory / "spool.sqlite3"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lockfile = self._take_lock()
-            self._db = sqlite3.connect(
-                self.directory / "spool.sqlite3", check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            (self._count,) = self._db.execute("SELECT COUNT(*) FROM records").fetchone()
+        except OSError as exc:
+            raise SpoolError(f"cannot open the spool in {self.directory}: {exc}") from None
+        if self._path.exists():
+            self._open()
+
+    def _open(self) -> None:
+        import sqlite3
+
+        try:
+            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            (self._count,) = db.execute("SELECT COUNT(*) FROM records").fetchone()
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"cannot open the spool in {self.directory}: {exc}") from None
+        self._db = db
 
     def _take_lock(self):
         handle = open(self.directory / "lock", "a+")
@@ -88,25 +99,35 @@ class Spool:
         return self._count
 
     def append(self, boot_id: str, rows: list[tuple[int, str]]) -> int:
-        """Store (seq, body) rows; returns how many old rows were dropped to make room."""
+        """Store (seq, body) rows; returns how many old rows were dropped to make room.
+        Raises SpoolError (nothing stored) when the file cannot be written."""
         if not rows:
             return 0
         with self._lock:
+            if self._db is None:
+                self._open()
+            import sqlite3
+
             db = self._db
-            db.execute("BEGIN")
-            db.executemany(
-                "INSERT INTO records (boot_id, seq, body) VALUES (?, ?, ?)",
-                [(boot_id, seq, body) for seq, body in rows],
-            )
-            self._count += len(rows)
-            dropped = max(0, self._count - self.max_records)
-            if dropped:
-                db.execute(
-                    "DELETE FROM records WHERE id IN (SELECT id FROM records ORDER BY id LIMIT ?)",
-                    (dropped,),
+            try:
+                db.execute("BEGIN")
+                db.executemany(
+                    "INSERT INTO records (boot_id, seq, body) VALUES (?, ?, ?)",
+                    [(boot_id, seq, body) for seq, body in rows],
                 )
-                self._count -= dropped
-            db.execute("COMMIT")
+                count = self._count + len(rows)
+                dropped = max(0, count - self.max_records)
+                if dropped:
+                    db.execute(
+                        "DELETE FROM records WHERE id IN (SELECT id FROM records ORDER BY id LIMIT ?)",
+                        (dropped,),
+                    )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise SpoolError(f"cannot write the spool in {self.directory}: {exc}") from None
+            self._count = count - dropped
         if dropped:
             self._note_dropped(dropped)
         return dropped
@@ -130,6 +151,8 @@ class Spool:
         self, max_records: int = MAX_RECORDS_PER_FRAME, max_bytes: int = MAX_FRAME_BYTES
     ) -> Batch | None:
         """The oldest records of one boot_id that fit in one samples frame."""
+        if self._db is None:
+            return None
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, boot_id, seq, body FROM records ORDER BY id LIMIT ?", (max_records,)
@@ -162,6 +185,8 @@ class Spool:
 
     def ack(self, boot_id: str, seq: int) -> int:
         """Forget every record of boot_id with a seq up to and including seq."""
+        if self._db is None:
+            return 0
         with self._lock:
             cur = self._db.execute(
                 "DELETE FROM records WHERE boot_id = ? AND seq <= ?", (boot_id, seq)
@@ -173,6 +198,8 @@ class Spool:
         return self.drop_ids(batch.first_id, batch.last_id)
 
     def drop_ids(self, first_id: int, last_id: int) -> int:
+        if self._db is None:
+            return 0
         with self._lock:
             cur = self._db.execute(
                 "DELETE FROM records WHERE id BETWEEN ? AND ?", (first_id, last_id)
@@ -182,5 +209,6 @@ class Spool:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
             self._lockfile.close()

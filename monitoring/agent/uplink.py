@@ -2,10 +2,9 @@
 
 Sampling threads hand records to the :class:`Outbox` (numbered, encoded). The event
 loop takes them into memory and the sender sends them at once, one frame at a time,
-forgetting them only when the server acknowledges them. Records go to the on-disk
-spool (off the event loop) when they cannot be sent: every record while there is no
-connection, and, while connected, those the server has not acknowledged within
-``SPOOL_AFTER_S``. The spool holds the oldest records, memory the newer ones, so the
+forgetting them only when the server acknowledges them. Records the server has not
+acknowledged within ``SPOOL_AFTER_S`` (slow, or no connection) go to the on-disk spool
+(off the event loop), and so does everything held when the agent stops. The spool holds the oldest records, memory the newer ones, so the
 sender empties the spool first and order is kept. On a healthy link a record never
 touches the disk: that is most of what the agent costs as a process.
 """
@@ -17,7 +16,6 @@ import logging
 import random
 import secrets
 import socket
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -29,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from . import protocol
 from .outbox import Outbox
-from .spool import Batch, Spool
+from .spool import Batch, Spool, SpoolError
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -130,7 +128,6 @@ class HostLink:
         self._writing: asyncio.Future | None = None
         # Taken from the outbox, neither acknowledged nor spooled: (seq, body, monotonic time).
         self._held: deque[tuple[int, str, float]] = deque()
-        self._connected = False
         self._closed_seen = False
         self._spool_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -204,29 +201,28 @@ class HostLink:
             await self._spool_held()
 
     async def _spool_held(self) -> None:
-        """Write held records to the spool: all of them while not connected; while
-        connected, those unacknowledged for SPOOL_AFTER_S (a check is timed for the rest)."""
+        """Write the held records unacknowledged for SPOOL_AFTER_S to the spool (connected
+        or not: a short reconnect costs no disk write); a check is timed for the rest."""
         held = self._held
         if not held:
             return
-        count = len(held)
-        if self._connected:
-            limit = time.monotonic() - SPOOL_AFTER_S
-            count = 0
-            for _, _, taken in held:
-                if taken > limit:
-                    break
-                count += 1
-            if count == 0:
-                self._arm_spool_timer(held[0][2] + SPOOL_AFTER_S - time.monotonic())
-                return
+        limit = time.monotonic() - SPOOL_AFTER_S
+        count = 0
+        for _, _, taken in held:
+            if taken > limit:
+                break
+            count += 1
+        if count < len(held):
+            self._arm_spool_timer(held[count][2] + SPOOL_AFTER_S - time.monotonic())
+        if count == 0:
+            return
         rows = [held.popleft() for _ in range(count)]
         self._writing = asyncio.ensure_future(
             asyncio.to_thread(self.spool.append, self.boot_id, [(seq, body) for seq, body, _ in rows])
         )
         try:
             await asyncio.shield(self._writing)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, SpoolError) as exc:
             held.extendleft(reversed(rows))
             dropped = 0
             while len(held) > self.spool.max_records:
@@ -370,7 +366,6 @@ class HostLink:
                 )
                 await self._await_welcome(ws)
                 log.info(self._say(f"connected to {self.server} (boot {self.boot_id})"))
-                self._connected = True
                 self._closed_seen = False
                 watcher = asyncio.create_task(self._watch_closed(ws))
                 try:
@@ -388,10 +383,6 @@ class HostLink:
             except asyncio.CancelledError:
                 await asyncio.shield(ws.close(1000, "agent stopping"))
                 raise
-            finally:
-                if self._connected:
-                    self._connected = False
-                    self._wake.set()  # what memory holds goes to the spool now
 
     async def _watch_closed(self, ws) -> None:
         await ws.wait_closed()

@@ -28,7 +28,7 @@ def test_a_fleet_connects_each_host_with_its_own_token(threaded_server, tmp_path
     assert code == 0
     assert sorted(h["host"] for h in server.hellos) == ["a", "b"]
     assert sorted(r["gpu"] for r in server.stored.values()) == ["GPU-a0", "GPU-a1", "GPU-b0"]
-    assert (tmp_path / "spool" / "a" / "spool.sqlite3").exists()
+    assert (tmp_path / "spool" / "a" / "lock").exists()  # each host has its own spool
 
 
 def test_the_agent_imports_without_django():

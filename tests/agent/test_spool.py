@@ -91,8 +91,10 @@ def test_two_agents_cannot_share_a_spool(tmp_path):
 async def test_records_wait_in_memory_while_the_spool_cannot_be_written(tmp_path, monkeypatch):
     import asyncio
 
+    from monitoring.agent import uplink
     from monitoring.agent.uplink import HostLink
 
+    monkeypatch.setattr(uplink, "SPOOL_AFTER_S", 0.0)
     spool = Spool(tmp_path)
     link = HostLink(server="ws://127.0.0.1:9/", host="h", token="t", gpus=[], backend="sim",
                     spool=spool)  # fmt: skip
@@ -113,3 +115,11 @@ async def test_records_wait_in_memory_while_the_spool_cannot_be_written(tmp_path
             break
     flusher.cancel()
     assert link.in_memory == 0 and len(spool) == 1
+
+
+def test_the_file_is_made_only_when_something_is_spooled(tmp_path):
+    spool = Spool(tmp_path)
+    assert len(spool) == 0 and spool.oldest_batch() is None and spool.ack(BOOT_A, 5) == 0
+    assert not (tmp_path / "spool.sqlite3").exists()
+    spool.append(BOOT_A, rows(1, 2))
+    assert (tmp_path / "spool.sqlite3").exists() and len(spool) == 2
