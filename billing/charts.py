@@ -5,7 +5,7 @@ so no float ever holds an amount. Every axis has a title with its unit."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 
 from .costs import CoverageDay, IdleRow
@@ -127,3 +127,22 @@ def forecast(
         data.append({"type": "scatter", "mode": "lines", "name": "Budget", "x": [x[0], month_end.isoformat()],
                      "y": [_money(budget), _money(budget)], "line": {"color": "#f85149", "dash": "dot"}})
     return {"data": data, "layout": _layout("Month to date and forecast", "Day (UTC)", f"Cost ({currency})", xaxis=DAY_AXIS)}
+
+
+def spot_range(sku: str, times: Sequence[datetime], prices: Sequence[Decimal], on_demand: Decimal | None) -> dict:
+    """A small chart for the launch form: the spot price of ``sku`` as steps over the
+    recent days, with the on-demand price for reference."""
+    x = [t.strftime("%Y-%m-%d %H:%M:%S") for t in times]
+    data = [{"type": "scatter", "mode": "lines", "name": "Spot", "x": x, "y": [str(p) for p in prices],
+             "line": {"color": COLORS["dynamic"], "shape": "hv", "width": 1.5},
+             "hovertemplate": "%{y}/h<extra>Spot</extra>"}]
+    if on_demand is not None and x:
+        data.append({"type": "scatter", "mode": "lines", "name": "On-demand", "x": [x[0], x[-1]],
+                     "y": [str(on_demand), str(on_demand)], "line": {"color": COLORS["standard"], "dash": "dot"},
+                     "hovertemplate": "%{y}/h<extra>On-demand</extra>"})
+    layout = _layout("", "Time (UTC)", f"{sku} per GPU-hour", hovermode="x unified",
+                     height=220, margin={"l": 55, "r": 10, "t": 24, "b": 40},
+                     legend={"orientation": "h", "y": 1.0, "x": 1, "xanchor": "right", "yanchor": "bottom"},
+                     xaxis={"type": "date", "tickformat": "%b %-d"}, yaxis={"rangemode": "tozero"})
+    del layout["title"]
+    return {"data": data, "layout": layout}

@@ -57,6 +57,7 @@ class Meta:
     sku: str
     pricing_model: str
     whole: bool
+    max_price: Decimal | None = None  # spot: the most it pays per GPU-hour
 
 
 def _as_text(field: str) -> Cast:
@@ -213,13 +214,13 @@ def _candidates(start: datetime, cutoff: datetime) -> list[int]:
 def _metas(lo: int, hi: int, wanted: set[int]) -> dict[int, Meta]:
     rows = Instance.objects.filter(id__gte=lo, id__lte=hi).values_list(
         "id", "team_id", "gpu_model_id", "gpu_model__name", "slice_profile__kind", "slice_profile__name",
-        "pricing_model",
+        "pricing_model", "max_price",
     )
     metas = {}
-    for pk, team_id, model_id, model, kind, profile, pricing_model in rows:
+    for pk, team_id, model_id, model, kind, profile, pricing_model, max_price in rows:
         if pk in wanted:
             sku = f"{model}:{kind}:{profile}" if kind else model
-            metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind)
+            metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind, max_price=max_price)
     return metas
 
 
@@ -273,12 +274,13 @@ def _write_usage(usage: list, result: Result) -> None:
 
 
 def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> None:
-    """On-demand (and reserved slices) at list price; spot at the spot price each second."""
+    """On-demand (and reserved slices) at list price; spot at the spot price each second,
+    capped at the instance's max price."""
     g = run.gpus
     list_pieces = catalog.list_schedule(meta.sku).pieces(s, e)
     if meta.pricing_model == PricingModel.SPOT:
         free = run.free_spot()
-        spot_ps = pricing.price_seconds(catalog.spot_schedule(meta.sku).pieces(s, e), g)
+        spot_ps = pricing.price_seconds(pricing.capped(catalog.spot_schedule(meta.sku).pieces(s, e), meta.max_price), g)
         used = pricing.seconds(s, e) * g
         key = (day, instance_id, ChargeType.USAGE, PricingCategory.DYNAMIC, None, "free" if free else "spot")
         ledger.add(

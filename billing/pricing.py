@@ -229,6 +229,17 @@ class Schedule:
         return self.pieces(t, t + timedelta(seconds=1))[0][2]
 
 
+def spot_rate(spot: Decimal, max_price: Decimal | None) -> Decimal:
+    """What a spot instance pays per GPU-hour: the spot price in effect, never more than
+    its max price (it is preempted after a notice when the spot price goes above)."""
+    return spot if max_price is None else min(spot, max_price)
+
+
+def capped(pieces: Iterable[tuple[datetime, datetime, Decimal]], max_price: Decimal | None):
+    """Spot schedule pieces, each at ``spot_rate``."""
+    return [(s, e, spot_rate(price, max_price)) for s, e, price in pieces]
+
+
 def price_seconds(pieces: Iterable[tuple[datetime, datetime, Decimal]], gpus: int) -> Decimal:
     """Σ price × seconds × gpus over pieces: exact."""
     return sum((price * seconds(s, e) * gpus for s, e, price in pieces), Decimal(0))

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import Decimal
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Max, Q, Sum
 
-from instances.catalog import InstanceCost, Quote
+from instances.catalog import InstanceCost, Quote, SpotOutlook
 from instances.models import Instance, LifecycleEvent, PricingModel, State
 from instances.services import is_stuck
 
-from . import pricing
+from . import charts, pricing
 from .models import Charge, MeterState, Price, PriceKind, Reservation, SpotPrice
 
 BILLED_STATES = (State.RUNNING, State.STOPPING)
@@ -91,6 +91,8 @@ def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate
         if price is None or (instance.pricing_model == PricingModel.SPOT and sku not in listed):
             out.unpriced.add(instance.pk)
             continue
+        if instance.pricing_model == PricingModel.SPOT:
+            price = pricing.spot_rate(price, instance.max_price)
         held = covered.get(instance.pk, (0, Decimal(0)))
         hourly = held[1] + price * (instance.gpu_count - held[0])
         if instance.pricing_model == PricingModel.RESERVED:
@@ -164,8 +166,31 @@ def _rate(value: Decimal) -> str:
     return f"{whole}.{frac.ljust(2, '0')}"
 
 
+SPOT_OUTLOOK_DAYS = 7
+
+
+def spot_outlook(sku: str, at: datetime, days: int = SPOT_OUTLOOK_DAYS) -> SpotOutlook | None:
+    """The spot price of ``sku`` at ``at``, its low and high over the ``days`` before, the
+    saving against on-demand, and the chart of it."""
+    since = at - timedelta(days=days)
+    before = SpotPrice.objects.filter(sku=sku, time__lte=since).order_by("-time").values_list("time", "hourly")[:1]
+    steps = [(max(t, since), p) for t, p in before]
+    steps += SpotPrice.objects.filter(sku=sku, time__gt=since, time__lte=at).order_by("time").values_list("time", "hourly")
+    if not steps:
+        return None
+    prices = [p for _, p in steps]
+    now = prices[-1]
+    listed = on_demand_prices([sku], at).get(sku)
+    saving = None if not listed else int(((1 - now / listed) * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    figure = charts.spot_range(sku, [t for t, _ in steps] + [at], [*prices, now], listed)
+    return SpotOutlook(now, min(prices), max(prices), listed, saving, days, figure)
+
+
 class BillingPriceBook:
     """What ``instances.catalog`` asks of billing."""
+
+    def spot_outlook(self, *, sku: str, at: datetime) -> SpotOutlook | None:
+        return spot_outlook(sku, at)
 
     def missing_price(self, *, sku: str, pricing_model: str, at: datetime) -> str | None:
         if sku not in on_demand_prices([sku], at):

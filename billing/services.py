@@ -164,6 +164,8 @@ def set_spot_price(*, actor, sku: str, hourly, now: datetime | None = None) -> S
         sku=sku, time=now, defaults={"hourly": hourly, "source": SpotSource.OPERATOR, "set_by": _user(actor)}
     )
     record_event(actor=actor, action="billing.spot_price.set", target=spot, details={"sku": sku, "hourly": str(hourly)})
+    # Instances whose max price it passes get their notice with the price, not a tick later.
+    instance_services.enforce_max_prices(now=now)
     return spot
 
 

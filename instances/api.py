@@ -247,16 +247,15 @@ class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, v
 
 def _price(value) -> str | None:
     """An hourly price as text: its own decimals, at least 2 (1.794, 8.00)."""
-    if value is None:
-        return None
-    whole, _, frac = f"{value.normalize():f}".partition(".")
-    return f"{whole}.{frac.ljust(2, '0')}"
+    return None if value is None else services.price_text(value)
 
 
 class LaunchQuoteView(APIView):
     """What a launch would cost per hour now and whether it fits: the price for the chosen
-    GPU model (or slice), pricing model and count, one line saying how it is made, and
-    the free capacity (in all, and most on one host, since an instance fits on one)."""
+    GPU model (or slice), pricing model and count, one line saying how it is made, the
+    free capacity (in all, and the most one instance can get: ``free_on_one_host``, on one
+    host and in one NVLink group where the host has groups), and the
+    SKU's spot price now, its range over the last days and the saving against on-demand."""
 
     @extend_schema(parameters=[LaunchQuoteQuery], responses=OpenApiTypes.OBJECT)
     def get(self, request):
@@ -277,7 +276,18 @@ class LaunchQuoteView(APIView):
             "price_per_gpu_hour": _price(getattr(quote, "per_gpu_hour", None)),
             "note": "" if quote is None else quote.note,
             "free": free, "free_on_one_host": on_one_host, "fits": on_one_host >= data["gpu_count"],
+            "spot": _spot(catalog.spot_outlook(sku=sku, at=timezone.now())),
         })
+
+
+def _spot(outlook) -> dict | None:
+    """The spot block of a launch quote: price now, recent low and high, the saving
+    against on-demand (percent) and the chart of the recent range."""
+    if outlook is None:
+        return None
+    return {"price_per_gpu_hour": _price(outlook.price), "low": _price(outlook.low), "high": _price(outlook.high),
+            "days": outlook.days, "on_demand_per_gpu_hour": _price(outlook.on_demand),
+            "saving_pct": outlook.saving_pct, "figure": outlook.figure}
 
 
 routes = [

@@ -37,6 +37,20 @@ class Quote:
     note: str
 
 
+@dataclass(frozen=True)
+class SpotOutlook:
+    """A SKU's spot price now, its range over the last ``days`` days, the on-demand price
+    and what spot saves against it (whole percent), with the chart of that range."""
+
+    price: Decimal
+    low: Decimal
+    high: Decimal
+    on_demand: Decimal | None
+    saving_pct: int | None
+    days: int
+    figure: dict
+
+
 class PriceBook(Protocol):
     def quote(self, *, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote:
         """The price of launching now."""
@@ -46,6 +60,9 @@ class PriceBook(Protocol):
 
     def instance_costs(self, instances: Iterable, *, now: datetime) -> dict[int, InstanceCost]:
         """{instance id: its cost} for the given instances, in a few queries."""
+
+    def spot_outlook(self, *, sku: str, at: datetime) -> SpotOutlook | None:
+        """The spot price of ``sku`` now and lately, or None where it has none."""
 
 
 _book: PriceBook | None = None
@@ -68,3 +85,7 @@ def quote(*, sku: str, pricing_model: str, count: int, team_id: int | None, at: 
     if _book is None:
         return None
     return _book.quote(sku=sku, pricing_model=pricing_model, count=count, team_id=team_id, at=at)
+
+
+def spot_outlook(*, sku: str, at: datetime) -> SpotOutlook | None:
+    return None if _book is None else _book.spot_outlook(sku=sku, at=at)

@@ -55,6 +55,9 @@ HOSTS = [
     ("aps1-h200-01", "ap-south-1", HostKind.PASSTHROUGH, "H200-141GB", 8, None),
 ]
 
+# PCIe cards joined by NVLink bridges in pairs: an instance there gets at most 2 GPUs.
+PCIE_PAIRS = {"aps1-a100-01"}
+
 
 def _gpu_uuid(host: str, index: int) -> str:
     if host == REPLAY_HOST:
@@ -82,13 +85,15 @@ def seed_fleet(*, actor) -> None:
     for name, region, kind, model, count, profile_name in HOSTS:
         if Host.objects.filter(name=name).exists():
             continue
-        group = f"{name}-nvl" if kind == HostKind.PASSTHROUGH and count > 1 else ""
+        pairs = name in PCIE_PAIRS
+        group = f"{name}-nvl" if kind == HostKind.PASSTHROUGH and count > 1 and not pairs else ""
         host = services.register_host(actor=actor, name=name, region=regions[region], kind=kind, nvlink_group=group)
         gpu_model = models[model]
         for index in range(count):
             gpu = services.add_gpu(
                 actor=actor, host=host, index=index, uuid=_gpu_uuid(name, index), model=gpu_model,
                 memory_total=gpu_model.memory_gb * 1024**3, pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+                nvlink_group=f"{name}-nvl{index // 2}" if pairs else "",
             )
             if profile_name:
                 profile = profiles[(model, profile_name)]

@@ -8,6 +8,18 @@ from .models import GpuModel, Image, PricingModel, Region, SliceProfile
 from .services import MAX_GPUS_PER_INSTANCE
 
 
+class ImageSelect(forms.Select):
+    """Each option names the GPU models its image supports (``data-models``), so the form
+    offers only the images that can boot the chosen model."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        image = getattr(value, "instance", None)
+        if image is not None:
+            option["attrs"]["data-models"] = " ".join(m.name for m in image.gpu_models.all())
+        return option
+
+
 class LaunchForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     name = forms.CharField(max_length=63, validators=[plain_name])
@@ -24,7 +36,7 @@ class LaunchForm(forms.Form):
     )
     region = forms.ModelChoiceField(queryset=Region.objects.all(), required=False, empty_label="Any region")
     image = forms.ModelChoiceField(
-        queryset=Image.objects.none(), required=False, empty_label="Default for the GPU model",
+        queryset=Image.objects.none(), required=False, empty_label="Default for the GPU model", widget=ImageSelect,
         error_messages={"invalid_choice": "No such image, or it is private to another team."},
     )
 
@@ -52,3 +64,47 @@ def image_label(image: Image) -> str:
     owner = f"{image.team.name}, private" if image.team_id else ""
     extra = ", ".join(p for p in (what, cuda, owner) if p)
     return f"{image.name} ({extra})" if extra else image.name
+
+
+class ImageForm(forms.Form):
+    """A team adds its own image by registry reference; operators may add public ones."""
+
+    owner = forms.ChoiceField(label="Visibility")
+    name = forms.CharField(max_length=63, validators=[plain_name])
+    reference = forms.CharField(max_length=512, label="Registry reference",
+                                help_text="registry/repository[:tag][@sha256:digest], e.g. nvcr.io/nvidia/pytorch:24.10-py3")
+    framework = forms.CharField(max_length=40, required=False, validators=[plain_name])
+    framework_version = forms.CharField(max_length=20, required=False, validators=[plain_name], label="Framework version")
+    cuda_version = forms.RegexField(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", max_length=12, required=False,
+                                    label="CUDA version", error_messages={"invalid": "A CUDA version, e.g. 12.6."})
+    gpu_models = forms.ModelMultipleChoiceField(queryset=GpuModel.objects.all(), to_field_name="name",
+                                                widget=forms.CheckboxSelectMultiple, label="GPU models it supports")
+    size_gb = forms.DecimalField(min_value=0, max_value=10_000, decimal_places=3, required=False,
+                                 label="Size (GB, optional)")
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teams = {str(t.pk): t for t in Team.objects.for_user(user, WRITE_ROLES, operators=False)}
+        choices = [(pk, f"Private to {t.name}") for pk, t in self.teams.items()]
+        if user.is_staff:
+            choices.insert(0, ("public", "Public (every team)"))
+        self.fields["owner"].choices = choices
+
+    def clean_reference(self):
+        from django.core.exceptions import ValidationError
+
+        from .images import parse_reference
+
+        try:
+            return str(parse_reference(self.cleaned_data["reference"]))
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.messages) from None
+
+    @property
+    def team(self):
+        return self.teams.get(self.cleaned_data["owner"])
+
+    @property
+    def size_bytes(self):
+        size = self.cleaned_data.get("size_gb")
+        return None if size is None else int(size * 10**9)

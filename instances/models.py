@@ -260,6 +260,11 @@ class Image(models.Model):
     def retired(self) -> bool:
         return self.retired_at is not None
 
+    @property
+    def size_gb(self) -> str:
+        """The size in gigabytes (10⁹ bytes, as registries report it), one decimal."""
+        return "" if self.size_bytes is None else f"{self.size_bytes / 10**9:.1f} GB"
+
 
 class Instance(models.Model):
     team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="instances")

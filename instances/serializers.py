@@ -24,7 +24,7 @@ from .models import (
     Region,
     SliceProfile,
 )
-from .services import MAX_GPUS_PER_INSTANCE, is_stuck
+from .services import MAX_GPUS_PER_INSTANCE, is_stuck, largest_pool
 
 
 def plain_name_or_blank(value: str) -> None:
@@ -114,7 +114,8 @@ class GpuSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Gpu
-        fields = ["uuid", "host", "index", "model", "memory_total", "pci_bus_id", "instance", "team", "slices"]
+        fields = ["uuid", "host", "index", "model", "memory_total", "pci_bus_id", "nvlink_group", "instance", "team",
+                  "slices"]
 
 
 class HostSerializer(serializers.ModelSerializer):
@@ -266,6 +267,12 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"gpu_count": f"At most {per_host} fit on one host of {model.name}; you asked for {count}."}
             )
+        if attrs["slice_profile"] is None:
+            most, by_groups = largest_pool(model)
+            if by_groups and count > most:
+                raise serializers.ValidationError({"gpu_count": (
+                    f"At most {most} {model.name} GPUs share one NVLink group, and an instance's GPUs must; "
+                    f"you asked for {count}.")})
         return attrs
 
 

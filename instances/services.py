@@ -84,6 +84,12 @@ MAX_PRICE_CEILING = 100
 _MAX_PRICE_LIMIT = Decimal("100000000")  # what the column holds, where no on-demand price is known
 
 
+def price_text(value: Decimal) -> str:
+    """A price per hour as people read it: its own decimals, at least 2 (0.40, 1.794)."""
+    whole, _, frac = f"{value.normalize():f}".partition(".")
+    return f"{whole}.{frac.ljust(2, '0')}"
+
+
 def check_max_price(value, *, pricing_model: str, sku: str, at: datetime) -> Decimal | None:
     """A spot launch's ceiling per GPU-hour, as Decimal, or a ValidationError on ``max_price``."""
     if value is None or value == "":
@@ -104,15 +110,15 @@ def check_max_price(value, *, pricing_model: str, sku: str, at: datetime) -> Dec
     listed = getattr(catalog.quote(sku=sku, pricing_model=PricingModel.ON_DEMAND, count=1, team_id=None, at=at),
                      "per_gpu_hour", None)
     if listed is not None and price > listed * MAX_PRICE_CEILING:
-        raise ValidationError({"max_price": f"{price} per GPU-hour is more than {MAX_PRICE_CEILING} times the "
-                                            f"on-demand price ({listed}); give a real ceiling."})
+        raise ValidationError({"max_price": f"{price_text(price)} per GPU-hour is more than {MAX_PRICE_CEILING} "
+                                            f"times the on-demand price ({price_text(listed)}); give a real ceiling."})
     if price >= _MAX_PRICE_LIMIT:
         raise ValidationError({"max_price": f"The max price is below {_MAX_PRICE_LIMIT} per GPU-hour."})
     spot = getattr(catalog.quote(sku=sku, pricing_model=PricingModel.SPOT, count=1, team_id=None, at=at),
                    "per_gpu_hour", None)
     if spot is not None and spot > price:
-        raise ValidationError({"max_price": f"The spot price now ({spot} per GPU-hour) is above {price}; "
-                                            "the instance would be preempted at once."})
+        raise ValidationError({"max_price": f"The spot price now ({price_text(spot)} per GPU-hour) is above "
+                                            f"{price_text(price)}; the instance would be preempted at once."})
     return price
 
 
@@ -182,32 +188,79 @@ def place(
         free = free.filter(host__region=region)
     if host is not None:
         free = free.filter(host=host)
-    by_host_gpus: dict[int, list[Gpu]] = {}
-    for g in free.order_by("host__name", "index"):
-        by_host_gpus.setdefault(g.host_id, []).append(g)
-    fits = [gpus for gpus in by_host_gpus.values() if len(gpus) >= count]
+    free = list(free.order_by("host__name", "index"))
+    pools = _nvlink_pools(free)
+    fits = [gpus for gpus in pools.values() if len(gpus) >= count]
     if not fits:
-        most = max((len(v) for v in by_host_gpus.values()), default=0)
-        where = f" in {region.name}" if region else ""
-        raise PlacementError(
-            f"No capacity: no active host{where} has {count} free {gpu_model.name} GPUs "
-            f"(most free on one host: {most})."
-        )
+        raise PlacementError(_no_room(gpu_model, count, free, pools, region))
+    # The smallest pool that fits, so whole hosts and groups stay free for large jobs.
     chosen = min(fits, key=len)
-    # Prefer GPUs that share an NVLink group: on one host they all do, so lowest indexes.
     return Placement(host=chosen[0].host, gpus=chosen[:count], slices=[])
 
 
+def nvlink_group(gpu: Gpu, grouped_hosts: set[int]) -> str:
+    """The NVLink group a GPU is placed in: its own, else its host's. On a host that has
+    groups, a GPU in none is a group of one; on a host without, all GPUs are one pool."""
+    group = gpu.nvlink_group or gpu.host.nvlink_group
+    if group:
+        return group
+    return f"gpu{gpu.pk}" if gpu.host_id in grouped_hosts else ""
+
+
+def _grouped_hosts(host_ids) -> set[int]:
+    """Hosts whose GPUs name NVLink groups of their own."""
+    return set(Gpu.objects.filter(host_id__in=set(host_ids)).exclude(nvlink_group="")
+               .values_list("host_id", flat=True).distinct())
+
+
+def _nvlink_pools(gpus: list[Gpu]) -> dict[tuple[int, str], list[Gpu]]:
+    """{(host, NVLink group): its GPUs}: the sets one instance may be placed in."""
+    grouped = _grouped_hosts(g.host_id for g in gpus)
+    pools: dict[tuple[int, str], list[Gpu]] = {}
+    for g in gpus:
+        pools.setdefault((g.host_id, nvlink_group(g, grouped)), []).append(g)
+    return pools
+
+
+def _no_room(gpu_model: GpuModel, count: int, free: list[Gpu], pools: dict, region: Region | None) -> str:
+    per_host: dict[int, list[Gpu]] = {}
+    for g in free:
+        per_host.setdefault(g.host_id, []).append(g)
+    most_host = max((len(v) for v in per_host.values()), default=0)
+    most_pool = max((len(v) for v in pools.values()), default=0)
+    where = f" in {region.name}" if region else ""
+    if most_host < count:
+        return (f"No capacity: no active host{where} has {count} free {gpu_model.name} GPUs "
+                f"(most free on one host: {most_host}).")
+    roomy = next(gpus[0].host for gpus in per_host.values() if len(gpus) >= count)
+    return (f"No NVLink group can hold {count} {gpu_model.name} GPUs: an instance's GPUs must share one NVLink "
+            f"group, and the most free in one group{where} is {most_pool} (host {roomy.name} has "
+            f"{len(per_host[roomy.pk])} free, split across groups). Ask for at most {most_pool}, or try later.")
+
+
+def largest_pool(gpu_model: GpuModel) -> tuple[int, bool]:
+    """(the most GPUs of ``gpu_model`` one instance can ever get, whether NVLink groups
+    smaller than a host set that limit), free or not."""
+    gpus = list(Gpu.objects.filter(model=gpu_model, host__kind=HostKind.PASSTHROUGH).select_related("host"))
+    per_host: dict[int, int] = {}
+    for g in gpus:
+        per_host[g.host_id] = per_host.get(g.host_id, 0) + 1
+    pools = _nvlink_pools(gpus)
+    most = max((len(v) for v in pools.values()), default=0)
+    return most, most < max(per_host.values(), default=0)
+
+
 def free_capacity(*, gpu_model: GpuModel, slice_profile: SliceProfile | None = None) -> tuple[int, int]:
-    """(free now in all, most free on one host) of whole GPUs of ``gpu_model`` or of
-    ``slice_profile`` slices: an instance fits only on one host."""
+    """(free now in all, most one instance can get now) of whole GPUs of ``gpu_model``
+    or of ``slice_profile`` slices: an instance's GPUs are on one host, in one NVLink
+    group where the host has groups."""
     if slice_profile is not None:
         rows = GpuSlice.objects.filter(
             profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True
         ).values("gpu__host").annotate(n=Count("id")).values_list("n", flat=True)
+        counts = list(rows)
     else:
-        rows = _free_whole_gpus(gpu_model).values("host").annotate(n=Count("id")).values_list("n", flat=True)
-    counts = list(rows)
+        counts = [len(v) for v in _nvlink_pools(list(_free_whole_gpus(gpu_model).select_related("host"))).values()]
     return sum(counts), max(counts, default=0)
 
 
@@ -542,6 +595,43 @@ def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DE
     return item
 
 
+def spot_against_max(*, now: datetime | None = None) -> list[tuple[Instance, Decimal]]:
+    """(instance, spot price in effect now) for each running spot instance with a max
+    price; the alert rule on spot price against max price reads these too."""
+    now = now or timezone.now()
+    found, prices = [], {}
+    candidates = (Instance.objects.filter(state=State.RUNNING, pricing_model=PricingModel.SPOT, max_price__isnull=False)
+                  .select_related("gpu_model", "slice_profile__gpu_model").order_by("id"))
+    for instance in candidates:
+        if instance.sku not in prices:
+            quote = catalog.quote(sku=instance.sku, pricing_model=PricingModel.SPOT, count=1, team_id=None, at=now)
+            prices[instance.sku] = getattr(quote, "per_gpu_hour", None)
+        if prices[instance.sku] is not None:
+            found.append((instance, prices[instance.sku]))
+    return found
+
+
+def over_max_price(*, now: datetime | None = None) -> list[tuple[Instance, Decimal]]:
+    """Those of ``spot_against_max`` the spot price went above, that have no notice yet."""
+    pending = set(PreemptionNotice.objects.filter(status=NoticeStatus.PENDING).values_list("instance_id", flat=True))
+    return [(i, spot) for i, spot in spot_against_max(now=now) if spot > i.max_price and i.pk not in pending]
+
+
+def enforce_max_prices(*, now: datetime | None = None, notice: timedelta = DEFAULT_NOTICE) -> list[PreemptionNotice]:
+    """Give the preemption notice to each spot instance the spot price went above the max
+    price of. Each is its own transaction: one that cannot be noticed does not stop the rest."""
+    now = now or timezone.now()
+    issued = []
+    for instance, spot in over_max_price(now=now):
+        reason = f"spot price {price_text(spot)}/GPU-hour is above its max price {price_text(instance.max_price)}"
+        try:
+            issued.append(issue_preemption_notice(actor="system", instance=instance, notice=notice, reason=reason,
+                                                  now=now))
+        except LifecycleError:
+            continue  # ended or noticed meanwhile
+    return issued
+
+
 def preempt_due(*, now: datetime | None = None) -> list[PreemptionNotice]:
     """Preempt each instance whose notice has run out. Each notice is its own
     transaction: one that cannot be carried out is marked failed (and audited), and the
@@ -609,9 +699,12 @@ def update_host(*, actor, host: Host, **changes) -> Host:
 
 
 @transaction.atomic
-def add_gpu(*, actor, host: Host, index: int, uuid: str, model: GpuModel, memory_total: int, pci_bus_id: str = "") -> Gpu:
-    gpu = Gpu.objects.create(host=host, index=index, uuid=uuid, model=model, memory_total=memory_total, pci_bus_id=pci_bus_id)
-    record_event(actor=actor, action="gpu.register", target=gpu, details={"host": host.name, "index": index, "uuid": uuid, "model": model.name})
+def add_gpu(*, actor, host: Host, index: int, uuid: str, model: GpuModel, memory_total: int, pci_bus_id: str = "",
+            nvlink_group: str = "") -> Gpu:
+    gpu = Gpu.objects.create(host=host, index=index, uuid=uuid, model=model, memory_total=memory_total,
+                             pci_bus_id=pci_bus_id, nvlink_group=nvlink_group)
+    record_event(actor=actor, action="gpu.register", target=gpu, details={
+        "host": host.name, "index": index, "uuid": uuid, "model": model.name, "nvlink_group": nvlink_group})
     return gpu
 
 

@@ -7,6 +7,7 @@ from .models import Instance, State
 
 SCHEDULE = {
     "instances.preempt-due": (10, "instances.tasks.preempt_due"),
+    "instances.max-prices": (10, "instances.tasks.enforce_max_prices"),
 }
 
 
@@ -28,3 +29,9 @@ def finish_stop(instance_id: int) -> None:
 def preempt_due() -> int:
     """Preempt the spot instances whose notice ran out."""
     return len(services.preempt_due())
+
+
+@shared_task
+def enforce_max_prices() -> int:
+    """Give notice to spot instances whose max price the spot price went above."""
+    return len(services.enforce_max_prices())

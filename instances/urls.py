@@ -8,4 +8,6 @@ urlpatterns = [
     path("instances/<int:pk>/", views.instance_detail, name="instance-detail"),
     path("instances/<int:pk>/<str:verb>/", views.instance_action, name="instance-action"),
     path("hosts/", views.host_list, name="host-list"),
+    path("images/", views.image_list, name="image-list"),
+    path("images/<int:pk>/retire/", views.image_retire, name="image-retire"),
 ]

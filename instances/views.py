@@ -3,16 +3,16 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, F, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
-from . import catalog, services
-from .forms import LaunchForm
-from .models import GpuModel, Host, Instance, Precision, State, gpu_used_q
+from . import catalog, images, services
+from .forms import ImageForm, LaunchForm
+from .models import HOLDING_STATES, GpuModel, Host, Image, Instance, Precision, State, gpu_used_q
 
 ACTIONS = {
     "start": services.start_instance,
@@ -128,6 +128,53 @@ def instance_action(request, pk, verb):
     else:
         messages.success(request, f"{verb.capitalize()} requested for {instance.name}.")
     return redirect("instance-detail", pk=pk)
+
+
+@login_required
+def image_list(request):
+    """The image catalog: public images and the user's teams' own; adding and retiring."""
+    form = ImageForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            image = images.create_image(
+                actor=request.user, team=form.team, name=data["name"], reference=data["reference"],
+                gpu_models=data["gpu_models"], framework=data["framework"], framework_version=data["framework_version"],
+                cuda_version=data["cuda_version"], size_bytes=form.size_bytes,
+            )
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
+        else:
+            messages.success(request, f"Image {image.name} added.")
+            return redirect("image-list")
+    rows = (Image.objects.for_user(request.user).select_related("team").prefetch_related("gpu_models", "default_for")
+            .annotate(running=Count("instances", filter=Q(instances__state__in=HOLDING_STATES)))
+            .order_by(F("retired_at").asc(nulls_first=True), F("team").asc(nulls_first=True), "name"))
+    for image in rows:
+        image.can_retire = not image.retired and _may_manage(request.user, image)
+    context = {"images": rows, "form": form, "can_add": bool(form.fields["owner"].choices)}
+    return render(request, "instances/images.html", context, status=400 if request.method == "POST" else 200)
+
+
+def _may_manage(user, image: Image) -> bool:
+    if image.team_id is None:
+        return is_operator(user)
+    return has_role(user, image.team_id, WRITE_ROLES)
+
+
+@login_required
+@require_POST
+def image_retire(request, pk):
+    image = get_object_or_404(Image.objects.for_user(request.user), pk=pk)
+    if not _may_manage(request.user, image):
+        raise PermissionDenied("Only operators retire public images, and a team's members its own.")
+    try:
+        images.retire_image(actor=request.user, image=image)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Image {image.name} retired: new launches cannot use it; running instances keep it.")
+    return redirect("image-list")
 
 
 @login_required

@@ -502,6 +502,32 @@ def idle_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
     return out
 
 
+def spot_max_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
+    """Per running spot instance with a max price: the spot price in effect as a
+    percentage of it."""
+    from instances.services import price_text, spot_against_max
+
+    out, rows = [], None
+    for rule in _periodic_rules("spot_vs_max"):
+        rows = spot_against_max(now=now) if rows is None else rows
+        found = []
+        for instance, spot in rows:
+            pct = float(spot / instance.max_price * 100)
+            row = {"team_id": instance.team_id, "instance_id": instance.pk, "host_id": instance.host_id,
+                   "model_id": instance.gpu_model_id}
+            if not _instance_in_scope(rule, row) or not rules.holds(rule.comparison, pct, rule.threshold):
+                continue
+            found.append(Condition(
+                key=f"r{rule.pk}:i{instance.pk}", instance_id=instance.pk, team_id=instance.team_id,
+                host_id=instance.host_id, value=round(pct, 1), threshold=rule.threshold, rule_id=rule.pk,
+                severity=rule.severity, category=Category.BILLING,
+                message=f"{rule.name}: the spot price of {instance.sku} is {price_text(spot)}/GPU-hour, "
+                        f"{pct:.0f}% of {instance.name}'s max price {price_text(instance.max_price)}.",
+            ))
+        out.append((rule, found))
+    return out
+
+
 def _instance_in_scope(rule: AlertRule, row: dict) -> bool:
     if rule.team_id is not None:
         return row["team_id"] == rule.team_id and rule.instance_id in (None, row["instance_id"])
@@ -575,7 +601,8 @@ def preemption_conditions() -> list[Condition]:
 def evaluate(now: datetime | None = None) -> None:
     """Run every periodic rule once."""
     now = now or timezone.now()
-    for kind, found in ((AlertKind.AGENT_SILENT, agent_silent_conditions(now)), (AlertKind.IDLE, idle_conditions(now))):
+    for kind, found in ((AlertKind.AGENT_SILENT, agent_silent_conditions(now)), (AlertKind.IDLE, idle_conditions(now)),
+                        (AlertKind.SPOT_MAX, spot_max_conditions(now))):
         for rule, conditions in found:
             reconcile(kind, conditions, now=now, scope=Q(rule=rule))
     # Alerts of rules since disabled or deleted end too.

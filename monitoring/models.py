@@ -326,6 +326,7 @@ class AlertKind(models.TextChoices):
     AUDIT = "audit_verify", "Audit verification"
     UNRATED = "unrated", "Unrated usage"
     SCALING_AT_MAX = "scaling_at_max", "Scaling group at its maximum"
+    SPOT_MAX = "spot_max", "Spot price against max price"
 
 
 class Category(models.TextChoices):

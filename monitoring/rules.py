@@ -8,9 +8,10 @@ Three ways a metric is evaluated:
 - ``periodic``: by the periodic alert task, over a window (agent silence, idle GPUs);
   ``unrated_usage`` by billing after each metering run (billing.services.check_unrated).
 ``tflops_est`` is the achieved TFLOP/s estimate of flops.py at the holder instance's
-precision. Spend against a budget is watched by the budget's own thresholds (billing), and
-spot price against a maximum price does not exist yet (instances have no maximum
-price), so neither is a rule metric here.
+precision. ``spot_vs_max`` is the spot price in effect as a percentage of a running spot
+instance's max price (instances.services.spot_against_max); above 100 the instance is
+under preemption notice. Spend against a budget is watched by the budget's own
+thresholds (billing), so it is not a rule metric here.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ METRICS: dict[str, Metric] = {
     "idle_billed": Metric("GPU idle but billed (real activity over the hold)", "%", PERIODIC, AlertKind.IDLE),
     "unrated_usage": Metric("Usage held unrated (no price in effect), per SKU", "GPU-hours", PERIODIC,
                             AlertKind.UNRATED),
+    "spot_vs_max": Metric("Spot price against the instance's max price", "% of max price", PERIODIC,
+                          AlertKind.SPOT_MAX),
 }
 # Figures only operators see: a team's rule may not watch them.
 OPERATOR_ONLY = frozenset({"unrated_usage"})
@@ -124,6 +127,7 @@ TEAM_DEFAULTS = (
     Default("Uncorrected ECC errors", "ecc_uncorrected", Comparison.GT, 0, 0, Severity.CRITICAL),
     Default("Agent silent for 2 min", "agent_silent", Comparison.GE, 120, 0, Severity.CRITICAL),
     Default("GPU idle but billed for 30 min", "idle_billed", Comparison.LT, 10, 1800, Severity.INFO),
+    Default("Spot price above max price", "spot_vs_max", Comparison.GT, 100, 0, Severity.WARNING),
 )
 FLEET_DEFAULTS = (
     Default("Fleet: GPU temperature ≥ 85 °C for 1 min", "temp_c", Comparison.GE, 85, 60, Severity.WARNING),

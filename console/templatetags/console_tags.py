@@ -10,6 +10,7 @@ register = template.Library()
 # (url name, label, which shell flag must be true)
 SECTIONS = [
     ("scaling-group-list", "Scaling", None),
+    ("image-list", "Images", None),
     ("alert-list", "Alerts", None),
     ("cost-explorer", "Costs", "sees_costs"),
     ("invoice-list", "Invoices", "is_admin"),

@@ -39,8 +39,8 @@ def temp_rule(team):
 
 def test_every_team_starts_with_the_default_rules(acme, globex):
     names = set(AlertRule.objects.filter(team=acme).values_list("metric", flat=True))
-    assert names == {"throttle_power", "temp_c", "xid", "ecc_uncorrected", "agent_silent", "idle_billed"}
-    assert AlertRule.objects.filter(team=globex, default=True).count() == 6
+    assert names == {"throttle_power", "temp_c", "xid", "ecc_uncorrected", "agent_silent", "idle_billed", "spot_vs_max"}
+    assert AlertRule.objects.filter(team=globex, default=True).count() == 7
 
 
 def test_a_condition_shorter_than_the_hold_time_opens_nothing(feed, gpu, acme):
