@@ -275,7 +275,7 @@ def memory_mib(pid: int) -> dict:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
             key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                 out[key] = int(value.split()[0]) / 1024
     return out
 
@@ -337,7 +337,6 @@ def measure(args) -> dict:
             skipped[key] = f"exited ({p.returncode}): " + (p.stderr.read().strip().splitlines() or ["?"])[-1]
             continue
         first[key] = snapshot(p.pid)
-    sink_first = json.loads(Path(report).read_text()) if Path(report).exists() else {}
     time.sleep(args.seconds)
     rows = []
     for key, start in first.items():
@@ -356,7 +355,8 @@ def measure(args) -> dict:
                      "cpu_s": best, "cpu_ticks_s": ticks,
                      "cpu_us_per_sample": best / samples * 1e6,
                      "core_pct": best / wall * 100, "rss_mib": mem.get("VmRSS"),
-                     "peak_rss_mib": mem.get("VmHWM")})  # fmt: skip
+                     "peak_rss_mib": mem.get("VmHWM"), "rss_anon_mib": mem.get("RssAnon"),
+                     "rss_file_mib": mem.get("RssFile"), "rss_shmem_mib": mem.get("RssShmem")})  # fmt: skip
     for p in procs.values():
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -374,7 +374,7 @@ def measure(args) -> dict:
     sink_end = json.loads(Path(report).read_text()) if Path(report).exists() else {}
     shutil.rmtree(tmp, ignore_errors=True)
     return {"rows": rows, "skipped": {f"{t} ×{d}": why for (t, d), why in skipped.items()},
-            "sink": {"start_of_window": sink_first, "end": sink_end},
+            "sink": sink_end,
             "seconds": args.seconds, "warmup": args.warmup, "fake": args.fake}  # fmt: skip
 
 
@@ -438,7 +438,10 @@ def main() -> int:
     print(table(result))
     print()
     print("\n".join(goals(result)))
-    print(f"\nsink: {json.dumps(result['sink']['end'])}")
+    print(f"\nsink: {json.dumps(result['sink'])}")
+    for r in result["rows"]:
+        print(f"{r['tool']} ×{r['devices']}: RSS anon {r['rss_anon_mib']} MiB, file {r['rss_file_mib']} MiB, "
+              f"shmem {r['rss_shmem_mib']} MiB")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
