@@ -15,6 +15,8 @@ else
   export PYTHONPATH="$PWD"
 fi
 export PYTHONUNBUFFERED=1
+# As pip installs do: byte-compiled once, so no tool pays for compiling at its start.
+python3 -m compileall -q monitoring bench /tmp/site >/dev/null 2>&1 || true
 {
   date -u; uptime; nproc; uname -r
   nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv

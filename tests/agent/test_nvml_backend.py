@@ -375,7 +375,7 @@ async def test_given_the_agents_loop_the_tick_runs_on_it_without_a_thread(fake_n
     await asyncio.sleep(0.32)
     source.stop_event.set()
     await asyncio.to_thread(source.stop)
-    assert "nvml-fast" not in [t.name for t in source.threads]
+    assert [t.name for t in source.threads] == ["nvml-xid"]  # the tick and the counters: on the loop
     ticks = len(on_loop) // len(fake.devices)
     assert 4 <= ticks <= 8
     assert any("tensor_active_pct" in r["m"] for r in on_loop)  # the slow set rode along

@@ -1,6 +1,7 @@
 """Real GPUs through NVML (pynvml, imported only here and only when used).
 
-Three threads, so that nothing slow ever delays the fast path:
+What is read when (on the agent's event loop as timers; each on a thread of its own
+when the source runs without one):
 - sampling, every ``interval`` (default 1 s): the fast set (utilization, memory, power,
   temperature, clocks, clock-event reasons, ECC, fan, per-process memory: microseconds
   per call) and, on the tick when it is due, every ``slow_interval`` (default 1 s: every
@@ -11,8 +12,9 @@ Three threads, so that nothing slow ever delays the fast path:
 - counters, every ``counter_interval`` (default 60 s): total energy, the PCIe/NVLink
   byte counters (field values) and per-process SM use. The counters are cumulative, so
   reading them rarely loses nothing but time resolution, and they are the dearest calls
-  (milliseconds each);
-- XID errors, pushed by the driver through an NVML event set (waited on in 5 s slices).
+  (milliseconds each, once a minute);
+- XID errors, pushed by the driver through an NVML event set, on a thread of their own
+  (it blocks in NVML, waiting 5 s at a time).
 
 A call that a GPU does not support is remembered and not made again, and its
 metric is absent from the samples, never 0. A GPU that is lost becomes a
@@ -823,10 +825,11 @@ class NvmlSource(Source):
     # -- running ----------------------------------------------------------------
 
     def start(self, emit: Emit, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Start sampling. Given the agent's event loop, the sampling tick runs on it (a
-        timer, no thread: the fast and slow sets take tens of microseconds per GPU, and a
-        thread of their own would cost a wakeup and a hand-over per tick); without one, on
-        a thread. The counters and the XID watcher always have threads of their own."""
+        """Start sampling. Given the agent's event loop, the sampling tick and the counter
+        reads run on it as timers, with no thread: the fast and slow sets take tens of
+        microseconds per GPU, the counters a few milliseconds once a minute, and threads of
+        their own would cost a wakeup, a hand-over and memory. Without a loop, each has a
+        thread. The XID watcher always has its own thread (it blocks in NVML)."""
         host = self.host
         if self.once:
 
@@ -841,26 +844,25 @@ class NvmlSource(Source):
         stop = self.stop_event
         self._slow_due = time.monotonic()
         self._mig_due = self._slow_due + MIG_RESCAN_S
-        if loop is None:
-            self.spawn(lambda: run_every(stop, self.interval, lambda: emit(host, self.sample_tick())),
-                       "nvml-fast")  # fmt: skip
-        else:
-            self._tick_on(loop, emit)
-        self.spawn(lambda: run_every(stop, self.counter_interval,
-                                     lambda: emit(host, self.sample_counters())),
-                   "nvml-counters")  # fmt: skip
+        steps = {"nvml-fast": (self.interval, lambda: emit(host, self.sample_tick())),
+                 "nvml-counters": (self.counter_interval, lambda: emit(host, self.sample_counters()))}  # fmt: skip
+        for name, (interval, step) in steps.items():
+            if loop is None:
+                self.spawn(lambda interval=interval, step=step: run_every(stop, interval, step), name)
+            else:
+                self._every_on(loop, interval, step)
         self.spawn(lambda: self.watch_xids(emit), "nvml-xid")
 
-    def _tick_on(self, loop: asyncio.AbstractEventLoop, emit: Emit) -> None:
-        """sample_tick every interval on loop, on a fixed schedule (missed ticks skipped),
-        until stop_event is set (set it on the loop: no tick is then under way)."""
+    def _every_on(self, loop: asyncio.AbstractEventLoop, interval: float, step) -> None:
+        """step() every interval on loop, on a fixed schedule (missed ticks skipped),
+        until stop_event is set (set it on the loop: no step is then under way)."""
         due = [loop.time()]
 
         def tick() -> None:
             if self.stop_event.is_set():
                 return
-            emit(self.host, self.sample_tick())
-            due[0] += self.interval
+            step()
+            due[0] += interval
             now = loop.time()
             if due[0] < now:
                 due[0] = now
