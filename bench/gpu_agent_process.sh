@@ -16,7 +16,7 @@ else
 fi
 export PYTHONUNBUFFERED=1
 # As pip installs do: byte-compiled once, so no tool pays for compiling at its start.
-python3 -m compileall -q monitoring bench /tmp/site >/dev/null 2>&1 || true
+python3 -m compileall -q monitoring bench /tmp/site ${BEFORE:+"$BEFORE"} >/dev/null 2>&1 || true
 {
   date -u; uptime; nproc; uname -r
   nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv
