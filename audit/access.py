@@ -20,7 +20,9 @@ def may_audit(user) -> bool:
 
 
 def visible_events(user):
-    return AuditEvent.objects.for_user(user, AUDIT_ROLES)
+    """Sealed events only: a pending one (for the moments before it is sealed) has no
+    place in the log yet to show, link or prove."""
+    return AuditEvent.objects.for_user(user, AUDIT_ROLES).filter(seq__isnull=False)
 
 
 def audit_teams(user):

@@ -66,7 +66,7 @@ class AuditEventViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     your own sign-ins. Filters: since, until, actor, actor_type, team, action (``x.*``
     for a prefix), outcome, target_type, target_id, q (free text in details)."""
 
-    queryset = AuditEvent.objects.select_related("team")
+    queryset = AuditEvent.objects.filter(seq__isnull=False).select_related("team")  # sealed
     serializer_class = AuditEventSerializer
     permission_classes = [IsAuthenticated, TokenScope, MayAudit]
     read_roles = AUDIT_ROLES

@@ -66,10 +66,13 @@ class CanonicalJSONField(models.JSONField):
 
 
 class AuditEvent(models.Model):
-    """One append-only, hash-chained record. Never updated or deleted by the app (on
-    PostgreSQL, triggers refuse it); only retention removes rows past their age."""
+    """One append-only, hash-chained record. Written whole by ``record_event``; its place
+    in the log (``seq``, ``prev_hash``, ``hash``) is given once, by whoever holds the chain
+    head, either at once or moments after the writer commits (a *pending* record has
+    none yet). Never otherwise updated or deleted by the app (on PostgreSQL, triggers
+    refuse it); only retention removes rows past their age."""
 
-    seq = models.BigIntegerField(unique=True)
+    seq = models.BigIntegerField(unique=True, null=True, blank=True)
     time = models.DateTimeField(default=timezone.now, db_index=True)
     actor_type = models.CharField(max_length=16, choices=ActorType.choices)
     actor_id = models.CharField(max_length=64, blank=True)
@@ -89,8 +92,8 @@ class AuditEvent(models.Model):
     user_agent = models.CharField(max_length=400, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
     details = CanonicalJSONField(default=dict, blank=True)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     objects = AuditEventQuerySet.as_manager(team_path="team")
 
@@ -100,14 +103,19 @@ class AuditEvent(models.Model):
             models.Index(fields=["team", "time"]),
             models.Index(fields=["actor_name", "time"]),
             models.Index(fields=["target_type", "target_id"], name="audit_event_target_idx"),
+            # The pending records, which the next sealer takes in id order.
+            models.Index(fields=["id"], condition=Q(seq__isnull=True), name="audit_event_pending_idx"),
         ]
 
     def __str__(self) -> str:
+        if self.seq is None:
+            return f"pending {self.action} by {self.actor_name or self.actor_type} ({self.outcome})"
         return f"#{self.seq} {self.action} by {self.actor_name or self.actor_type} ({self.outcome})"
 
 
 class ChainHead(models.Model):
-    """A single row locked by every append, so concurrent writers keep one chain."""
+    """The last sealed record. Whoever holds this row's lock seals records (gives them
+    their place in the chain); writers that find it held leave theirs pending."""
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     seq = models.BigIntegerField(default=0)

@@ -6,10 +6,11 @@ prints the grants below for the app's role; docs/audit.md says how to set both u
 from __future__ import annotations
 
 # What the app may do to each audit table; the triggers narrow it further (events: only
-# retention's DELETE of rows past 180 days; chain head: forward one event at a time;
-# signing keys: retire once). Nothing here lets the app touch a trigger.
+# the sealing of a pending record, which sets its place columns once, and retention's
+# DELETE of rows past 180 days; chain head: forward along the chain; signing keys:
+# retire once). Nothing here lets the app touch a trigger.
 AUDIT_TABLE_PRIVILEGES = {
-    "audit_auditevent": "SELECT, INSERT, DELETE",
+    "audit_auditevent": "SELECT, INSERT, UPDATE (seq, prev_hash, hash), DELETE",
     "audit_checkpoint": "SELECT, INSERT",
     "audit_chainhead": "SELECT, INSERT, UPDATE",
     "audit_signingkey": "SELECT, INSERT, UPDATE",

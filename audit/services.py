@@ -20,7 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chain, context, keys, merkle, signing
+from . import chain, context, keys, merkle, signing, stream
 from .models import (
     ActorType,
     AuditEvent,
@@ -152,8 +152,7 @@ def role_of(actor, team_id: int | None) -> str:
 
 
 def _lock_head() -> ChainHead:
-    """The chain head, locked until this transaction ends: appends are serialised here
-    (a row lock on PostgreSQL; SQLite's IMMEDIATE transactions already serialise)."""
+    """The chain head, locked until this transaction ends (waiting for it if need be)."""
     head = ChainHead.objects.select_for_update().filter(id=1).first()
     if head is None:  # a flushed test database; the unique id makes racing creators wait
         ChainHead.objects.get_or_create(id=1)
@@ -161,8 +160,35 @@ def _lock_head() -> ChainHead:
     return head
 
 
-# No savepoint: an audit write that fails must roll the caller's whole change back anyway,
-# and two fewer round trips per event matter while the chain head is locked.
+# In one round trip: the head, locked for this transaction unless another holds it (then
+# NULLs), whether records wait to be sealed, and whether the head row exists at all.
+_TRY_HEAD_SQL = (
+    "WITH locked AS (SELECT seq, hash FROM audit_chainhead WHERE id = 1 FOR UPDATE SKIP LOCKED) "
+    "SELECT l.seq, l.hash, EXISTS (SELECT 1 FROM audit_auditevent e WHERE e.seq IS NULL), "
+    "EXISTS (SELECT 1 FROM audit_chainhead WHERE id = 1) FROM (SELECT 1) AS one LEFT JOIN locked l ON true"
+)
+
+
+def _try_head() -> tuple[int, str, bool] | None:
+    """(seq, hash, records pending) with the chain head locked until this transaction
+    ends, or None when another transaction holds it. SQLite serialises writers anyway
+    (IMMEDIATE transactions), so there it always answers."""
+    if connection.vendor != "postgresql":
+        head = _lock_head()
+        return head.seq, head.hash, _any_pending()
+    for _ in range(2):
+        with connection.cursor() as cursor:
+            cursor.execute(_TRY_HEAD_SQL)
+            seq, hash_, pending, exists = cursor.fetchone()
+        if seq is not None:
+            return seq, hash_, pending
+        if exists:
+            return None  # held by another transaction
+        ChainHead.objects.get_or_create(id=1)  # a flushed test database
+    return None
+
+
+# No savepoint: an audit write that fails must roll the caller's whole change back anyway.
 @transaction.atomic(savepoint=False)
 def record_event(
     *,
@@ -176,6 +202,11 @@ def record_event(
     details: dict | None = None,
     target_name: str = "",
 ) -> AuditEvent:
+    """Append one event. When the chain head is free the event is sealed at once (its
+    ``seq`` and ``hash`` are set, and the head stays locked until the caller commits);
+    when another transaction holds the head the event is written *pending* and sealed
+    right after the caller commits, by this process or by the head's holder, so no
+    writer ever waits for another's transaction."""
     if outcome not in Outcome.values:
         raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, not {outcome!r}")
     ctx = context.current()
@@ -188,9 +219,7 @@ def record_event(
     actor_role = role_of(actor, team_id) if actor_type == ActorType.USER else ""
     # JSON round trip so the hash covers exactly what the database will hand back.
     clean_details = json.loads(json.dumps(scrub(details or {}), sort_keys=True))
-    head = _lock_head()
     event = AuditEvent(
-        seq=head.seq + 1,
         time=context.recorded_time() or timezone.now(),
         actor_type=actor_type,
         actor_id=clean_text(actor_id, 64),
@@ -206,15 +235,113 @@ def record_event(
         user_agent=clean_text(ctx.user_agent, 400),
         request_id=clean_text(ctx.request_id, 64),
         details=clean_details,
-        prev_hash=head.hash or chain.GENESIS_HASH,
     )
-    event.hash = chain_hash(event, event.prev_hash)
-    event.save(force_insert=True)
-    ChainHead.objects.filter(id=1).update(seq=event.seq, hash=event.hash)
-    if event.seq % getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000) == 0:
+    head = _try_head()
+    if head is None:
+        event.save(force_insert=True)  # pending: sealed once this transaction commits
+    else:
+        head_seq, prev, pending = head
+        seq = head_seq
+        if pending:  # others' records, committed while another held the head: first
+            seq, prev = _seal_batch(seq, prev)
+        event.seq, event.prev_hash = seq + 1, prev
+        event.hash = chain_hash(event, prev)
+        event.save(force_insert=True)
+        _move_head(head_seq, event.seq, event.hash)
+    if connection.vendor == "postgresql":
+        # Whoever found the head held left their records pending and counts on its holder
+        # to look again once it lets go: this is that look (cheap when nothing waits).
+        transaction.on_commit(seal_pending, robust=True)
+    return event
+
+
+def _move_head(old_seq: int, new_seq: int, new_hash: str) -> None:
+    with connection.cursor() as cursor:  # raw: this runs once per append
+        cursor.execute("UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash])
+    every = getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000)
+    if new_seq // every != old_seq // every:
         # Besides the minute tick: no more than that many events ever wait unsigned.
         transaction.on_commit(_checkpoint_soon, robust=True)
-    return event
+
+
+_PENDING_SQL = (
+    f"SELECT id, {stream.TIME_SQL}, actor_type, actor_id, actor_name, team_id, action, "
+    "target_type, target_id, outcome, host(source_ip), user_agent, request_id, actor_role, "
+    "target_name, details::text FROM audit_auditevent WHERE seq IS NULL ORDER BY id LIMIT %s"
+)
+_SEAL_SQL = (
+    "UPDATE audit_auditevent AS e SET seq = v.seq, prev_hash = v.prev, hash = v.hash "
+    "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) AS v(id, seq, prev, hash) "
+    "WHERE e.id = v.id"
+)
+
+
+def _pending_rows(limit: int) -> list[tuple]:
+    """Pending records in id order as (id, fields in the form the chain hashes)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_PENDING_SQL, [limit])
+            return cursor.fetchall()
+    pending = AuditEvent.objects.filter(seq__isnull=True).order_by("id")[:limit]
+    return [(e.id, *chain_fields(e)) for e in pending]
+
+
+def _seal_batch(seq: int, prev: str, limit: int = 10_000) -> tuple[int, str]:
+    """Give the pending records visible now the next places after #seq, in id order.
+    The caller holds the chain head; returns the new (seq, hash) of the head, which the
+    caller moves (``_move_head``) after adding its own record, or at once."""
+    rows = _pending_rows(limit)
+    ids, seqs, prevs, hashes = [], [], [], []
+    link, canonical_text = chain.link, chain.canonical_text
+    for rid, *fields in rows:
+        seq += 1
+        digest = link(canonical_text(seq, *fields), prev)
+        ids.append(rid), seqs.append(seq), prevs.append(prev), hashes.append(digest)
+        prev = digest
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_SEAL_SQL, [ids, seqs, prevs, hashes])
+    else:
+        for rid, s, p, h in zip(ids, seqs, prevs, hashes, strict=True):
+            AuditEvent.objects.filter(id=rid).update(seq=s, prev_hash=p, hash=h)
+    return seq, prev
+
+
+def _any_pending() -> bool:
+    with connection.cursor() as cursor:  # raw: this runs after every audited commit
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM audit_auditevent WHERE seq IS NULL)")
+        return cursor.fetchone()[0]
+
+
+def seal_pending(*, batch: int = 10_000) -> int:
+    """Seal every pending record committed so far, in batches, unless another
+    transaction holds the chain head (it looks again when it lets go). Returns how many
+    it sealed. Runs after each audited transaction on PostgreSQL and before each tree
+    head is signed."""
+    sealed = 0
+    # A plain look first: taking the head's row lock writes (and commits) even when
+    # there is nothing to seal.
+    while _any_pending():
+        with transaction.atomic():
+            head = _try_head()
+            if head is None or not head[2]:
+                return sealed
+            seq, prev = _seal_batch(head[0], head[1], batch)
+            if seq == head[0]:
+                return sealed
+            _move_head(head[0], seq, prev)
+        sealed += seq - head[0]
+    return sealed
+
+
+def chain_fields(event: AuditEvent) -> tuple:
+    """An event's hashed fields after ``seq``, as ``chain.canonical_text`` takes them."""
+    return (
+        chain.iso_time(event.time), event.actor_type, event.actor_id, event.actor_name, event.team_id,
+        event.action, event.target_type, event.target_id, event.outcome, event.source_ip,
+        event.user_agent, event.request_id, event.actor_role, event.target_name,
+        chain.canonical_details(event.details),
+    )  # fmt: skip
 
 
 def _checkpoint_soon() -> None:
@@ -274,6 +401,7 @@ def write_checkpoint(*, now: datetime | None = None) -> Checkpoint | None:
     recorded, once per break, and logged)."""
     from .verification import verify
 
+    seal_pending()
     # No lock: every event up to a committed head is committed and never changes.
     head = ChainHead.objects.filter(id=1).first()
     last = Checkpoint.objects.order_by("-seq").first()
@@ -434,11 +562,11 @@ def apply_retention(*, actor="system", now: datetime | None = None, batch: int =
     archive bundle that verifies offline. Never touches anything younger than 180 days
     (PostgreSQL's trigger refuses it too). Returns how many were deleted."""
     cutoff = retention_cutoff(now)
-    first = AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first()
+    first = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True).first()
     if first is None:
         return 0
     young = (
-        AuditEvent.objects.filter(time__gte=cutoff)
+        AuditEvent.objects.filter(time__gte=cutoff, seq__isnull=False)
         .order_by("seq")
         .values_list("seq", flat=True)
         .first()
@@ -487,7 +615,7 @@ def load_tree(size: int, root: str) -> merkle.Tree:
     at the edge. Kept between calls and extended with new leaves only (about 64 bytes a
     leaf); rebuilt when it no longer matches the signed root."""
     global _tree
-    first = AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first() or 1
+    first = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True).first() or 1
     base = min(first - 1, size)
     with _tree_lock:
         for fresh in (False, True):

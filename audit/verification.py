@@ -139,7 +139,7 @@ def parse_bound(value: str, name: str) -> int | datetime:
 
 
 def _seq_bounds(start, end) -> tuple[int | None, int | None]:
-    seqs = AuditEvent.objects.order_by("seq").values_list("seq", flat=True)
+    seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
     lo = seqs.first() if start is None else None
     hi = seqs.last() if end is None else None
     if isinstance(start, datetime):
@@ -288,7 +288,7 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
             else "no signed checkpoint anchors it"
         )
         seg.fail(lo, f"missing head: events before #{lo} are gone and {why}")
-    expected_seq, prev_id, last_hash, count = lo, 0, None, 0
+    expected_seq, last_hash, count = lo, None, 0
     head_seq, head_hash = head
     tree = _frontier_at(lo, cps)
     push, leaf_of = (tree.push, merkle.event_leaf) if tree is not None else (None, None)
@@ -323,15 +323,13 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
                 seg.fail(seq, partial(_explain_edit, row))  # explained after the stream
             elif expected_prev is not None and prev != expected_prev:
                 seg.fail(seq, partial(_explain_link, seq, prev))
-            elif rid <= prev_id:
-                seg.fail(seq, "reorder: record ids are out of sequence order")
             elif seq == head_seq and stored != head_hash:
                 seg.fail(seq, "head mismatch: the chain head's hash differs from this record's")
         seg.count += 1
         seg.last = seq
         if push is not None:
             push(leaf_of(stored))
-        expected_prev, expected_seq, prev_id, last_hash = stored, seq + 1, rid, stored
+        expected_prev, expected_seq, last_hash = stored, seq + 1, stored
         while cp is not None and cp[0] <= seq:
             if cp[0] < seq:
                 seg.fail(cp[0], f"gap: checkpointed event #{cp[0]} is missing")

@@ -7,7 +7,9 @@
 3. ``manage.py verify_audit`` over all of them;
 4. audited appends per second: ``record_event`` each in its own committed transaction,
    from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
-   workers are), then the whole log verified (one gap-free chain, every head valid).
+   workers are), beside the same writers committing a plain one-row INSERT (the peer);
+   once with the transaction ending at the write, once with ``--caller-ms`` more work in
+   it; then the whole log verified (one gap-free chain, nothing left pending).
 
     python bench/audit.py                  # 1,000,000 events, scratch DB gpc_bench_audit
     python bench/audit.py --events 200000  # quicker
@@ -244,9 +246,15 @@ def verify_command(env: dict) -> dict:
     }  # fmt: skip
 
 
-def _append_worker(env: dict, seconds: float, ready, results) -> None:
+PLAIN_TABLE = "bench_plain_write"
+
+
+def _append_worker(env: dict, seconds: float, ready, results, audited: bool, caller_ms: float) -> None:
     """One writer process: once every writer is set up, append audited events, each in
-    its own committed transaction, for ``seconds``; reports how many."""
+    its own committed transaction, for ``seconds``; reports how many. With ``audited``
+    False, the peer: a plain one-row INSERT per committed transaction, no audit.
+    ``caller_ms``: the rest of the caller's transaction after the write (a server-side
+    sleep, no CPU), during which the old design kept the chain head locked."""
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
     import django
@@ -260,46 +268,80 @@ def _append_worker(env: dict, seconds: float, ready, results) -> None:
     pid, count = os.getpid(), 0
     ready.wait()
     until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
+    while time.perf_counter() < until and not audited:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {PLAIN_TABLE} (writer, n, details) VALUES (%s, %s, %s)",
+                           [pid, count, json.dumps({"writer": pid, "n": count, "gpu_count": 8, "name": "job"})])
+            if caller_ms:
+                cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
+        count += 1
+    while time.perf_counter() < until and audited:
         with transaction.atomic():
             record_event(
                 actor="system", action="instance.launch", target_type="instances.instance",
                 target_id=str(count), details={"writer": pid, "n": count, "gpu_count": 8, "name": "job"},
             )  # fmt: skip
+            if caller_ms:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
         count += 1
     connection.close()
     results.put(count)
 
 
-def append_rate(env: dict, writers: int, seconds: float) -> dict:
+def append_rate(env: dict, writers: int, seconds: float, audited: bool = True, caller_ms: float = 0) -> dict:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     ready, results = ctx.Barrier(writers + 1), ctx.Queue()
-    procs = [ctx.Process(target=_append_worker, args=(env, seconds, ready, results)) for _ in range(writers)]
+    procs = [
+        ctx.Process(target=_append_worker, args=(env, seconds, ready, results, audited, caller_ms))
+        for _ in range(writers)
+    ]
     for proc in procs:
         proc.start()
     ready.wait()  # every writer set up and connected: the clock starts for all at once
     total = sum(results.get(timeout=seconds + 120) for _ in procs)
     for proc in procs:
         proc.join()
-    return {"writers": writers, "seconds": seconds, "events": total, "events_per_s": round(total / seconds)}
+    return {"writers": writers, "seconds": seconds, "caller_ms": caller_ms, "events": total,
+            "events_per_s": round(total / seconds)}
 
 
-def append_bench(env: dict, seconds: float) -> dict:
+def append_bench(env: dict, seconds: float, caller_ms: float) -> dict:
+    """1 writer vs 8, audited vs a plain one-row INSERT (the peer), with the caller's
+    transaction ending at once and with ``caller_ms`` more work after the write."""
     from django.db import connection
 
     from audit.models import AuditEvent
     from audit.verification import verify
 
-    single = append_rate(env, 1, seconds)
-    eight = append_rate(env, 8, seconds)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {PLAIN_TABLE} (id bigserial PRIMARY KEY, "
+                       "writer int, n int, details json, at timestamptz DEFAULT now())")
     connection.close()
-    seqs = AuditEvent.objects.order_by("seq").values_list("seq", flat=True)
+    runs = {}
+    for work in (0, caller_ms):
+        for audited in (False, True):
+            for writers in (1, 8):
+                name = f"{'audited' if audited else 'plain'}_{writers}_{work:g}ms"
+                runs[name] = append_rate(env, writers, seconds, audited, work)
+    connection.close()
+    pending = AuditEvent.objects.filter(seq__isnull=True).count()
+    seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
     report = verify()
+    rate = {name: run["events_per_s"] for name, run in runs.items()}
+    ratios = {}
+    for work in (0, caller_ms):
+        for kind in ("plain", "audited"):
+            ratios[f"{kind}_8_vs_1_{work:g}ms"] = round(rate[f"{kind}_8_{work:g}ms"] / rate[f"{kind}_1_{work:g}ms"], 2)
+        for writers in (1, 8):
+            ratios[f"audited_vs_plain_{writers}_{work:g}ms"] = round(
+                rate[f"audited_{writers}_{work:g}ms"] / rate[f"plain_{writers}_{work:g}ms"], 2)
     return {
-        "single": single, "eight": eight, "ratio": round(eight["events_per_s"] / single["events_per_s"], 2),
+        "rates": rate, "ratios": ratios, "runs": runs, "pending_after": pending,
         "gap_free": seqs.count() == seqs.last(), "valid": report.valid, "cpus": os.cpu_count(),
+        "load": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
 
 
@@ -312,6 +354,10 @@ def main() -> None:
         "--append-only", action="store_true", help="only the concurrent append step"
     )
     parser.add_argument("--append-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--caller-ms", type=float, default=5.0,
+        help="work in the caller's transaction after the audited write (second series)",
+    )
     args = parser.parse_args()
     if args.append_only:
         recreate_database(args.db)
@@ -321,7 +367,7 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        appended = append_bench(env, args.append_seconds)
+        appended = append_bench(env, args.append_seconds, args.caller_ms)
         _drop(args)
         _print_append(appended)
         print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "append": appended}))
@@ -347,7 +393,7 @@ def main() -> None:
         daphne.terminate()
         daphne.wait(10)
     verified = verify_command(env)
-    appended = append_bench(env, args.append_seconds)
+    appended = append_bench(env, args.append_seconds, args.caller_ms)
     result = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "events": args.events, "export_api_small": small,
         "export_api": full, "copy": copy, "export_vs_copy": round(full["rows_per_s"] / copy["rows_per_s"], 3),
@@ -377,10 +423,13 @@ def _drop(args) -> None:
 
 
 def _print_append(appended: dict) -> None:
+    for name, rate in appended["rates"].items():
+        print(f"  {name:>20}: {rate:,} transactions/s")
+    for name, ratio in appended["ratios"].items():
+        print(f"  {name:>28}: {ratio}x")
     print(
-        f"audited appends: 1 writer {appended['single']['events_per_s']:,}/s, "
-        f"8 writers {appended['eight']['events_per_s']:,}/s ({appended['ratio']}x) on {appended['cpus']} CPUs; "
-        f"log gap-free {appended['gap_free']}, verifies {appended['valid']}"
+        f"audited appends on {appended['cpus']} CPUs, load {appended['load']}: pending after "
+        f"{appended['pending_after']}, log gap-free {appended['gap_free']}, verifies {appended['valid']}"
     )
 
 

@@ -1,0 +1,99 @@
+"""A writer never waits for another's transaction: when the chain head is held, its event
+is written pending and sealed (given its place in the chain) once someone holds the head."""
+
+import threading
+from contextlib import contextmanager
+
+import pytest
+from audit_support import on_postgres
+from django.db import DatabaseError, connection, transaction
+
+from audit import services
+from audit.models import AuditEvent, ChainHead
+from audit.verification import verify
+
+
+@contextmanager
+def head_held():
+    """Another transaction appends an event and keeps the chain head until the block ends."""
+    ChainHead.objects.get_or_create(id=1)  # as migrated (transactional tests flush it)
+    holding, release = threading.Event(), threading.Event()
+
+    def holder():
+        try:
+            with transaction.atomic():
+                services.record_event(actor="holder", action="test.hold")
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert holding.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def seqs(action):
+    return list(AuditEvent.objects.filter(action=action).values_list("seq", flat=True))
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_does_not_wait_for_the_head_and_is_sealed_after_its_holder():
+    with head_held():
+        with transaction.atomic():
+            mine = services.record_event(actor="writer", action="test.pending")
+        assert mine.seq is None
+        assert seqs("test.pending") == [None]  # committed, pending: the head is still held
+    assert seqs("test.hold") == [1] and seqs("test.pending") == [2]
+    assert verify().valid
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_events_are_sealed_in_commit_order_and_a_rollback_leaves_no_gap():
+    with head_held():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            services.record_event(actor="writer", action="test.rolled_back")
+            raise RuntimeError("the caller fails")
+        with transaction.atomic():
+            services.record_event(actor="writer", action="test.late")  # written first …
+            with head_held():  # (a second holder cannot get the head either)
+                pass
+            services.record_event(actor="writer", action="test.late")
+    assert seqs("test.rolled_back") == []
+    all_seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
+    assert all_seqs == list(range(1, len(all_seqs) + 1))
+    assert verify().valid
+
+
+@on_postgres
+def test_a_pending_event_is_sealed_once_and_never_edited(events):
+    events(2)
+    pending = AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(pk=pending.pk).update(action="test.other")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(pk=pending.pk).update(seq=2, prev_hash="ab" * 32, hash="cd" * 32)
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(pk=pending.pk).delete()
+    assert services.seal_pending() == 1
+    assert AuditEvent.objects.get(pk=pending.pk).seq == 3
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(pk=pending.pk).update(seq=4)
+    assert verify().valid
+
+
+def test_sealing_continues_the_chain_and_the_tree_head(events):
+    events(3)
+    AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
+    AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
+    checkpoint = services.write_checkpoint()  # seals what is pending before it signs
+    assert checkpoint.seq == 5 and seqs("test.pending") == [4, 5]
+    assert services.record_event(actor="system", action="test.after").seq == 6
+    assert verify().valid
