@@ -75,8 +75,29 @@ class CompactRange:
             (width, right), (_, left) = pieces.pop(), pieces.pop()
             pieces.append((2 * width, node_hash(left, right)))
 
+    def push_subtree(self, width: int, digest: bytes) -> None:
+        """Append a whole perfect subtree of ``width`` leaves (a power of two dividing the
+        current size) by its root."""
+        pieces = self.pieces
+        pieces.append((width, digest))
+        self.size += width
+        while len(pieces) >= 2 and pieces[-1][0] == pieces[-2][0]:
+            (width, right), (_, left) = pieces.pop(), pieces.pop()
+            pieces.append((2 * width, node_hash(left, right)))
+
     def root(self) -> bytes:
         return frontier_root([h for _, h in self.pieces])
+
+
+def perfect_root(leaves: Sequence[bytes]) -> bytes:
+    """The root of a perfect subtree (a power-of-two number of leaf hashes), hashed a
+    level at a time."""
+    level = b"".join(leaves)
+    sha, prefix = hashlib.sha256, b"\x01"
+    while len(level) > 32:
+        view = memoryview(level)
+        level = b"".join([sha(prefix + view[i : i + 64]).digest() for i in range(0, len(level), 64)])
+    return level
 
 
 def frontier_root(frontier: Sequence[bytes]) -> bytes:
@@ -327,3 +348,20 @@ class PartialTree:
 
     def inclusion(self, index: int) -> list[bytes]:
         return inclusion_path(index, 0, self.size, self.hash)
+
+    def root_over(self, indexes: Sequence[int]) -> bytes:
+        """The root rebuilt from the leaves at the sorted ``indexes`` and, for the maximal
+        subtrees holding none of them, the given nodes (a node over a listed leaf is never
+        used, so each listed leaf is hashed into the root at its place). KeyError when a
+        needed node is missing."""
+
+        def walk(lo: int, hi: int, first: int, last: int) -> bytes:
+            if first == last:
+                return self.nodes[(lo, hi)]
+            if hi - lo == 1:
+                return self.leaves[lo]
+            k = lo + split(hi - lo)
+            middle = bisect_left(indexes, k, first, last)
+            return node_hash(walk(lo, k, first, middle), walk(k, hi, middle, last))
+
+        return walk(0, self.size, 0, len(indexes)) if self.size else EMPTY_ROOT

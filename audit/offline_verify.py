@@ -31,6 +31,8 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from hashlib import sha256
+from typing import NamedTuple
 
 from audit import chain, merkle, signing
 
@@ -64,29 +66,79 @@ class Result:
 
 
 # --- reading a bundle ----------------------------------------------------------------
+#
+# A reader turns each row into a Record: its number, the canonical bytes the chain hashes
+# (built straight from the row's text, without parsing ``details``: the bundle carries
+# them as their canonical JSON text, and the hash is over exactly those bytes, so any
+# other text fails), and the two hashes.
 
 
-def _csv_rows(text: str) -> Iterator[dict]:
+class Record(NamedTuple):
+    seq: int
+    canonical: bytes
+    prev_hash: str
+    hash: str
+
+
+_canonical_text = chain.canonical_text
+_HEADER = (*chain.FIELDS, "prev_hash", "hash")
+_CSV_TEXT = tuple(_HEADER.index(name) for name in _TEXT)
+_DETAILS_AT = ',"details":'
+# An exported event line ends with these two keys, in this form (export.jsonl_line).
+_TAIL = len(',"prev_hash":"') + 64 + len('","hash":"') + 64 + len('"}')
+
+
+def _csv_rows(text: str) -> Iterator[Record]:
     reader = csv.reader(io.StringIO(text, newline=""))
     columns = next(reader, None)
-    if columns is None or tuple(columns) != (*chain.FIELDS, "prev_hash", "hash"):
+    if columns is None or tuple(columns) != _HEADER:
         raise ValueError("events.csv: unexpected header row")
+    width, uncell = len(columns), chain.csv_uncell
     for number, cells in enumerate(reader, 2):
-        if len(cells) != len(columns):
-            raise ValueError(
-                f"events.csv line {number}: {len(cells)} cells, expected {len(columns)}"
-            )
-        row = dict(zip(columns, cells, strict=True))
-        for name in _TEXT:
-            row[name] = chain.csv_uncell(row[name])
-        row["seq"] = int(row["seq"])
-        row["team_id"] = int(row["team_id"]) if row["team_id"] else None
-        row["source_ip"] = row["source_ip"] or None
-        row["details"] = json.loads(row["details"])
-        yield row
+        if len(cells) != width:
+            raise ValueError(f"events.csv line {number}: {len(cells)} cells, expected {width}")
+        for i in _CSV_TEXT:
+            if cells[i][:1] == "'":
+                cells[i] = uncell(cells[i])
+        seq, time, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, role, tname, details, prev, digest = cells  # fmt: skip
+        try:
+            number_ = int(seq)
+        except ValueError:
+            raise ValueError(f"events.csv line {number}: seq {seq!r} is not a number") from None
+        canonical = _canonical_text(
+            number_, time, at, aid, an, team or None, action, tt, tid, outcome, ip or None, ua, req,
+            role, tname, details,
+        )  # fmt: skip
+        yield Record(number_, canonical, prev, digest)
 
 
-def _jsonl(handle) -> tuple[dict, Iterator[dict]]:
+def _event_record(line: str, number: int) -> Record:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {number} is not JSON: {exc}") from None
+    if row.get("type") != "event":
+        raise ValueError(f"line {number}: not an event")
+    try:
+        prev, digest = row["prev_hash"], row["hash"]
+        text = line.rstrip("\r\n")
+        start = text.find(_DETAILS_AT)
+        if start > 0 and text.endswith(f',"prev_hash":"{prev}","hash":"{digest}"}}') and len(prev) == len(digest) == 64:
+            details = text[start + len(_DETAILS_AT) : len(text) - _TAIL]
+        else:  # written by another tool: encode the details canonically
+            details = chain.canonical_details(row["details"])
+        canonical = _canonical_text(
+            int(row["seq"]), row["time"], row["actor_type"], row["actor_id"], row["actor_name"],
+            row["team_id"], row["action"], row["target_type"], row["target_id"], row["outcome"],
+            row["source_ip"], row["user_agent"], row["request_id"], row.get("actor_role", ""),
+            row.get("target_name", ""), details,
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"line {number}: not an audit event ({exc})") from None
+    return Record(int(row["seq"]), canonical, prev, digest)
+
+
+def _jsonl(handle) -> tuple[dict, Iterator[Record]]:
     lines = (line for line in handle if line.strip())
     first = next(lines, None)
     if first is None:
@@ -94,21 +146,10 @@ def _jsonl(handle) -> tuple[dict, Iterator[dict]]:
     manifest = json.loads(first)
     if manifest.get("type") != "manifest":
         raise ValueError("line 1 is not the bundle's manifest")
-
-    def rows() -> Iterator[dict]:
-        for number, line in enumerate(lines, 2):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"line {number} is not JSON: {exc}") from None
-            if row.get("type") != "event":
-                raise ValueError(f"line {number}: not an event")
-            yield row
-
-    return manifest, rows()
+    return manifest, (_event_record(line, number) for number, line in enumerate(lines, 2))
 
 
-def read_bundle(path: str) -> tuple[dict, Iterator[dict]]:
+def read_bundle(path: str) -> tuple[dict, Iterator[Record]]:
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as bundle:
             manifest = json.loads(bundle.read("manifest.json"))
@@ -213,39 +254,52 @@ def _check_listed(result: Result, manifest: dict, rows) -> None:
     """A filtered bundle: every row against the manifest's list of records."""
     listed = {int(seq): digest for seq, digest in manifest.get("records", [])}
     seen: dict[int, str] = {}
-    prev: tuple[int, str] | None = None
+    prev: Record | None = None
     for row in rows:
         _check_row(result, row, listed, seen, prev)
-        prev = (row["seq"], row["hash"])
+        prev = row
     for seq in sorted(set(listed) - set(seen))[:_MAX_PROBLEMS]:
         result.problem(f"#{seq}: listed in the manifest but missing from the file (removed)")
     if manifest.get("count") != len(listed):
         result.problem(f"the manifest lists {len(listed)} records but says {manifest.get('count')}")
 
 
+_LEAVES_PER_BLOCK = 1 << 14  # a perfect subtree: its root is hashed level by level
+
+
 def _check_complete(result: Result, rows, head: dict) -> None:
     """The whole log up to the head: the rows are every leaf, in order, so their hashes
     rebuild the signed root (which proves each one's inclusion at once) and the last one
-    is the head's chain hash."""
+    is the head's chain hash. Leaves are gathered in blocks of a perfect subtree each,
+    hashed a level at a time, so memory stays flat however long the log."""
     size = int(head["tree_size"])
     tree = merkle.CompactRange()
-    prev: tuple[int, str] | None = None
+    block: list[bytes] = []
+    fromhex, prev = bytes.fromhex, None
+    count = 0
     for row in rows:
-        seq = row["seq"]
         _check_row(result, row, None, None, prev)
-        if seq != tree.size + 1:
+        count += 1
+        if row.seq != count:
             result.problem(
-                f"#{tree.size + 1}: missing from the file (removed)"
-                if seq > tree.size + 1
-                else f"#{seq}: out of place"
+                f"#{count}: missing from the file (removed)" if row.seq > count else f"#{row.seq}: out of place"
             )
-        tree.push(merkle.event_leaf(row["hash"]))
-        prev = (seq, row["hash"])
+            count = row.seq
+        try:
+            block.append(sha256(b"\x00" + fromhex(row.hash)).digest())
+        except ValueError:
+            block.append(bytes(32))  # not hex: already named as a hash mismatch
+        if len(block) == _LEAVES_PER_BLOCK:
+            tree.push_subtree(_LEAVES_PER_BLOCK, merkle.perfect_root(block))
+            block = []
+        prev = row
+    for leaf in block:
+        tree.push(leaf)
     if tree.size != size:
         result.problem(
             f"the file holds {tree.size} records, the signed tree head {size}: truncated or padded"
         )
-    elif prev is not None and prev[1] != head["chain_hash"]:
+    elif prev is not None and prev.hash != head["chain_hash"]:
         result.problem(
             f"#{size}: its hash differs from the signed tree head's (the record was rewritten)"
         )
@@ -258,35 +312,40 @@ def _check_complete(result: Result, rows, head: dict) -> None:
         result.complete = True
 
 
-def _check_row(result: Result, row: dict, listed: dict | None, seen: dict | None, prev) -> None:
-    seq = row["seq"]
+def _check_row(result: Result, row: Record, listed: dict | None, seen: dict | None, prev) -> None:
+    seq = row.seq
     result.events += 1
-    result.first_seq = seq if result.first_seq is None else result.first_seq
+    if result.first_seq is None:
+        result.first_seq = seq
     result.last_seq = seq
     if seen is not None:
         if seq in seen:
             result.problem(f"#{seq}: appears twice")
-        seen[seq] = row["hash"]
-    if chain.row_hash(row, row["prev_hash"]) != row["hash"]:
+        seen[seq] = row.hash
+    if sha256(row.canonical + row.prev_hash.encode()).hexdigest() != row.hash:
         result.problem(f"#{seq}: hash mismatch (the record was edited)")
     if listed is None:
         pass
     elif seq not in listed:
         result.problem(f"#{seq}: not listed in the manifest (added)")
-    elif listed[seq] != row["hash"]:
+    elif listed[seq] != row.hash:
         result.problem(
             f"#{seq}: its hash differs from the manifest's (the record or the manifest was edited)"
         )
     if prev is not None:
-        if seq <= prev[0]:
-            result.problem(f"#{seq}: out of order after #{prev[0]}")
-        elif seq == prev[0] + 1:
+        if seq <= prev.seq:
+            result.problem(f"#{seq}: out of order after #{prev.seq}")
+        elif seq == prev.seq + 1:
             result.links_checked += 1
-            if row["prev_hash"] != prev[1]:
-                result.problem(f"#{seq}: does not follow #{prev[0]} (broken link)")
+            if row.prev_hash != prev.hash:
+                result.problem(f"#{seq}: does not follow #{prev.seq} (broken link)")
 
 
 def _check_inclusion(result: Result, head: dict, listed: dict, nodes: list) -> None:
+    """Every listed record's inclusion proof at once: the records' leaves and the
+    manifest's nodes must rebuild the signed root, each node used only where no listed
+    record lies under it (so every record is hashed into the root at its place). Only if
+    they do not is each record's own path checked, to name the ones that fail."""
     size, root = int(head["tree_size"]), bytes.fromhex(head["root"])
     beyond = [seq for seq in listed if not 1 <= seq <= size]
     for seq in beyond[:_MAX_PROBLEMS]:
@@ -295,6 +354,12 @@ def _check_inclusion(result: Result, head: dict, listed: dict, nodes: list) -> N
         seq - 1: merkle.event_leaf(digest) for seq, digest in listed.items() if 1 <= seq <= size
     }
     tree = merkle.PartialTree(size, leaves, ((lo, hi, bytes.fromhex(h)) for lo, hi, h in nodes))
+    try:
+        if tree.root_over(sorted(leaves)) == root:
+            result.proofs_checked += len(leaves)
+            return
+    except KeyError:
+        pass  # a node is missing: named record by record below
     for index in sorted(leaves):
         try:
             path = tree.inclusion(index)
