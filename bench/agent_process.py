@@ -37,7 +37,6 @@ figures show what the agent's own Python, event loop, spool and websocket cost.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -127,6 +126,8 @@ def every_second(step) -> None:
 
 
 def role_agent(args) -> None:
+    """The agent's own command line, in this process (so the pynvml it sees can be set).
+    Only the standard library's light modules are loaded before it, as for the CLI."""
     sys.modules["pynvml"] = pynvml_for(args)
     if args.role == "agent-before":
         sys.path.insert(0, str(Path(args.before).resolve()))
@@ -204,6 +205,8 @@ def role_nvitop(args) -> None:
 def role_sink(args) -> None:
     """A websocket endpoint that answers like the console: welcome, then one ack per
     samples frame (its last seq). Counts what it received; writes it to --report."""
+    import asyncio
+
     from websockets.asyncio.server import serve
 
     seen = {"frames": 0, "records": 0, "out_of_order": 0, "hellos": 0}

@@ -7,7 +7,6 @@ is reported as one line on stderr, never as a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import logging
 import os
@@ -20,9 +19,11 @@ from urllib.parse import urlsplit
 
 from . import __version__
 from .backends import HostInfo, Source
+from .process import EXIT_FAILED, EXIT_REFUSED, trim_memory
 from .protocol import HOST_RE
-from .runner import EXIT_FAILED, EXIT_REFUSED
-from .spool import Spool, SpoolError
+
+# The event loop, the websocket client and the spool are imported only once NVML is open
+# and its start-up memory handed back (start()), so the process's peak stays low.
 
 PROG = "gpuconsole-agent"
 TOKEN_ENV = "GPUCONSOLE_AGENT_TOKEN"
@@ -222,6 +223,7 @@ def make_source(args) -> Source:
         once=args.once,
     )
     source.open()
+    trim_memory()  # what NVML's start-up freed, before the rest of the agent is loaded
     return source
 
 
@@ -312,7 +314,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(the_plan: Plan) -> int:
+    import asyncio
+
     from .runner import run
+    from .spool import Spool, SpoolError
     from .uplink import Backoff, HostLink
 
     args = the_plan.args
@@ -348,7 +353,7 @@ def start(the_plan: Plan) -> int:
             spool.close()
 
 
-def _announce(the_plan: Plan, spools: list[Spool]) -> None:
+def _announce(the_plan: Plan, spools: list) -> None:
     gpus = sum(len(h.gpus) for h in the_plan.hosts)
     waiting = sum(len(s) for s in spools)
     where = spools[0].directory if len(spools) == 1 else spools[0].directory.parent

@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import signal
 import threading
 
 from .backends import Source
+from .process import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, trim_memory
 from .uplink import FatalError, HostLink
+
+__all__ = ["run", "EXIT_OK", "EXIT_FAILED", "EXIT_REFUSED", "EXIT_INTERRUPTED"]
 
 log = logging.getLogger("gpuconsole.agent")
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 DRAIN_POLL_S = 0.05
-# Start-up (imports, compiling, the first connection) leaves freed memory in the C heap;
-# handing it back once then keeps the resident size near what the agent really holds.
+# The first connection and ticks leave freed memory in the C heap: handed back once.
 TRIM_AFTER_S = 10.0
-
-
-def trim_memory() -> None:
-    """Return the C heap's free pages to the system (glibc; elsewhere nothing)."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 async def run(source: Source, links: dict[str, HostLink], *, once: bool = False) -> int:

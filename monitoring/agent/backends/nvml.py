@@ -23,15 +23,18 @@ metric is absent from the samples, never 0. A GPU that is lost becomes a
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import importlib
 import logging
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..procinfo import ProcessNames
+
+if TYPE_CHECKING:
+    import asyncio
 from . import Emit, HostInfo, Source, run_every
 
 log = logging.getLogger("gpuconsole.agent")
