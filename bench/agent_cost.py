@@ -10,8 +10,9 @@ cleaned and JSON-encoded exactly as for sending, then thrown away), and reports.
     python bench/agent_cost.py --backend fake-nvml --backend fake-bare   # no GPU needed
 
 A GPU-sample is one GPU read once on the fast path, with its share of the slow set
-(GPM, per-process SM use) and of the counter set (energy, PCIe/NVLink bytes) at the
-default 1 s : 5 s : 30 s cadence. fake-nvml runs the nvml backend over a pynvml whose
+(GPM) and of the counter set (energy, PCIe/NVLink bytes, per-process SM use) at the
+nvml defaults, 1 s : 1 s : 60 s (the sim keeps a 5 s slow set). This times the sampling
+and encoding alone; bench/agent_process.py measures the agent as a whole process. fake-nvml runs the nvml backend over a pynvml whose
 calls answer at once, and fake-bare a plain loop over the same calls: the difference
 is what the agent's own Python costs per GPU-sample (sampling, cleaning, encoding).
 """
@@ -31,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 TRACE = REPO / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
-SLOW_EVERY = 5  # fast samples per slow sample at the defaults (1 s, 5 s)
-COUNTER_EVERY = 30  # fast samples per counter sample at the defaults (1 s, 30 s)
+SLOW_EVERY = 1  # fast samples per slow sample at the nvml defaults (1 s, 1 s)
+COUNTER_EVERY = 60  # fast samples per counter sample at the defaults (1 s, 60 s)
 
 
 def peak_rss_mib() -> float:
@@ -72,7 +73,7 @@ class Sink:
 def sim_step(args):
     from monitoring.agent.backends.sim import SimSource
 
-    source = SimSource.synthetic(args.hosts, args.gpus, slow_interval=float(SLOW_EVERY))
+    source = SimSource.synthetic(args.hosts, args.gpus, slow_interval=5.0)
 
     def step(sink: Sink) -> int:
         for host, records in source.tick().items():
