@@ -64,3 +64,12 @@ def test_a_vgpu_that_starts_later_is_picked_up_by_the_rescan(fake_nvml, fake_dev
     gpu.add_vgpu(7003, "99999999-1111-2222-3333-444455556666", "NVIDIA H200-35C", 35 * 2**30, 0)
     assert source.rescan_mig() is True
     assert [s["profile"] for s in told[0][0]["slices"]] == ["H200-70C", "H200-70C", "H200-35C"]
+
+
+def test_no_more_vgpus_than_a_hello_carries(fake_nvml, fake_device):
+    gpu = fake_device(0)
+    for i in range(10):
+        gpu.add_vgpu(8000 + i, f"{i:08d}-1111-2222-3333-444455556666", "NVIDIA H200-14C", 14 * 2**30, 0)
+    fake_nvml([gpu])
+    [entry] = opened().hosts()[0].gpus
+    assert len(entry["slices"]) == 8

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..procinfo import ProcessNames
+from ..protocol import MAX_SLICES
 
 if TYPE_CHECKING:
     import asyncio
@@ -77,7 +78,6 @@ GPM_SLICE_METRICS = {**GPM_METRICS, "gpu_util": ("NVML_GPM_METRIC_GRAPHICS_UTIL"
 
 # nvmlDeviceGetVirtualizationMode -> what the hello says
 VIRTUALIZATION = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
-MAX_VGPUS = 32
 _NOT_IN_UUID = re.compile(r"[^A-Za-z0-9/-]")
 
 XID_MESSAGES = {
@@ -339,7 +339,10 @@ class NvmlSource(Source):
         get_active = getattr(nv, "nvmlDeviceGetActiveVgpus", None)  # absent from old pynvml
         active = (self._call(gpu, "vgpus", get_active, gpu.handle) if get_active else None) or []
         slices = []
-        for i, instance in enumerate(active[:MAX_VGPUS]):
+        if len(active) > MAX_SLICES:
+            log.warning("GPU %d runs %d vGPUs; the protocol carries %d, the rest are left out",
+                        gpu.index, len(active), MAX_SLICES)  # fmt: skip
+        for i, instance in enumerate(active[:MAX_SLICES]):
             try:
                 uuid = _NOT_IN_UUID.sub("", _text(nv.nvmlVgpuInstanceGetUUID(instance)))
                 kind = nv.nvmlVgpuInstanceGetType(instance)
