@@ -9,11 +9,15 @@
    from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
    workers are), beside the same writers committing a plain one-row INSERT (the peer);
    once with the transaction ending at the write, once with ``--caller-ms`` more work in
-   it; then the whole log verified (one gap-free chain, nothing left pending).
+   it; then the whole log verified (one gap-free chain, nothing left pending);
+5. the offline verifier (``audit.offline_verify``, no Django, no database) on a whole-log
+   JSON Lines bundle, the same as a zip of CSV rows, and a bundle of every tenth record
+   with inclusion proofs, beside hashlib's raw SHA-256 of the same records.
 
     python bench/audit.py                  # 1,000,000 events, scratch DB gpc_bench_audit
     python bench/audit.py --events 200000  # quicker
     python bench/audit.py --append-only    # only step 4
+    python bench/audit.py --offline 100000 # only step 5 (no database)
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth). Drops and recreates its
 scratch database. Prints a JSON summary on the last line.
@@ -345,6 +349,119 @@ def append_bench(env: dict, seconds: float, caller_ms: float) -> dict:
     }  # fmt: skip
 
 
+# --- offline verification beside raw SHA-256 -------------------------------------------
+
+
+def _bundle_rows(n: int) -> tuple[list[list], list[bytes]]:
+    """N chained events as export rows (id first, as ``audit.stream`` gives them) and
+    their canonical bytes, hashed exactly as ``record_event`` does."""
+    from audit import chain
+
+    rng = random.Random(6)
+    start = datetime.now(UTC) - timedelta(days=30)
+    step = timedelta(days=29) / n
+    prev, rows, canonicals = chain.GENESIS_HASH, [], []
+    for seq in range(1, n + 1):
+        details = chain.canonical_details(
+            {"name": f"job-{seq % 5000}", "gpu_count": rng.randint(1, 8), "from": "pending", "to": "running"}
+        )
+        fields = [
+            chain.iso_time(start + step * seq), "user", str(rng.randint(1, 50)), f"user{rng.randint(1, 50)}",
+            rng.choice([1, 2, None]), rng.choice(ACTIONS), "instances.instance", str(seq % 9000), "success",
+            f"10.0.{seq % 250}.{seq % 200 + 1}", "Mozilla/5.0 (X11; Linux x86_64) bench", secrets.token_hex(16),
+            "member", f"job-{seq % 5000}", details,
+        ]  # fmt: skip
+        canonical = chain.canonical_text(seq, *fields)
+        digest = chain.link(canonical, prev)
+        rows.append([seq, seq, *fields, prev, digest])
+        canonicals.append(canonical)
+        prev = digest
+    return rows, canonicals
+
+
+def _write_bundles(rows: list[list], folder: str) -> tuple[dict[str, str], str]:
+    """A whole-log JSON Lines bundle, the same as a zip of CSV rows, and a JSON Lines
+    bundle of every tenth record with its proof nodes, as the console writes them."""
+    import csv
+    import zipfile
+
+    from audit import chain, export, merkle, signing
+
+    n = len(rows)
+    tree = merkle.Tree(b"".join(merkle.event_leaf(row[-1]) for row in rows))
+    private = signing.load_private(signing.new_private_pem())
+    pem, when, root = signing.public_pem(private), chain.iso_time(datetime.now(UTC)), tree.root(n).hex()
+    head = {
+        "tree_size": n, "root": root, "chain_hash": rows[-1][-1], "time": when,
+        "key_fingerprint": signing.fingerprint(pem),
+        "signature": signing.sign(private, signing.head_message(n, root, rows[-1][-1], when)),
+    }  # fmt: skip
+    keys = [{"fingerprint": head["key_fingerprint"], "public_key_pem": pem, "valid_until": None,
+             "valid_from": (datetime.now(UTC) - timedelta(days=40)).isoformat()}]  # fmt: skip
+    whole = export.manifest(generated_at=when, filters={}, head=head, keys=keys, records=None, nodes=[])
+    picked = rows[::10]
+    nodes = merkle.covering_nodes([row[1] - 1 for row in picked], n, tree.hash)
+    tenth = export.manifest(
+        generated_at=when, filters={"sample": "every tenth"}, head=head, keys=keys,
+        records=[(row[1], row[-1]) for row in picked], nodes=nodes,
+    )  # fmt: skip
+    paths = {name: os.path.join(folder, name) for name in ("whole.jsonl", "whole.zip", "tenth.jsonl")}
+    for name, manifest, subset in (("whole.jsonl", whole, rows), ("tenth.jsonl", tenth, picked)):
+        with open(paths[name], "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"type": "manifest", **manifest}, separators=(",", ":")) + "\n")
+            handle.writelines(export.jsonl_line(row) + "\n" for row in subset)
+    with zipfile.ZipFile(paths["whole.zip"], "w", zipfile.ZIP_STORED) as bundle:
+        with bundle.open("events.csv", "w", force_zip64=True) as member, io_text(member) as text:
+            writer = csv.writer(text, lineterminator="\n")
+            writer.writerow(export.COLUMNS)
+            writer.writerows(export._csv_values(list(row)) for row in rows)
+        bundle.writestr("manifest.json", json.dumps(whole))
+    return paths, pem
+
+
+def io_text(member):
+    import io
+
+    return io.TextIOWrapper(member, encoding="utf-8", newline="")
+
+
+def offline_bench(n: int, repeat: int = 3) -> dict:
+    """``python -m audit.offline_verify``'s checks on bundles of N events, beside
+    hashlib's raw SHA-256 of the same records' canonical bytes (each best of ``repeat``,
+    interleaved, since other work on the machine only ever slows a run down)."""
+    import hashlib
+    import tempfile
+
+    from audit.offline_verify import verify_bundle
+
+    rows, canonicals = _bundle_rows(n)
+    sha, tail = hashlib.sha256, b"0" * 64
+    with tempfile.TemporaryDirectory() as folder:
+        paths, pem = _write_bundles(rows, folder)
+        best = {"raw_sha256": 0.0} | {name: 0.0 for name in paths}
+        counts = {}
+        for _ in range(repeat):
+            began = time.perf_counter()
+            for canonical in canonicals:
+                sha(canonical + tail).digest()
+            best["raw_sha256"] = max(best["raw_sha256"], n / (time.perf_counter() - began))
+            for name, path in paths.items():
+                began = time.perf_counter()
+                result = verify_bundle(path, public_pem=pem)
+                seconds = time.perf_counter() - began
+                if not result.ok:
+                    raise SystemExit(f"{name} does not verify: {result.problems[:3]}")
+                counts[name] = result.events
+                best[name] = max(best[name], result.events / seconds)
+    raw = best.pop("raw_sha256")
+    return {
+        "events": n, "record_bytes": round(sum(map(len, canonicals)) / n), "raw_sha256_per_s": round(raw),
+        "bundles": {name: {"records": counts[name], "records_per_s": round(rate), "vs_raw_sha256": round(rate / raw, 3)}
+                    for name, rate in best.items()},
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -358,7 +475,19 @@ def main() -> None:
         "--caller-ms", type=float, default=5.0,
         help="work in the caller's transaction after the audited write (second series)",
     )
+    parser.add_argument(
+        "--offline", type=int, metavar="N",
+        help="only the offline verifier on bundles of N events, beside raw SHA-256 (no database)",
+    )
     args = parser.parse_args()
+    if args.offline:
+        sys.path.insert(0, str(ROOT))
+        offline = offline_bench(args.offline)
+        for name, figures in offline["bundles"].items():
+            print(f"offline verify {name}: {figures['records']:,} records, {figures['records_per_s']:,}/s "
+                  f"= {figures['vs_raw_sha256']}x raw SHA-256 ({offline['raw_sha256_per_s']:,}/s)")
+        print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "offline": offline}))
+        return
     if args.append_only:
         recreate_database(args.db)
         var_dir = f"/tmp/{args.db}-var"
