@@ -356,30 +356,39 @@ def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: i
 
 @transaction.atomic
 def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | None = None) -> list[Instance]:
-    """Give notice to the fewest running spot instances on one host whose GPUs, with the
-    host's free ones, make room for ``count`` GPUs. Returns the instances given notice.
+    """Give notice to the fewest running spot instances in one NVLink group (one host
+    where the host has no groups) whose GPUs, with the group's free ones, make room for
+    ``count`` GPUs. Returns the instances given notice.
 
     Runs under the model's placement lock, and counts GPUs already under notice as room
     coming free: two launches short of capacity at once never both preempt for it."""
     GpuModel.objects.select_for_update().get(pk=gpu_model.pk)
-    hosts = Host.objects.filter(state=HostState.ACTIVE, kind=HostKind.PASSTHROUGH, gpus__model=gpu_model).distinct()
+    gpus = Gpu.objects.filter(model=gpu_model, host__state=HostState.ACTIVE, host__kind=HostKind.PASSTHROUGH)
     if region is not None:
-        hosts = hosts.filter(region=region)
+        gpus = gpus.filter(host__region=region)
+    pools = _nvlink_pools(list(gpus.select_related("host").order_by("host__name", "index")))
+    held = {g.instance_id for pool in pools.values() for g in pool if g.instance_id}
+    spot = {i.pk: i for i in Instance.objects.filter(
+        pk__in=held, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None).select_related("host")}
+    noticed = set(PreemptionNotice.objects.filter(instance__in=list(spot), status=NoticeStatus.PENDING)
+                  .values_list("instance_id", flat=True))
     best: list[Instance] | None = None
-    for host in hosts.order_by("name"):
-        spot = Instance.objects.filter(
-            host=host, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None
-        ).order_by("-gpu_count", "created_at")
-        coming = sum(i.gpu_count for i in spot.filter(preemption_notices__status=NoticeStatus.PENDING).distinct())
-        room = _free_whole_gpus(gpu_model).filter(host=host).count() + coming
+    # Room is counted per NVLink group (a host without groups is one): freeing GPUs in
+    # two groups never makes room for an instance that needs them in one.
+    for pool in pools.values():
+        holders: dict[int | None, int] = {}
+        for g in pool:
+            holders[g.instance_id] = holders.get(g.instance_id, 0) + 1
+        room = holders.get(None, 0) + sum(n for pk, n in holders.items() if pk in noticed)
         if room >= count:
             return []  # room is already on its way: launching again once it frees will fit
         chosen = []
-        for candidate in spot.exclude(preemption_notices__status=NoticeStatus.PENDING):
+        for candidate in sorted((spot[pk] for pk in holders if pk in spot and pk not in noticed),
+                                key=lambda i: (-i.gpu_count, i.created_at)):
             if room >= count:
                 break
             chosen.append(candidate)
-            room += candidate.gpu_count
+            room += holders[candidate.pk]
         if room >= count and chosen and (best is None or len(chosen) < len(best)):
             best = chosen
     for instance in best or []:

@@ -4,7 +4,7 @@ can hold the request, the error says so."""
 import pytest
 
 from instances import services
-from instances.models import Gpu, Host, HostKind
+from instances.models import Gpu, Host, HostKind, PreemptionNotice
 
 
 @pytest.fixture
@@ -65,3 +65,12 @@ def test_the_launch_form_shows_the_nvlink_reason(client, bob, acme, pairs):
 def test_the_launch_quote_says_it_does_not_fit(api, bob, pairs):
     quote = api(bob).get("/api/v1/launch-quote/?gpu_model=H200-141GB&gpu_count=3").json()
     assert (quote["free"], quote["free_on_one_host"], quote["fits"]) == (5, 2, False)
+
+
+def test_making_room_preempts_spot_gpus_of_one_nvlink_group(launch, bob, acme, pairs):
+    for name in "abcde":  # best fit: h200-a, the two GPUs in no group, then the pair
+        services.mark_running(instance=launch(bob, acme, name=name, model="H200-141GB", pricing="spot"))
+    with pytest.raises(services.PlacementError, match="were given notice"):
+        launch(bob, acme, name="big", model="H200-141GB", count=2)
+    noticed = set(PreemptionNotice.objects.values_list("instance__name", flat=True))
+    assert noticed == {"d", "e"}  # b and c free two GPUs, but in no shared group
