@@ -138,16 +138,40 @@ def _read_general(text: str, kind: type, limit: int) -> Hello | Samples:
         raise bad("hello was already sent on this connection", "unexpected_hello")
     if kind is Samples and found != "samples":
         raise bad(f"unknown frame type {found[:40]!r}", "unknown_type")
-    try:
-        return msgspec.convert(frame, kind)
-    except msgspec.ValidationError as exc:
-        error = bad(explain(str(exc), frame, kind))
+    message = _unknown_metric(frame) if kind is Samples else None
+    if message is None:
+        try:
+            return msgspec.convert(frame, kind)
+        except msgspec.ValidationError as exc:
+            message = explain(str(exc), frame, kind)
+    error = bad(message)
     if kind is Samples:
         error.boot_id = frame["boot_id"] if p.BOOT_ID_RE.match(str(frame.get("boot_id"))) else None
         records = frame.get("records")
         first = records[0].get("seq") if isinstance(records, list) and records and isinstance(records[0], dict) else None
         error.seq = first if type(first) is int else None
     raise error
+
+
+def _unknown_metric(frame: dict) -> str | None:
+    """What is wrong with the metrics the schema does not name (they are ignored when
+    well formed and finite), or with how many metrics a record holds."""
+    records = frame.get("records")
+    for i, record in enumerate(records if isinstance(records, list) else ()):
+        m = record.get("m") if isinstance(record, dict) else None
+        if not isinstance(m, dict):
+            continue
+        if len(m) > p.MAX_METRICS:
+            return f"records[{i}].m has {len(m)} metrics; at most {p.MAX_METRICS} are allowed"
+        for name, value in m.items():
+            if name in p.METRICS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"records[{i}].m.{name} must be a number"
+            error = p.metric_error(name, value)
+            if error is not None:
+                return f"records[{i}].m" + (": " if error.startswith("metric name") else f".{name} ") + error
+    return None
 
 
 # --- what the schema's errors say, in the protocol's words ----------------------------------
@@ -170,13 +194,9 @@ def _explain(error: str, frame: dict, kind: type) -> str:
     missing = re.match(r"Object missing required field `(\w+)`", text)
     if missing:
         return f"{where + '.' if where else ''}{missing[1]} is required"
-    if where.endswith("[...]"):  # a metric value: name it
-        where = where[: -len("[...]")]
-        metrics = _value_at(frame, where)
-        for name, value in metrics.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                return f"{where}.{name} {_number_rule(name)}"
-        return f"{where} holds a number that is out of range"
+    steps = _steps(where)
+    if len(steps) >= 2 and steps[-2] == "m" and steps[-1] in p.METRICS:
+        return f"{where} {_number_rule(steps[-1])}"
     info, value = _type_at(kind, where), _value_at(frame, where)
     return f"{where} {_rule(info, value)}"
 

@@ -93,7 +93,6 @@ def _text(high: int, low: int = 0, pattern: str = NO_CONTROL):
 BootId = Annotated[str, Meta(pattern=BOOT_ID_RE.pattern)]
 Seq = _int(1, SAFE_INT)
 Bytes = _int(1, SAFE_INT)
-Number = int | float
 
 
 class SliceInfo(Struct):
@@ -144,6 +143,21 @@ class Proc(Struct, omit_defaults=True):
     cgroup: _text(PROC_TEXT["cgroup"], pattern=NO_NUL) | UnsetType = UNSET
 
 
+def _metric(low: float, high: float, integral: bool):
+    # msgspec bounds an integer within int64; a counter's top (2**64 - 1) is checked
+    # by frame_rules (BIG_METRICS).
+    bounds = Meta(ge=low, le=high) if high <= 2**63 - 1 else Meta(ge=low)
+    return Annotated[int if integral else float, bounds] | UnsetType
+
+
+# Every metric optional ("absent when not read", never null). Names the schema does not
+# know are ignored when well formed with a finite value (``metric_error``), at most
+# MAX_METRICS in all.
+Metrics = msgspec.defstruct("Metrics", [(name, _metric(*rule), UNSET) for name, rule in METRICS.items()],
+                            module=__name__)
+BIG_METRICS = tuple(name for name, (_, high, _) in METRICS.items() if high > 2**63 - 1)
+
+
 class Event(Struct):
     kind: _text(32, 1)
     code: _int(0, 65535) | None = None
@@ -155,7 +169,7 @@ class Record(Struct):
     t: Annotated[float, Meta(ge=EARLIEST_T)]
     gpu: _text(96, 4, GPU_UUID)
     slice: _text(96, 4, SLICE_UUID) | None = None
-    m: Annotated[dict[str, Number], Meta(max_length=MAX_METRICS)] | UnsetType = UNSET
+    m: Metrics | UnsetType = UNSET
     procs: Annotated[list[Proc], Meta(max_length=MAX_PROCS)] | None | UnsetType = UNSET
     event: Event | UnsetType = UNSET
 
@@ -181,7 +195,9 @@ class Samples(Struct, tag="samples", tag_field="type"):
 
 def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | None:
     """What a decoded samples frame breaks beyond its types, as (error code, message,
-    close code), or None; it also fills in ``m = {}`` and ``procs = None`` where absent."""
+    close code), or None. It also leaves each record's ``m`` as a dict of the metrics
+    read ({} when none), ``procs`` None when absent and ``event`` None on metrics."""
+    to_builtins = msgspec.to_builtins
     previous = 0
     for i, record in enumerate(frame.records):
         if record.seq <= previous:
@@ -201,16 +217,10 @@ def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | No
                 return "bad_frame", f"records[{i}] has neither m, procs nor event", CLOSE_BAD_FRAME
             record.m = {}
         else:
-            unknown = False
-            for name, value in m.items():
-                if name not in METRICS:
-                    unknown = True
-                error = metric_error(name, value)
-                if error is not None:
-                    where = f"records[{i}].m" + (": " if error.startswith("metric name") else f".{name} ")
-                    return "bad_field", where + error, CLOSE_BAD_FRAME
-            if unknown:  # ignored (section 3.2)
-                record.m = {k: v for k, v in m.items() if k in METRICS}
+            record.m = m = to_builtins(m)  # the metrics read, as a dict
+            for name in BIG_METRICS:
+                if m.get(name, 0) > U64:
+                    return "bad_field", f"records[{i}].m.{name} must be an integer between 0 and {U64:g}", CLOSE_BAD_FRAME
         if record.procs is UNSET:
             record.procs = None
         record.event = None
