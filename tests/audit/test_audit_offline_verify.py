@@ -170,3 +170,23 @@ def test_a_bundle_is_a_zip_of_plain_rows_and_a_manifest(api, ops, events, tmp_pa
         manifest = json.loads(bundle.read("manifest.json"))
     assert len(rows) == 3 and not any(r.startswith("#") for r in rows)
     assert manifest["tree_head"]["tree_size"] == 2 and manifest["public_keys"][0]["public_key_pem"]
+
+
+def test_one_changed_byte_in_an_exported_line_names_it(api, ops, events, tmp_path, capsys):
+    events(3)
+    path = _export(api, ops, tmp_path)
+    text = path.read_text()
+    assert text.count('"details":{"i":1}') == 1
+    path.write_text(text.replace('"details":{"i":1}', '"details":{"i":7}'))  # record #2
+    code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+    assert code == 1 and "INVALID #2: hash mismatch" in out
+
+
+def test_a_line_rewritten_by_another_tool_still_verifies(api, ops, events, tmp_path, capsys):
+    events(3)
+    path = _export(api, ops, tmp_path)
+    lines = path.read_text().splitlines()
+    lines[1:] = [json.dumps(dict(reversed(json.loads(line).items())), indent=None) for line in lines[1:]]
+    path.write_text("\n".join(lines) + "\n")
+    code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+    assert code == 0, out
