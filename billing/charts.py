@@ -1,6 +1,8 @@
 """Plotly figures for the cost explorer: pure functions from data to a figure dict.
 Money goes into figures as decimal strings (plotly reads numeric strings as numbers),
-so no float ever holds an amount. Every axis has a title with its unit."""
+so no float ever holds an amount. Every axis has a title with its unit. Colours and the
+plotly config are the console's (monitoring/charts.py); the page draws the figures as
+they come (static/billing/costs.js)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 
+from monitoring.charts import CONFIG, PALETTE, alpha
+
 from .costs import CoverageDay, IdleRow
 from .forecast import Forecast
 
-COLORS = {"standard": "#4fb3ff", "committed": "#3fb950", "dynamic": "#d29922"}
+COLORS = {"standard": PALETTE["accent"], "committed": PALETTE["ok"], "dynamic": PALETTE["warn"]}
 NAMES = {"standard": "On-demand (Standard)", "committed": "Reserved (Committed)", "dynamic": "Spot (Dynamic)"}
-MUTED, TEXT, GRID, PANEL = "#8b98a5", "#e6edf3", "#2a3642", "#171e26"
+TEXT, GRID, PANEL, DIM = PALETTE["text"], PALETTE["grid"], PALETTE["panel"], PALETTE["dim"]
 
 
 def _money(value: Decimal) -> str:
@@ -54,7 +58,7 @@ def daily_cost(days: Sequence[date], series: dict[str, Sequence[Decimal]], curre
         for category, values in series.items()
     ]
     layout = _layout("Daily cost by pricing category", "Day (UTC)", f"Cost ({currency})", barmode="stack", xaxis=DAY_AXIS)
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def breakdown(rows: Sequence[tuple[str, Decimal]], title: str, what: str, currency: str, limit: int = 15) -> dict:
@@ -66,12 +70,12 @@ def breakdown(rows: Sequence[tuple[str, Decimal]], title: str, what: str, curren
     rows = list(reversed(rows))
     data = [{
         "type": "bar", "orientation": "h", "y": [label for label, _ in rows], "x": [_money(v) for _, v in rows],
-        "marker": {"color": "#4fb3ff"}, "hovertemplate": "%{x} " + currency + "<extra>%{y}</extra>",
+        "marker": {"color": PALETTE["accent"]}, "hovertemplate": "%{x} " + currency + "<extra>%{y}</extra>",
     }]
     layout = _layout(title, f"Cost ({currency})", what, hovermode="closest", showlegend=False)
     layout["margin"] = {**layout["margin"], "l": 160}
     layout["yaxis"]["automargin"] = True
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def coverage(days: Sequence[CoverageDay]) -> dict:
@@ -80,10 +84,11 @@ def coverage(days: Sequence[CoverageDay]) -> dict:
     traces = [
         ("Covered by reservations", [str(d.covered_hours) for d in days], COLORS["committed"]),
         ("Beyond reservations (on-demand)", [str(d.overflow_hours) for d in days], COLORS["standard"]),
-        ("Unused commitment", [str(d.unused_hours) for d in days], "#6e7681"),
+        ("Unused commitment", [str(d.unused_hours) for d in days], DIM),
     ]
     data = [{"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": color}} for name, y, color in traces]
-    return {"data": data, "layout": _layout("Reserved coverage", "Day (UTC)", "GPU-hours", barmode="stack", xaxis=DAY_AXIS)}
+    layout = _layout("Reserved coverage", "Day (UTC)", "GPU-hours", barmode="stack", xaxis=DAY_AXIS)
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def idle(rows: Sequence[IdleRow], currency: str, limit: int = 12) -> dict:
@@ -94,15 +99,15 @@ def idle(rows: Sequence[IdleRow], currency: str, limit: int = 12) -> dict:
     wasted = [_money(r.idle_cost) if r.idle_cost is not None else "0.00" for r in rows]
     unknown = [_money(r.cost) if r.idle_cost is None else "0.00" for r in rows]
     data = [
-        {"type": "bar", "orientation": "h", "name": "Active", "y": names, "x": active, "marker": {"color": "#3fb950"}},
+        {"type": "bar", "orientation": "h", "name": "Active", "y": names, "x": active, "marker": {"color": PALETTE["ok"]}},
         {"type": "bar", "orientation": "h", "name": "Idle (< 10% real activity)", "y": names, "x": wasted,
-         "marker": {"color": "#f85149"}},
+         "marker": {"color": PALETTE["bad"]}},
         {"type": "bar", "orientation": "h", "name": "No telemetry", "y": names, "x": unknown,
-         "marker": {"color": "#6e7681"}},
+         "marker": {"color": DIM}},
     ]
     layout = _layout("Idle cost by instance", f"Cost ({currency})", "Instance", barmode="stack", hovermode="y unified")
     layout["yaxis"]["automargin"] = True
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def forecast(
@@ -112,21 +117,22 @@ def forecast(
     """Spend so far this month, the month-end forecast with its interval, and the budget."""
     x = [d.isoformat() for d in days]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "Spent (cumulative)", "x": x,
-             "y": [_money(v) for v in cumulative], "line": {"color": "#4fb3ff"}}]
+             "y": [_money(v) for v in cumulative], "line": {"color": PALETTE["accent"]}}]
     if outlook is not None and days:
         last = x[-1]
         end = month_end.isoformat()
         data += [
             {"type": "scatter", "mode": "lines", "name": "Forecast interval (80%)", "x": [last, end, end, last],
              "y": [_money(cumulative[-1]), _money(outlook.high), _money(outlook.low), _money(cumulative[-1])],
-             "fill": "toself", "fillcolor": "rgba(210,153,34,0.18)", "line": {"width": 0}, "hoverinfo": "skip"},
+             "fill": "toself", "fillcolor": alpha(PALETTE["warn"], 0.18), "line": {"width": 0}, "hoverinfo": "skip"},
             {"type": "scatter", "mode": "lines+markers", "name": "Forecast", "x": [last, end],
-             "y": [_money(cumulative[-1]), _money(outlook.point)], "line": {"color": "#d29922", "dash": "dash"}},
+             "y": [_money(cumulative[-1]), _money(outlook.point)], "line": {"color": PALETTE["warn"], "dash": "dash"}},
         ]
     if budget is not None and days:
         data.append({"type": "scatter", "mode": "lines", "name": "Budget", "x": [x[0], month_end.isoformat()],
-                     "y": [_money(budget), _money(budget)], "line": {"color": "#f85149", "dash": "dot"}})
-    return {"data": data, "layout": _layout("Month to date and forecast", "Day (UTC)", f"Cost ({currency})", xaxis=DAY_AXIS)}
+                     "y": [_money(budget), _money(budget)], "line": {"color": PALETTE["bad"], "dash": "dot"}})
+    layout = _layout("Month to date and forecast", "Day (UTC)", f"Cost ({currency})", xaxis=DAY_AXIS)
+    return {"data": data, "layout": layout, "config": CONFIG}
 
 
 def spot_range(sku: str, times: Sequence[datetime], prices: Sequence[Decimal], on_demand: Decimal | None) -> dict:
@@ -145,4 +151,4 @@ def spot_range(sku: str, times: Sequence[datetime], prices: Sequence[Decimal], o
                      legend={"orientation": "h", "y": 1.0, "x": 1, "xanchor": "right", "yanchor": "bottom"},
                      xaxis={"type": "date", "tickformat": "%b %-d"}, yaxis={"rangemode": "tozero"})
     del layout["title"]
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": layout, "config": CONFIG}

@@ -1,11 +1,15 @@
-"""Plotly figures as pure functions: data in, figure dict out.
+"""Plotly figures as pure functions: data in, figure dict out. The one place a chart's
+look and data are put together: the browser (static/monitoring/panel.js) draws these
+figures as they come and only extends their traces with live readings.
 
 Series come in the metrics API's shape, ``{metric: {"t": [iso…], "avg": […],
-"min": […], "max": […]}}``. An empty ``series`` asks for a template: every trace
-the GPU may report is present (the browser hides those that stay empty). Every trace that draws a metric carries
-``meta = {"metric", "stat", "scale"}`` so that the browser can refill it from the
-metrics API or extend it from live samples without knowing how the figure was
-built (value shown = value × scale). Times are UTC, drawn without a zone.
+"min": […], "max": […]}}``. Every trace the GPU may report is present (``finish``
+hides those without readings; a live reading reveals one). Every trace that draws a
+metric carries ``meta = {"metric", "stat", "scale", "gap_s"}`` so that the browser can
+extend it from live samples without knowing how the figure was built (value shown =
+value × scale): a reading further than ``gap_s`` after the previous one starts a new
+line after a gap, as in the history (``gap_after_s``). Times are UTC, drawn without a
+zone.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ PALETTE = {
     "violet": "#a371f7",
     "pink": "#f778ba",
     "teal": "#39c5cf",
+    "dim": "#6e7681",
 }
 
 # NVML clock event reasons (nvmlClocksEventReason*). Idle is not a slowdown.
@@ -47,6 +52,23 @@ SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 # Tile colour levels: (metric, warn at, bad at).
 TILE_LEVELS = {"temp_c": (80, 87), "power_pct": (90, 98), "mem_pct": (90, 97)}
+
+# A silence longer than this many typical steps between readings is drawn as a gap.
+GAP_STEPS = 3
+# …and never shorter than this (live readings arrive coalesced, a little irregular).
+GAP_FLOOR_S = 2.0
+# One colour per device where an instance's GPUs are overlaid on one chart.
+SERIES_COLORS = ("#4fb3ff", "#3fb950", "#d29922", "#f85149", "#a371f7", "#39c5cf", "#f778ba", "#9fd356")
+EMPTY_NOTE = {
+    "name": "empty",
+    "xref": "paper",
+    "yref": "paper",
+    "x": 0.5,
+    "y": 0.5,
+    "showarrow": False,
+    "text": "No readings in this range",
+    "font": {"size": 13, "color": PALETTE["muted"]},
+}
 
 CONFIG = {
     "displaylogo": False,
@@ -73,10 +95,36 @@ def _scaled(values: Iterable, scale: float) -> list:
     return [None if v is None else round(v * scale, 4) for v in values]
 
 
-def has_data(series: dict, metric: str) -> bool:
-    """True when ``metric`` has at least one reading in ``series``."""
-    points = (series or {}).get(metric) or {}
-    return any(v is not None for v in points.get("avg") or ())
+def _when(value: str | datetime) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
+
+
+def gap_after_s(times: Sequence) -> float | None:
+    """The silence after which a line breaks: ``GAP_STEPS`` × the median step between
+    readings (at least ``GAP_FLOOR_S``); None with too few readings to tell."""
+    if len(times) < 3:
+        return None
+    moments = [_when(t).timestamp() for t in times]
+    steps = sorted(b - a for a, b in zip(moments, moments[1:], strict=False))
+    return max(GAP_STEPS * steps[len(steps) // 2], GAP_FLOOR_S)
+
+
+def with_gaps(times: Sequence, values: list, gap_s: float | None) -> tuple[list, list]:
+    """Plot times and values with a None between readings more than ``gap_s`` apart,
+    so that a silent agent shows as a gap rather than a straight line across it."""
+    x, y = [], []
+    previous = None
+    for t, v in zip(times, values, strict=True):
+        moment = _when(t)
+        if gap_s is not None and previous is not None and (moment - previous).total_seconds() > gap_s:
+            x.append(plot_time(previous + (moment - previous) / 2))
+            y.append(None)
+        x.append(plot_time(moment))
+        y.append(v)
+        previous = moment
+    return x, y
 
 
 def layout(
@@ -146,16 +194,19 @@ def line(
 ) -> dict:
     """One metric's ``stat`` as a line; empty when the metric has no data."""
     points = (series or {}).get(metric) or {}
+    times = points.get("t") or ()
+    gap = gap_after_s(times)
+    x, y = with_gaps(times, _scaled(points.get(stat) or (), scale), gap)
     return {
         "type": "scatter",
         "mode": "lines",
         "name": name,
-        "x": [plot_time(t) for t in points.get("t") or ()],
-        "y": _scaled(points.get(stat) or (), scale),
+        "x": x,
+        "y": y,
         "line": {"color": color, "width": width, "dash": dash, "shape": "linear"},
         "hovertemplate": f"%{{y:.1f}} {unit}<extra>{name}</extra>",
         "connectgaps": False,
-        "meta": {"metric": metric, "stat": stat, "scale": scale},
+        "meta": {"metric": metric, "stat": stat, "scale": scale, "gap_s": gap},
     }
 
 
@@ -167,32 +218,35 @@ def band(series: dict, metric: str, name: str, *, color: str, scale: float = 1) 
     hides them there.
     """
     points = (series or {}).get(metric) or {}
-    x = [plot_time(t) for t in points.get("t") or ()]
+    times = points.get("t") or ()
+    gap = gap_after_s(times)
+    x, upper_y = with_gaps(times, _scaled(points.get("max") or (), scale), gap)
+    lower_y = with_gaps(times, _scaled(points.get("min") or (), scale), gap)[1]
     common = {
         "type": "scatter",
         "mode": "lines",
         "x": x,
-        "line": {"width": 1, "color": _alpha(color, 0.45)},
+        "line": {"width": 1, "color": alpha(color, 0.45)},
         "hoverinfo": "skip",
         "showlegend": False,
         "connectgaps": False,
     }
     upper = common | {
         "name": f"{name} max",
-        "y": _scaled(points.get("max") or (), scale),
-        "meta": {"metric": metric, "stat": "max", "scale": scale, "envelope": True},
+        "y": upper_y,
+        "meta": {"metric": metric, "stat": "max", "scale": scale, "envelope": True, "gap_s": gap},
     }
     lower = common | {
         "name": f"{name} min",
-        "y": _scaled(points.get("min") or (), scale),
-        "meta": {"metric": metric, "stat": "min", "scale": scale, "envelope": True},
+        "y": lower_y,
+        "meta": {"metric": metric, "stat": "min", "scale": scale, "envelope": True, "gap_s": gap},
     }
     return [upper, lower]
 
 
-def _alpha(hex_color: str, alpha: float) -> str:
+def alpha(hex_color: str, opacity: float) -> str:
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
+    return f"rgba({r},{g},{b},{opacity})"
 
 
 def level_line(value: float, label: str, *, color: str) -> tuple[dict, dict]:
@@ -240,8 +294,7 @@ def utilization_figure(series: dict) -> dict:
         ("tensor_active_pct", "Tensor-core activity", PALETTE["violet"]),
         ("sm_occupancy_pct", "SM occupancy", PALETTE["ok"]),
     ):
-        if has_data(series, metric) or not series:
-            data.append(line(series, metric, name, unit="%", color=color))
+        data.append(line(series, metric, name, unit="%", color=color))
     return figure(
         data, layout("Utilization", "Percent (%)", y_range=(0, 105)), name="utilization", unit="%"
     )
@@ -266,7 +319,7 @@ def memory_figure(series: dict, *, memory_total: int | None = None) -> dict:
     """Memory used, in GiB, against the GPU's total."""
     scale = 1 / GIB
     data = [line(series, "mem_used", "Memory used", unit="GiB", color=PALETTE["teal"], scale=scale)]
-    data[0] |= {"fill": "tozeroy", "fillcolor": _alpha(PALETTE["teal"], 0.15)}
+    data[0] |= {"fill": "tozeroy", "fillcolor": alpha(PALETTE["teal"], 0.15)}
     fig_layout = layout("Memory used", "Memory (GiB)")
     if memory_total:
         total = round(memory_total / GIB, 1)
@@ -365,17 +418,9 @@ def clock_figure(
     Hovering the marker row at the top names the reasons.
     """
     data = [line(series, "sm_clock_mhz", "SM clock", unit="MHz", color=PALETTE["accent"])]
-    if has_data(series, "mem_clock_mhz") or not series:
-        data.append(
-            line(
-                series,
-                "mem_clock_mhz",
-                "Memory clock",
-                unit="MHz",
-                color=PALETTE["muted"],
-                width=1.5,
-            )
-        )
+    data.append(
+        line(series, "mem_clock_mhz", "Memory clock", unit="MHz", color=PALETTE["muted"], width=1.5)
+    )
     fig_layout = layout("SM clock and throttle reasons", "Clock (MHz)")
     if max_clock_mhz:
         shape, note = level_line(max_clock_mhz, f"max {max_clock_mhz} MHz", color=PALETTE["muted"])
@@ -395,7 +440,7 @@ def clock_figure(
                 "yref": "paper",
                 "y0": 0,
                 "y1": 1,
-                "fillcolor": _alpha(color, 0.16),
+                "fillcolor": alpha(color, 0.16),
                 "line": {"width": 0},
                 "layer": "below",
             }
@@ -451,6 +496,87 @@ def gpu_figures(
         "temperature": temperature_figure(series, alert_c=alert_c),
         "clocks": clock_figure(series, throttle=throttle, max_clock_mhz=max_clock_mhz),
     }
+
+
+def device_figures(
+    series: dict,
+    *,
+    start: datetime,
+    end: datetime,
+    live: bool,
+    tier: str,
+    whole_gpu: bool = True,
+    ecc: bool = False,
+    **limits,
+) -> dict[str, dict]:
+    """The charts of one GPU or slice over [start, end), finished for the panel. A slice
+    has no power, temperature or clocks of its own (they belong to the whole GPU)."""
+    figures = gpu_figures(series, **limits)
+    if ecc:
+        figures["ecc"] = ecc_figure(series)
+    if not whole_gpu:
+        for name in ("power", "temperature", "clocks"):
+            figures.pop(name, None)
+    return {name: finish(fig, start=start, end=end, live=live, tier=tier) for name, fig in figures.items()}
+
+
+def overlay_figures(
+    devices: Sequence[tuple[str, str, dict]],
+    *,
+    start: datetime,
+    end: datetime,
+    live: bool,
+    tier: str,
+    whole_gpu: bool = True,
+    **limits,
+) -> dict[str, dict]:
+    """Every device of an instance on each chart: the chart's first metric, one line per
+    device (``devices`` is ``[(uuid, label, series), …]``), in ``SERIES_COLORS``."""
+    frames = device_figures({}, start=start, end=end, live=live, tier=tier, whole_gpu=whole_gpu, **limits)
+    out = {}
+    for name, frame in frames.items():
+        base = next(t for t in frame["data"] if _primary(t))
+        meta = base["meta"]
+        data = []
+        for k, (uuid, label, series) in enumerate(devices):
+            trace = line(series, meta["metric"], label, unit=frame["unit"], stat=meta["stat"],
+                         scale=meta["scale"], color=SERIES_COLORS[k % len(SERIES_COLORS)])
+            trace["meta"]["uuid"] = uuid
+            data.append(trace)
+        fig_layout = frame["layout"]
+        fig_layout["annotations"] = [a for a in fig_layout["annotations"] if a.get("name") != "empty"]
+        fig_layout["xaxis"].pop("range", None)
+        fig = figure(data, fig_layout, name=name, unit=frame["unit"])
+        out[name] = finish(fig, start=start, end=end, live=live, tier=tier)
+    return out
+
+
+def _primary(trace: dict) -> bool:
+    meta = trace.get("meta") or {}
+    return bool(meta.get("metric")) and not meta.get("envelope") and meta.get("stat") != "throttle"
+
+
+def finish(fig: dict, *, start: datetime, end: datetime, live: bool, tier: str) -> dict:
+    """A figure as the panel shows it: traces without readings hidden (a live reading
+    reveals one), min/max lines hidden on raw samples (there min = max = avg), a past
+    range drawn over its whole window and an empty chart over the requested one (never
+    plotly's default, the year 2000) with a note."""
+    any_data = False
+    for trace in fig["data"]:
+        meta = trace.get("meta") or {}
+        if not meta.get("metric") or meta.get("stat") == "throttle":
+            continue
+        has = any(v is not None for v in trace.get("y") or ())
+        any_data = any_data or has
+        if not has or (tier == "raw" and meta.get("envelope")):
+            trace["visible"] = False
+    fig_layout = fig["layout"]
+    if not live or not any_data:
+        fig_layout["xaxis"]["range"] = [plot_time(start), plot_time(end)]
+    if not any_data:
+        fig_layout["annotations"].append(dict(EMPTY_NOTE))
+    fig["empty"] = not any_data
+    return fig
 
 
 # Metrics a GPU view asks the metrics API for.

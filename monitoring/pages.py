@@ -49,7 +49,6 @@ from .models import (
 GIB = charts.GIB
 # The clock events an operator looks for on a GPU page.
 HEALTH_EVENTS = (EventKind.XID, EventKind.ECC, EventKind.GPU_LOST, EventKind.GPU_BACK)
-THROTTLE_ROWS = 20_000
 PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
 
 
@@ -269,52 +268,44 @@ def host_summary(host: Host, cells: list[dict], agent: dict | None, now) -> dict
 # --- chart panels -------------------------------------------------------------------
 
 
-def panel_config(
-    devices: list[dict], *, source: dict, live: dict, extra: tuple[str, ...] = ()
-) -> dict:
-    """What static/monitoring/panel.js needs: devices, figure templates, data source.
-
-    Devices with the same limits share one set of (empty) figures; the browser fills
-    them from the metrics API and extends them from live samples.
-    """
-    sets: dict[str, dict] = {}
-    out = []
-    for device in devices:
-        basis = device.get("tflops_basis")
-        peak = basis["peak_tflops"] if basis else None
-        piece = bool(device.get("slice"))
-        key = f"{device['memory_total']}:{device['power_limit_mw']}:{peak}:{piece}"
-        if key not in sets:
-            figures = charts.gpu_figures(
-                {},
-                memory_total=device["memory_total"],
-                power_limit_mw=device["power_limit_mw"],
-                alert_c=alert_temp_c(),
-                peak_tflops=peak,
-            )
-            if "ecc" in extra:
-                figures["ecc"] = charts.ecc_figure({})
-            if piece:
-                # Power, temperature and clocks belong to the whole GPU: a slice has none.
-                for name in ("power", "temperature", "clocks"):
-                    figures.pop(name, None)
-            sets[key] = figures
-        out.append({"uuid": device["uuid"], "label": device["label"], "figures": key, "tflops_basis": basis})
-    metrics = list(charts.GPU_METRICS) + (list(charts.ECC_METRICS) if "ecc" in extra else [])
+def panel_config(devices: list[dict], *, figures_url: str, live: dict, overlay_url: str | None = None) -> dict:
+    """What static/monitoring/panel.js needs: the devices, where their figures come from
+    (monitoring/panels.py builds them with monitoring/charts.py) and what to subscribe
+    to for live readings. ``figures_url`` holds ``{uuid}``; ``overlay_url`` draws every
+    device on each chart."""
     return {
-        "devices": out,
-        "figure_sets": sets,
-        "source": source,
-        "throttle_url": reverse("gpu-throttle", args=["UUID"]).replace("UUID", "{uuid}"),
+        "devices": [
+            {"uuid": d["uuid"], "label": d["label"], "tflops_basis": d.get("tflops_basis")} for d in devices
+        ],
+        "figures_url": figures_url,
+        "overlay_url": overlay_url if len(devices) > 1 else None,
         "live": live,
-        "metrics": metrics,
         "stale_after_s": stale_after_s(),
         "client": charts.client_settings(),
     }
 
 
-def gpu_source() -> dict:
-    return {"kind": "gpu", "url": reverse("gpu-metrics", args=["UUID"]).replace("UUID", "{uuid}")}
+def gpu_figures_url() -> str:
+    return reverse("gpu-figures", args=["UUID"]).replace("UUID", "{uuid}")
+
+
+def instance_devices(user, instance: Instance) -> list[dict]:
+    """The devices an instance's panel charts: those it holds now, else those it held,
+    each with the basis of its TFLOP/s estimate."""
+    now = timezone.now()
+    latest = latest_by_uuid(GpuLatest.objects.for_user(user).filter(instance_id=instance.pk))
+    devices = [gpu_device(g, latest.get(g.uuid), now) for g in instance.gpus.select_related("model", "host")]
+    devices += [
+        slice_device(s, latest.get(s.uuid), now)
+        for s in instance.slices.select_related("profile__gpu_model", "gpu")
+    ]
+    if not devices:
+        devices = held_before(instance)
+    bases = queries.instance_bases(instance)
+    for device in devices:
+        basis = bases.get(device["uuid"])
+        device["tflops_basis"] = basis.as_dict() if basis else None
+    return devices
 
 
 @login_required
@@ -323,28 +314,14 @@ def instance_panel(request, pk):
     instance = get_object_or_404(
         Instance.objects.for_user(request.user).select_related("gpu_model"), pk=pk
     )
-    now = timezone.now()
-    latest = latest_by_uuid(GpuLatest.objects.for_user(request.user).filter(instance_id=pk))
-    devices = [
-        gpu_device(g, latest.get(g.uuid), now)
-        for g in instance.gpus.select_related("model", "host")
-    ]
-    devices += [
-        slice_device(s, latest.get(s.uuid), now)
-        for s in instance.slices.select_related("profile__gpu_model", "gpu")
-    ]
+    devices = instance_devices(request.user, instance)
     procs = {g.uuid: process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
         s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk, instance_id=pk)
         for s in instance.slices.select_related("profile")
     }
-    if not devices:
-        devices = held_before(instance)
-    bases = queries.instance_bases(instance)
-    for device in devices:
-        basis = bases.get(device["uuid"])
-        device["tflops_basis"] = basis.as_dict() if basis else None
-    source = {"kind": "instance", "url": reverse("instance-metrics", args=[pk])}
-    config = panel_config(devices, source=source, live={"kind": "instance", "id": pk})
+    url = reverse("instance-figures", args=[pk])
+    config = panel_config(devices, figures_url=url + "?device={uuid}", overlay_url=url + "?device=all",
+                          live={"kind": "instance", "id": pk})
     config["procs"] = {
         uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
     }
@@ -393,52 +370,6 @@ def held_before(instance: Instance) -> list[dict]:
 
 
 @login_required
-def throttle(request, uuid):
-    """Runs of clock slowdown reasons of one GPU in a window, from raw samples."""
-    gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).values("id").first()
-    piece = (
-        None
-        if gpu
-        else GpuSlice.objects.for_user(request.user)
-        .filter(uuid=uuid)
-        .values("id", "gpu_id")
-        .first()
-    )
-    if gpu is None and piece is None:
-        return JsonResponse({"detail": "No such GPU."}, status=404)
-    params = {key: request.GET[key] for key in ("start", "end") if request.GET.get(key)}
-    try:
-        window = queries.parse_window(params)
-    except queries.QueryError as exc:
-        return JsonResponse({exc.param: [exc.message]}, status=400)
-    rows = (
-        Sample.objects.for_user(request.user)
-        .filter(
-            gpu_id=gpu["id"] if gpu else piece["gpu_id"],
-            slice_id=piece["id"] if piece else None,
-            time__gte=window.start,
-            time__lt=window.end,
-            clocks_event_reasons__gt=charts.CLOCK_IDLE,
-        )
-        .order_by("time")
-        .values_list("time", "clocks_event_reasons")[:THROTTLE_ROWS]
-    )
-    times, masks = [], []
-    for moment, mask in rows:
-        times.append(queries.iso(moment))
-        masks.append(mask)
-    segments = charts.throttle_segments(times, masks, gap_s=5.0)
-    return JsonResponse(
-        {
-            "gpu": uuid,
-            "start": queries.iso(window.start),
-            "end": queries.iso(window.end),
-            "segments": segments,
-        }
-    )
-
-
-@login_required
 @require_POST
 def instance_precision(request, pk):
     """Set the precision the instance's TFLOP/s estimate assumes (team writers)."""
@@ -482,9 +413,7 @@ def host_detail(request, pk):
             :50
         ],
         "alerts": Alert.objects.filter(host=host, state__in=ACTIVE_STATES)[:20],
-        "panel": panel_config(
-            devices, source=gpu_source(), live={"kind": "host", "id": host.pk}, extra=("ecc",)
-        ),
+        "panel": panel_config(devices, figures_url=gpu_figures_url(), live={"kind": "host", "id": host.pk}),
         "live": {
             "subscribe": [{"kind": "host", "id": host.pk}],
             "stale_after_s": stale_after_s(),
@@ -514,9 +443,7 @@ def gpu_detail(request, uuid):
         "slices": pieces,
         "events": GpuEvent.objects.filter(gpu=gpu, kind__in=HEALTH_EVENTS)[:50],
         "alerts": Alert.objects.filter(gpu=gpu).order_by("-opened_at")[:20],
-        "panel": panel_config(
-            devices, source=gpu_source(), live={"kind": "host", "id": gpu.host_id}, extra=("ecc",)
-        ),
+        "panel": panel_config(devices, figures_url=gpu_figures_url(), live={"kind": "host", "id": gpu.host_id}),
         "live": {
             "subscribe": [],
             "stale_after_s": stale_after_s(),

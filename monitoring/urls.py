@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import alert_pages, pages
+from . import alert_pages, pages, panels
 
 urlpatterns = [
     path("hosts/<int:pk>/", pages.host_detail, name="host-detail"),
@@ -17,5 +17,6 @@ urlpatterns = [
     path("alerts/channels/<int:pk>/", alert_pages.channel_action, name="alert-channel-action"),
     path("monitoring/instances/<int:pk>/panel/", pages.instance_panel, name="instance-panel"),
     path("monitoring/instances/<int:pk>/precision/", pages.instance_precision, name="instance-precision"),
-    path("monitoring/gpus/<str:uuid>/throttle/", pages.throttle, name="gpu-throttle"),
+    path("monitoring/instances/<int:pk>/figures/", panels.instance_figures, name="instance-figures"),
+    path("monitoring/gpus/<str:uuid>/figures/", panels.gpu_figures, name="gpu-figures"),
 ]

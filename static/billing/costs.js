@@ -4,10 +4,9 @@
   "use strict";
   var figures = JSON.parse(document.getElementById("cost-figures").textContent);
   var teamId = JSON.parse(document.getElementById("cost-team").textContent);
-  var config = { responsive: true, displaylogo: false };
   Object.keys(figures).forEach(function (name) {
     var el = document.getElementById("chart-" + name);
-    if (el && window.Plotly) { window.Plotly.newPlot(el, figures[name].data, figures[name].layout, config); }
+    if (el && window.Plotly) { window.Plotly.newPlot(el, figures[name].data, figures[name].layout, figures[name].config); }
   });
 
   var banner = document.getElementById("live-banner");

@@ -1,9 +1,11 @@
-/* A chart panel: the charts of one GPU or slice, a range picker for all of them,
- * history from the metrics API, live extension from websocket samples, zoom that
- * re-queries finer data, and per-chart CSV and PNG downloads.
+/* A chart panel: the charts of one GPU or slice (or every device of an instance,
+ * overlaid), a range picker for all of them, live extension from websocket samples,
+ * zoom that re-queries finer data, and per-chart CSV and PNG downloads.
  *
- * Figures come from the server (monitoring/charts.py); each trace's meta names the
- * metric, statistic and scale it draws, so this file never builds a figure itself. */
+ * Every figure, history and look alike, comes whole from the server
+ * (monitoring/panels.py, built by monitoring/charts.py) and is drawn as it comes. This
+ * file only extends traces with live readings: each trace's meta names the metric,
+ * statistic and scale it draws, and gap_s, the silence after which its line breaks. */
 (function () {
   "use strict";
   const GC = (window.GC = window.GC || {});
@@ -17,7 +19,6 @@
     ["custom", "Custom", null],
   ];
   const LIVE_MAX_POINTS = 3000;
-  const OVERLAY_COLORS = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#0891b2", "#db2777", "#65a30d"];
   const FLUSH_MS = 500;
 
   function el(tag, attrs, children) {
@@ -37,38 +38,21 @@
     return (text.length <= 10 ? text + "T00:00:00" : text) + "Z";
   }
 
+  function plotMs(value) {
+    return Date.parse(isoFromPlot(value));
+  }
+
   function inputValue(ms) {
     return new Date(ms).toISOString().slice(0, 16);
   }
 
-  /* A null between two readings further apart than a few typical steps, so that a
-   * silent agent shows as a gap rather than a straight line across it. */
-  function gapLimit(xs, floorMs) {
-    if (xs.length < 3) return Infinity;
-    const steps = [];
-    for (let i = 1; i < xs.length; i++) steps.push(xs[i] - xs[i - 1]);
-    steps.sort((a, b) => a - b);
-    return Math.max(5 * steps[Math.floor(steps.length / 2)], floorMs);
-  }
-
-  function withGaps(times, values, floorMs) {
-    const ms = times.map((t) => GC.toMs(t));
-    const limit = gapLimit(ms, floorMs);
-    const x = [];
-    const y = [];
-    for (let i = 0; i < ms.length; i++) {
-      if (i && ms[i] - ms[i - 1] > limit) {
-        x.push(GC.plotTime((ms[i] + ms[i - 1]) / 2));
-        y.push(null);
-      }
-      x.push(GC.plotTime(ms[i]));
-      y.push(values[i]);
+  /* The time of a trace's last reading, in ms (null when it has none). */
+  function lastMs(trace) {
+    const xs = trace.x || [];
+    for (let k = xs.length - 1; k >= 0; k--) {
+      if ((trace.y || [])[k] !== null && (trace.y || [])[k] !== undefined) return plotMs(xs[k]);
     }
-    return [x, y];
-  }
-
-  function clone(obj) {
-    return JSON.parse(JSON.stringify(obj));
+    return null;
   }
 
   class Panel {
@@ -79,7 +63,7 @@
       this.device = config.devices[0];
       // Several devices of one instance: every device overlaid per chart (one fetch
       // answers for all), with a toggle to one device at a time.
-      this.overlay = config.devices.length > 1 && config.source.kind === "instance";
+      this.overlay = Boolean(config.overlay_url);
       this.lastClock = {};
       this.range = "live";
       this.window = null;
@@ -154,31 +138,29 @@
         this.procs = el("section", { class: "procs-section" });
         this.root.appendChild(this.procs);
       }
-      this.drawFrames();
+      this.drawProcs();
       this.pressRange("live");
     }
 
-    drawFrames() {
+    /* A card for each chart of the figures, in their order; drawn again when the set
+     * of charts changes (another device, the overlay). */
+    drawFrames(figures) {
       this.grid.innerHTML = "";
       this.charts = {};
-      const figures = this.config.figure_sets[this.device.figures];
       Object.entries(figures).forEach(([name, fig]) => {
-        const plot = el("div", { class: "plot", "data-chart": name, role: "img", "aria-label": fig.layout.title.text });
+        const title = fig.layout.title.text;
+        const plot = el("div", { class: "plot", "data-chart": name, role: "img", "aria-label": title });
         const csv = el("button", { type: "button", text: "CSV", title: "Download the data as CSV" });
         const png = el("button", { type: "button", text: "PNG", title: "Download the chart as PNG" });
         csv.addEventListener("click", () => this.downloadCsv(name));
         png.addEventListener("click", () => this.downloadPng(name));
-        const tools = el("div", { class: "chart-tools", role: "group", "aria-label": fig.layout.title.text + " downloads" }, [csv, png]);
+        const tools = el("div", { class: "chart-tools", role: "group", "aria-label": title + " downloads" }, [csv, png]);
         const card = el("section", { class: "chart-card" }, [tools, plot]);
         const basis = this.device.tflops_basis;
         if (name === "tflops" && basis) card.appendChild(el("p", { class: "muted chart-note", text: basis.text }));
         this.grid.appendChild(card);
-        const chart = { name, plot, template: fig, hasData: {} };
-        this.charts[name] = chart;
-        Plotly.newPlot(plot, clone(fig.data), clone(fig.layout), fig.config);
-        plot.on("plotly_relayout", (ev) => this.onZoom(ev));
+        this.charts[name] = { name, plot, figure: fig, plotted: false };
       });
-      this.drawProcs();
     }
 
     drawProcs() {
@@ -231,7 +213,10 @@
       this.device = device;
       this.lastLive = -Infinity;
       this.startedAt = performance.now();
-      this.drawFrames();
+      // The charts stay until the new figures replace them; live readings wait for those.
+      this.switching = true;
+      this.buffer = {};
+      this.drawProcs();
       this.load();
     }
 
@@ -278,168 +263,61 @@
     /* ---- history -------------------------------------------------------------------- */
 
     url(start, end) {
-      const src = this.config.source;
-      const base = src.url.replace("{uuid}", encodeURIComponent(this.device.uuid));
-      const params = new URLSearchParams();
-      this.config.metrics.forEach((m) => params.append("metric", m));
-      params.set("start", new Date(start).toISOString());
-      params.set("end", new Date(end).toISOString());
-      return base + "?" + params.toString();
-    }
-
-    seriesOf(body) {
-      if (body.series) return body.series;
-      const entry = (body.gpus || {})[this.device.uuid] || {};
-      return entry.series || entry;
+      const base = this.overlay
+        ? this.config.overlay_url
+        : this.config.figures_url.replace("{uuid}", encodeURIComponent(this.device.uuid));
+      const params = new URLSearchParams({ start: new Date(start).toISOString(), end: new Date(end).toISOString() });
+      if (this.range === "live") params.set("live", "1");
+      return base + (base.includes("?") ? "&" : "?") + params.toString();
     }
 
     async load() {
       const generation = ++this.generation;
       const [start, end] = this.currentWindow();
       this.note("Loading…");
-      let body, throttle;
+      let body;
       try {
-        const [resp, tresp] = await Promise.all([
-          fetch(this.url(start, end), { credentials: "same-origin", headers: { Accept: "application/json" } }),
-          this.config.throttle_url && this.charts.clocks
-            ? fetch(this.throttleUrl(start, end), { credentials: "same-origin" }).catch(() => null)
-            : Promise.resolve(null),
-        ]);
+        const resp = await fetch(this.url(start, end), { credentials: "same-origin", headers: { Accept: "application/json" } });
         body = await resp.json();
         if (!resp.ok) throw new Error(Object.values(body).flat().join(" ") || resp.statusText);
-        throttle = tresp && tresp.ok ? await tresp.json() : { segments: [] };
       } catch (err) {
         if (generation === this.generation) this.note("Could not load the history: " + err.message, true);
         return;
       }
       if (generation !== this.generation) return;
       this.buffer = {};
-      this.lastLiveT = null;
-      const series = this.seriesOf(body);
-      this.revision++;
-      let points = 0;
-      Object.values(this.charts).forEach((chart) => {
-        const n = this.overlay
-          ? this.fillOverlay(chart, body.gpus || {}, body.tier, [start, end])
-          : this.fill(chart, series, throttle.segments || [], body.tier, [start, end]);
-        points = Math.max(points, n);
-      });
+      this.draw(body.figures);
+      this.switching = false;
       const label = (RANGES.find((r) => r[0] === this.range) || [0, "Custom"])[1];
       const tier = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" }[body.tier] || body.tier;
       this.note(
-        (this.range === "live" ? "Live, last 15 min" : label) + " · " + tier + " · " + points.toLocaleString() + " points per series"
+        (this.range === "live" ? "Live, last 15 min" : label) + " · " + tier + " · " + body.points.toLocaleString() + " points per series"
       );
     }
 
-    throttleUrl(start, end) {
-      const params = new URLSearchParams({ start: new Date(start).toISOString(), end: new Date(end).toISOString() });
-      return this.config.throttle_url.replace("{uuid}", encodeURIComponent(this.device.uuid)) + "?" + params;
-    }
-
-    fill(chart, series, segments, tier, span) {
-      const data = clone(chart.template.data);
-      const layout = clone(chart.template.layout);
-      let points = 0;
-      chart.hasData = {};
-      data.forEach((trace) => {
-        const meta = trace.meta || {};
-        if (meta.stat === "throttle") {
-          this.fillThrottle(trace, layout, segments);
-          return;
-        }
-        const s = series[meta.metric];
-        if (!s) return;
-        const values = (s[meta.stat] || []).map((v) => (v === null ? null : v * meta.scale));
-        [trace.x, trace.y] = withGaps(s.t || [], values, this.config.stale_after_s * 1000);
-        points = Math.max(points, (s.t || []).length);
-        const any = trace.y.some((v) => v !== null);
-        chart.hasData[meta.metric] = chart.hasData[meta.metric] || any;
+    /* The server's figures, drawn as they come; live extension starts after each
+     * trace's last reading. */
+    draw(figures) {
+      const names = Object.keys(figures);
+      if (names.join("|") !== Object.keys(this.charts).join("|")) this.drawFrames(figures);
+      this.revision++;
+      names.forEach((name) => {
+        const chart = this.charts[name];
+        const fig = figures[name];
+        fig.layout.uirevision = this.range + ":" + this.revision + (this.overlay ? ":all" : "");
+        chart.figure = fig;
+        chart.empty = fig.empty;
+        chart.last = fig.data.map(lastMs);
+        chart.reveal = [];
+        this.silent++;
+        const drawn = chart.plotted
+          ? Plotly.react(chart.plot, fig.data, fig.layout, fig.config)
+          : Plotly.newPlot(chart.plot, fig.data, fig.layout, fig.config).then(() => {
+              chart.plot.on("plotly_relayout", (ev) => this.onZoom(ev));
+            });
+        chart.plotted = true;
+        drawn.finally(() => this.silent--);
       });
-      // Traces the GPU does not report (no GPM on an A100) stay out of the legend;
-      // on raw samples min = max = avg, so the envelope lines go too.
-      data.forEach((trace) => {
-        const meta = trace.meta || {};
-        if (meta.stat === "throttle" || !meta.metric) return;
-        if (!chart.hasData[meta.metric]) trace.visible = false;
-        if (tier === "raw" && meta.envelope) trace.visible = false;
-      });
-      layout.uirevision = this.range + ":" + this.revision;
-      chart.emptyNote = !Object.values(chart.hasData).some(Boolean);
-      this.finishLayout(chart, layout, span);
-      this.silent++;
-      Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
-      chart.layout = layout;
-      return points;
-    }
-
-    /* Past ranges show the whole window, data or not; live follows the data, and an
-     * empty chart shows the requested window too (not plotly's default, year 2000). */
-    finishLayout(chart, layout, span) {
-      if (this.range !== "live" || chart.emptyNote) layout.xaxis.range = span.map((ms) => GC.plotTime(ms));
-      if (chart.emptyNote) {
-        layout.annotations.push({
-          xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
-          text: "No readings in this range", font: { size: 13, color: this.client.palette.muted },
-        });
-      }
-    }
-
-    primaryIndex(chart) {
-      return chart.template.data.findIndex((t) => t.meta && t.meta.metric && !t.meta.envelope && t.meta.stat !== "throttle");
-    }
-
-    /* One line per device for the chart's first metric, named after the device. */
-    fillOverlay(chart, gpus, tier, span) {
-      const base = chart.template.data[this.primaryIndex(chart)];
-      const layout = clone(chart.template.layout);
-      const colors = this.client.series_colors || OVERLAY_COLORS;
-      let points = 0;
-      chart.hasData = {};
-      const data = this.config.devices.map((device, k) => {
-        const trace = clone(base);
-        const entry = gpus[device.uuid] || {};
-        const s = (entry.series || entry)[base.meta.metric] || { t: [], avg: [] };
-        const values = (s[base.meta.stat] || []).map((v) => (v === null ? null : v * base.meta.scale));
-        [trace.x, trace.y] = withGaps(s.t || [], values, this.config.stale_after_s * 1000);
-        trace.name = device.label;
-        trace.line = Object.assign({}, trace.line, { color: colors[k % colors.length] });
-        trace.hovertemplate = trace.hovertemplate.replace(/<extra>.*<\/extra>/, "<extra>" + device.label + "</extra>");
-        trace.meta = Object.assign({}, base.meta, { uuid: device.uuid });
-        points = Math.max(points, (s.t || []).length);
-        if (trace.y.some((v) => v !== null)) chart.hasData[device.uuid] = true;
-        return trace;
-      });
-      layout.showlegend = true;
-      layout.uirevision = this.range + ":" + this.revision + ":all";
-      chart.emptyNote = !Object.values(chart.hasData).some(Boolean);
-      chart.overlayData = data;
-      this.finishLayout(chart, layout, span);
-      this.silent++;
-      Plotly.react(chart.plot, data, layout, chart.template.config).finally(() => this.silent--);
-      chart.layout = layout;
-      return points;
-    }
-
-    fillThrottle(trace, layout, segments) {
-      const pal = this.client.palette;
-      trace.x = [];
-      trace.y = [];
-      trace.text = [];
-      const colors = [];
-      segments.forEach((seg) => {
-        const slowdown = (seg.mask & this.client.slowdown_mask) !== 0;
-        const color = slowdown ? pal.bad : pal.warn;
-        const x0 = GC.plotTime(seg.start);
-        layout.shapes.push({
-          type: "rect", xref: "x", x0, x1: GC.plotTime(seg.end), yref: "paper", y0: 0, y1: 1,
-          fillcolor: color, opacity: 0.16, line: { width: 0 }, layer: "below",
-        });
-        trace.x.push(x0);
-        trace.y.push(1);
-        trace.text.push(seg.reasons.join(", "));
-        colors.push(color);
-      });
-      trace.marker.color = colors.length ? colors : pal.bad;
     }
 
     /* ---- live ----------------------------------------------------------------------- */
@@ -455,59 +333,66 @@
       return (m.tensor_active_pct / 100) * b.peak_tflops * ratio * b.factor;
     }
 
+    /* One live value for trace ``i`` of ``chart``: after a silence longer than the
+     * trace's gap_s a null first, so the line breaks as it does in the history; a
+     * reading no newer than the trace's last is already drawn. */
+    extend(chart, i, ms, value) {
+      const trace = chart.figure.data[i];
+      const last = chart.last[i];
+      if (last !== null && ms <= last) return;
+      const gapMs = (trace.meta.gap_s || this.config.stale_after_s) * 1000;
+      const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
+      if (last !== null && ms - last > gapMs) this.push(buf, i, GC.plotTime((ms + last) / 2), null);
+      this.push(buf, i, GC.plotTime(ms), value * trace.meta.scale);
+      chart.last[i] = ms;
+      if (trace.visible === false) {
+        trace.visible = true;
+        chart.reveal.push(i);
+      }
+    }
+
     onLiveOverlay(gpus) {
       gpus.forEach((g) => {
-        const k = this.config.devices.findIndex((d) => d.uuid === g.uuid);
-        if (k < 0) return;
+        const device = this.config.devices.find((d) => d.uuid === g.uuid);
+        if (!device) return;
         if (!g.stale) this.lastLive = performance.now();
         if (this.range !== "live" || !g.m) return;
-        const x = GC.plotTime(g.t);
-        if (!x) return;
-        const device = this.config.devices[k];
+        const ms = GC.toMs(g.t);
+        if (isNaN(ms)) return;
         Object.values(this.charts).forEach((chart) => {
-          const base = chart.template.data[this.primaryIndex(chart)];
-          const metric = base.meta.metric;
+          const i = chart.figure.data.findIndex((t) => t.meta && t.meta.uuid === g.uuid);
+          if (i < 0) return;
+          const metric = chart.figure.data[i].meta.metric;
           const v = metric === "tflops_est" ? this.liveTflops(device, g.m) : g.m[metric];
-          if (v === null || v === undefined) return;
-          const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
-          this.push(buf, k, x, v * base.meta.scale);
-          if (!chart.hasData[device.uuid]) chart.hasData[device.uuid] = true;
+          if (v !== null && v !== undefined) this.extend(chart, i, ms, v);
         });
       });
     }
 
     onLive(gpus) {
+      if (this.switching) return;
       if (this.overlay) return this.onLiveOverlay(gpus);
       const g = gpus.find((x) => x.uuid === this.device.uuid);
       if (!g) return;
       if (!g.stale) this.lastLive = performance.now();
       if (this.range !== "live" || !g.m) return;
-      const x = GC.plotTime(g.t);
-      if (!x) return;
       const ms = GC.toMs(g.t);
-      const gap = this.lastLiveT && ms - this.lastLiveT > this.config.stale_after_s * 1000;
-      this.lastLiveT = ms;
+      if (isNaN(ms)) return;
       Object.values(this.charts).forEach((chart) => {
-        const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
-        chart.template.data.forEach((trace, i) => {
+        chart.figure.data.forEach((trace, i) => {
           const meta = trace.meta || {};
           if (meta.stat === "throttle") {
             const reasons = (g.m.clocks_event_reasons || 0) & ~1;
             if (reasons && reasons !== this.liveThrottle) {
-              this.push(buf, i, x, 1, this.reasonNames(reasons));
+              const buf = (this.buffer[chart.name] = this.buffer[chart.name] || { idx: [], x: [], y: [], text: [] });
+              this.push(buf, i, GC.plotTime(ms), 1, this.reasonNames(reasons));
             }
             this.liveThrottle = reasons;
             return;
           }
+          if (!meta.metric || meta.envelope) return;
           const v = meta.metric === "tflops_est" ? this.liveTflops(this.device, g.m) : g.m[meta.metric];
-          if (v === null || v === undefined) return;
-          if (meta.envelope) return;
-          if (gap) this.push(buf, i, x, null);
-          this.push(buf, i, x, v * meta.scale);
-          if (!chart.hasData[meta.metric]) {
-            chart.hasData[meta.metric] = true;
-            chart.reveal = (chart.reveal || []).concat([i]);
-          }
+          if (v !== null && v !== undefined) this.extend(chart, i, ms, v);
         });
       });
     }
@@ -535,10 +420,10 @@
       this.buffer = {};
       Object.entries(pending).forEach(([name, buf]) => {
         const chart = this.charts[name];
-        if (!chart || !buf.idx.length) return;
+        if (!chart || !chart.plotted || !buf.idx.length) return;
         // The throttle marks carry hover text; the lines have none, and extendTraces
         // refuses to extend an attribute a trace lacks, so they go in two calls.
-        const throttleIdx = this.overlay ? -1 : chart.template.data.findIndex((t) => (t.meta || {}).stat === "throttle");
+        const throttleIdx = chart.figure.data.findIndex((t) => (t.meta || {}).stat === "throttle");
         const lines = { x: [], y: [] };
         const lineIdx = [];
         buf.idx.forEach((i, k) => {
@@ -548,13 +433,15 @@
           lines.y.push(buf.y[k]);
         });
         const t = buf.idx.indexOf(throttleIdx);
-        if (chart.reveal) {
+        if (chart.reveal.length) {
           Plotly.restyle(chart.plot, { visible: true }, chart.reveal);
-          chart.reveal = null;
+          chart.reveal = [];
         }
-        if (chart.emptyNote) {
-          chart.emptyNote = false;
-          Plotly.relayout(chart.plot, { annotations: chart.template.layout.annotations });
+        if (chart.empty) {
+          // The first reading of an empty chart: the note goes, the axis follows the data.
+          chart.empty = false;
+          const notes = (chart.figure.layout.annotations || []).filter((a) => a.name !== "empty");
+          Plotly.relayout(chart.plot, { annotations: notes, "xaxis.autorange": true });
         }
         if (lineIdx.length) Plotly.extendTraces(chart.plot, lines, lineIdx, LIVE_MAX_POINTS);
         if (t >= 0) {
@@ -580,9 +467,13 @@
     downloadCsv(name) {
       const chart = this.charts[name];
       const traces = chart.plot.data.filter((t) => t.meta && t.meta.metric && t.visible !== false);
-      const unit = chart.template.unit;
+      const unit = chart.figure.unit;
       const header = ["time_utc"].concat(
-        traces.map((t) => (t.meta.stat === "throttle" ? "throttle_reasons" : t.meta.metric + "_" + t.meta.stat + " (" + unit + ")"))
+        traces.map((t) =>
+          t.meta.stat === "throttle"
+            ? "throttle_reasons"
+            : (t.meta.uuid ? t.name + " " : "") + t.meta.metric + "_" + t.meta.stat + " (" + unit + ")"
+        )
       );
       const rows = new Map();
       traces.forEach((t, col) => {
@@ -613,7 +504,7 @@
         format: "png",
         filename: this.filename(name, "png").replace(/\.png$/, ""),
         width: Math.max(chart.plot.clientWidth, 640),
-        height: chart.template.layout.height,
+        height: chart.figure.layout.height,
       });
     }
   }

@@ -11,7 +11,7 @@ NOTE = "() => (document.querySelector('.panel-note') || {textContent: ''}).textC
 
 
 def spans_a_day(response) -> bool:
-    if "/metrics/" not in response.url:
+    if "/figures/" not in response.url:
         return False
     query = parse_qs(urlsplit(response.url).query)
     start, end = (

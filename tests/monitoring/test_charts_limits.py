@@ -46,3 +46,30 @@ def test_missing_readings_stay_gaps():
     avg = charts.temperature_figure(series)["data"][-1]
     assert avg["y"] == [None, 50]
     assert avg["connectgaps"] is False
+
+
+def _seconds(*offsets):
+    return [f"2026-12-02T10:{m:02d}:{sec:02d}Z" for m, sec in (divmod(o, 60) for o in offsets)]
+
+
+def test_a_silence_longer_than_three_steps_is_a_gap_not_a_line():
+    times = _seconds(0, 1, 2, 3, 60, 61, 62)
+    series = {"gpu_util": {"t": times, "avg": [1, 2, 3, 4, 5, 6, 7], "min": [0] * 7, "max": [9] * 7}}
+    fig = charts.utilization_figure(series)
+    avg = next(t for t in fig["data"] if t["meta"]["stat"] == "avg" and t["meta"]["metric"] == "gpu_util")
+    assert avg["y"] == [1, 2, 3, 4, None, 5, 6, 7]
+    assert avg["x"][4] == "2026-12-02 10:00:31.500"
+    assert avg["meta"]["gap_s"] == 3.0
+    upper = next(t for t in fig["data"] if t["meta"]["stat"] == "max")
+    assert upper["y"] == [9, 9, 9, 9, None, 9, 9, 9]
+
+
+def test_steady_readings_have_no_gap():
+    times = _seconds(0, 5, 10, 15, 20)
+    fig = charts.temperature_figure({"temp_c": {"t": times, "avg": [50] * 5, "min": [50] * 5, "max": [50] * 5}})
+    assert None not in fig["data"][-1]["y"] and fig["data"][-1]["meta"]["gap_s"] == 15.0
+
+
+def test_too_few_readings_to_tell_a_cadence_leave_the_gap_to_the_browser():
+    fig = charts.temperature_figure({"temp_c": {"t": T, "avg": [50, 51], "min": [50, 51], "max": [50, 51]}})
+    assert fig["data"][-1]["meta"]["gap_s"] is None

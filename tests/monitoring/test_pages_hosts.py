@@ -53,6 +53,11 @@ def test_the_gpu_panel_charts_ecc_too(client, ops, fleet):
     gpu = fleet["hosts"]["h100-a"].gpus.first()
     client.force_login(ops)
     panel = client.get(f"/gpus/{gpu.uuid}/").context["panel"]
-    figures = panel["figure_sets"][panel["devices"][0]["figures"]]
+    assert panel["figures_url"] == "/monitoring/gpus/{uuid}/figures/"
+    figures = client.get(f"/monitoring/gpus/{gpu.uuid}/figures/").json()["figures"]
     assert list(figures) == ["utilization", "memory", "power", "temperature", "clocks", "ecc"]
-    assert "ecc_uncorrected_volatile" in panel["metrics"]
+
+
+def test_members_may_not_read_a_gpus_figures(client, bob, acme_instance):
+    client.force_login(bob)
+    assert client.get(f"/monitoring/gpus/{acme_instance.gpus.first().uuid}/figures/").status_code == 403

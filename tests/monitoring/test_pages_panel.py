@@ -1,5 +1,6 @@
-"""The instance page's chart panel: its devices and figure templates for the
-instance's team only, and throttle runs from raw samples."""
+"""The instance page's chart panel: its devices for the instance's team only, and
+figures built on the server (monitoring/panels.py) with history, gaps and throttle
+runs from raw samples."""
 
 from datetime import timedelta
 
@@ -15,13 +16,48 @@ def test_bob_gets_the_panel_of_an_acme_instance(client, bob, acme_instance):
     assert [d["uuid"] for d in panel["devices"]] == [
         g.uuid for g in acme_instance.gpus.order_by("index")
     ]
-    assert panel["source"] == {
-        "kind": "instance",
-        "url": f"/api/v1/instances/{acme_instance.pk}/metrics/",
-    }
+    assert panel["figures_url"] == f"/monitoring/instances/{acme_instance.pk}/figures/?device={{uuid}}"
+    assert panel["overlay_url"] == f"/monitoring/instances/{acme_instance.pk}/figures/?device=all"
     assert panel["live"] == {"kind": "instance", "id": acme_instance.pk}
-    figures = panel["figure_sets"][panel["devices"][0]["figures"]]
-    assert figures["power"]["layout"]["shapes"][0]["y0"] == 700.0
+
+
+def test_one_device_gets_its_own_charts_against_its_limits(client, bob, acme_instance):
+    gpu = acme_instance.gpus.first()
+    client.force_login(bob)
+    body = client.get(f"/monitoring/instances/{acme_instance.pk}/figures/?device={gpu.uuid}").json()
+    assert list(body["figures"]) == ["utilization", "tflops", "memory", "power", "temperature", "clocks"]
+    assert body["figures"]["power"]["layout"]["shapes"][0]["y0"] == 700.0
+    empty = body["figures"]["utilization"]
+    assert empty["empty"] and empty["layout"]["xaxis"]["range"][0].startswith(body["start"][:10])
+
+
+def test_all_devices_overlay_one_line_each(client, bob, acme_instance):
+    gpus = list(acme_instance.gpus.order_by("index"))
+    now = timezone.now()
+    for i in range(3):
+        Sample.objects.create(gpu=gpus[1], team=gpus[1].team, instance=acme_instance,
+                              time=now - timedelta(seconds=10 - i), gpu_util=40.0 + i)
+    client.force_login(bob)
+    window = f"start={int(now.timestamp()) - 900}&end={int(now.timestamp()) + 1}"
+    body = client.get(f"/monitoring/instances/{acme_instance.pk}/figures/?device=all&live=1&{window}").json()
+    util = body["figures"]["utilization"]["data"]
+    assert [t["meta"]["uuid"] for t in util] == [g.uuid for g in gpus]
+    assert [t["y"] for t in util] == [[], [40.0, 41.0, 42.0]]
+    assert util[0]["visible"] is False and util[0]["line"]["color"] != util[1]["line"]["color"]
+
+
+def test_the_history_breaks_where_the_agent_went_quiet(client, bob, acme_instance):
+    gpu = acme_instance.gpus.first()
+    start = timezone.now() - timedelta(minutes=10)
+    for offset in (0, 1, 2, 3, 120, 121, 122):
+        Sample.objects.create(gpu=gpu, team=gpu.team, instance=acme_instance,
+                              time=start + timedelta(seconds=offset), gpu_util=50.0)
+    client.force_login(bob)
+    window = f"start={int(start.timestamp()) - 60}&end={int(start.timestamp()) + 840}"
+    body = client.get(f"/monitoring/instances/{acme_instance.pk}/figures/?device={gpu.uuid}&live=1&{window}").json()
+    util = next(t for t in body["figures"]["utilization"]["data"]
+                if t["meta"]["metric"] == "gpu_util" and t["meta"]["stat"] == "avg")
+    assert util["y"] == [50.0, 50.0, 50.0, 50.0, None, 50.0, 50.0, 50.0]
 
 
 def test_charlie_gets_404_for_the_panel_of_an_acme_instance(client, charlie, acme_instance):
@@ -48,25 +84,25 @@ def test_throttle_runs_come_from_raw_samples(client, bob, acme_instance):
             clocks_event_reasons=mask,
         )
     client.force_login(bob)
-    body = client.get(f"/monitoring/gpus/{gpu.uuid}/throttle/").json()
-    assert [s["reasons"] for s in body["segments"]] == [["software power cap"]]
+    body = client.get(f"/monitoring/instances/{acme_instance.pk}/figures/?device={gpu.uuid}").json()
+    clocks = body["figures"]["clocks"]
+    marks = next(t for t in clocks["data"] if t["meta"]["stat"] == "throttle")
+    assert marks["text"] == ["software power cap"]
+    assert [s["type"] for s in clocks["layout"]["shapes"]].count("rect") == 1
 
 
-def test_throttle_names_a_bad_start(client, bob, acme_instance):
+def test_figures_name_a_bad_start_or_device(client, bob, acme_instance):
     client.force_login(bob)
-    response = client.get(
-        f"/monitoring/gpus/{acme_instance.gpus.first().uuid}/throttle/?start=yesterday"
-    )
-    assert response.status_code == 400
-    assert "start" in response.json()
+    url = f"/monitoring/instances/{acme_instance.pk}/figures/"
+    response = client.get(url + "?start=yesterday")
+    assert response.status_code == 400 and "start" in response.json()
+    response = client.get(url + "?device=GPU-nope")
+    assert response.status_code == 400 and "device" in response.json()
 
 
-def test_charlie_gets_404_for_acme_throttle(client, charlie, acme_instance):
+def test_charlie_gets_404_for_acme_figures(client, charlie, acme_instance):
     client.force_login(charlie)
-    assert (
-        client.get(f"/monitoring/gpus/{acme_instance.gpus.first().uuid}/throttle/").status_code
-        == 404
-    )
+    assert client.get(f"/monitoring/instances/{acme_instance.pk}/figures/").status_code == 404
 
 
 def test_a_stopped_instance_charts_the_gpus_it_reported_from(client, bob, acme_instance):

@@ -52,8 +52,8 @@ def test_hostile_path_values(api, ops, path):
 
 
 PAGES = [
-    "/gpus/{}/", "/monitoring/gpus/{}/throttle/", "/hosts/{}/", "/instances/{}/", "/invoices/{}/",
-    "/audit/{}/", "/hosts/{}/tokens/", "/monitoring/instances/{}/panel/", "/budgets/{}/delete/",
+    "/gpus/{}/", "/monitoring/gpus/{}/figures/", "/hosts/{}/", "/instances/{}/", "/invoices/{}/",
+    "/audit/{}/", "/hosts/{}/tokens/", "/monitoring/instances/{}/panel/", "/monitoring/instances/{}/figures/", "/budgets/{}/delete/",
 ]
 
 
@@ -76,7 +76,7 @@ def test_hostile_metrics_queries(ops, query):
 
 @pytest.mark.parametrize("url", [
     "/api/v1/gpus/%00/", "/api/v1/gpu-latest/%00/", "/api/v1/gpus/%00/metrics/", "/gpus/%00/",
-    "/monitoring/gpus/%00/throttle/", "/metrics?uuid=%00", "/api/v1/gpu-events/?uuid=%00",
+    "/monitoring/gpus/%00/figures/", "/metrics?uuid=%00", "/api/v1/gpu-events/?uuid=%00",
     "/api/v1/gpus/?host__name=a%00", "/login/?next=%00",
 ])
 def test_a_nul_anywhere_in_the_url_is_a_400(bob, url):

@@ -1,0 +1,139 @@
+"""The figures of a chart panel, as JSON: one GPU or slice (operators' host and GPU
+pages) or an instance's devices, one at a time or all overlaid. monitoring/charts.py
+builds every figure (look and data, gaps and throttle marks included);
+static/monitoring/panel.js draws them as they come and only extends their traces with
+live readings.
+
+Query parameters: ``start``, ``end`` (ISO 8601 or Unix seconds; default the last hour)
+and ``live=1`` (the x axis follows the data rather than spanning the window).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from instances.models import Gpu, GpuSlice, Instance
+
+from . import charts, pages, queries
+from .models import GpuLatest, Sample
+
+# Throttled readings read for one window at most (a week of 1 s readings throttled
+# all along is 600,000: the marks would be one solid band long before this).
+THROTTLE_ROWS = 20_000
+# Throttled readings further apart than this are separate runs.
+THROTTLE_GAP_S = 5.0
+
+
+class BadWindow(Exception):
+    def __init__(self, response: JsonResponse):
+        self.response = response
+
+
+def _window(request, metrics: tuple[str, ...]) -> queries.Window:
+    params = {key: request.GET[key] for key in ("start", "end") if request.GET.get(key)}
+    params["metric"] = list(metrics)
+    try:
+        return queries.parse_window(params)
+    except queries.QueryError as exc:
+        raise BadWindow(JsonResponse({exc.param: [exc.message]}, status=400)) from None
+
+
+def _answer(window: queries.Window, tier: str, series_list: list[dict], figures: dict) -> JsonResponse:
+    points = max((len(s.get(m, {}).get("t") or ()) for s in series_list for m in s), default=0)
+    return JsonResponse({
+        "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end),
+        "points": points, "figures": figures,
+    })
+
+
+def throttle_segments(user, window: queries.Window, **device) -> list[dict]:
+    """Runs of clock slowdown reasons of one GPU in ``window``, from raw samples;
+    ``device`` filters the samples (``gpu_id``, ``slice_id``, ``instance_id``)."""
+    rows = (
+        Sample.objects.for_user(user)
+        .filter(time__gte=window.start, time__lt=window.end, clocks_event_reasons__gt=charts.CLOCK_IDLE, **device)
+        .order_by("time")
+        .values_list("time", "clocks_event_reasons")[:THROTTLE_ROWS]
+    )
+    times, masks = [], []
+    for moment, mask in rows:
+        times.append(queries.iso(moment))
+        masks.append(mask)
+    return charts.throttle_segments(times, masks, gap_s=THROTTLE_GAP_S)
+
+
+def _limits(device: dict) -> dict:
+    basis = device.get("tflops_basis")
+    return {
+        "memory_total": device["memory_total"],
+        "power_limit_mw": device["power_limit_mw"],
+        "alert_c": pages.alert_temp_c(),
+        "peak_tflops": basis["peak_tflops"] if basis else None,
+    }
+
+
+def _frame(request, window: queries.Window) -> dict:
+    live = request.GET.get("live") == "1"
+    return {"start": window.start, "end": window.end, "live": live}
+
+
+@login_required
+def instance_figures(request, pk):
+    """``device=<uuid>``: that device's charts; ``device=all``: every device per chart."""
+    instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
+    devices = pages.instance_devices(request.user, instance)
+    wanted = request.GET.get("device") or "all"
+    try:
+        window = _window(request, charts.GPU_METRICS)
+    except BadWindow as bad:
+        return bad.response
+    bases = queries.instance_bases(instance)
+    tier, by_uuid = queries.instance_series(request.user, window, instance_id=instance.pk, bases=bases)
+    if not devices:
+        return _answer(window, tier, [], {})
+    frame = _frame(request, window) | {"tier": tier}
+    if wanted == "all":
+        figures = charts.overlay_figures(
+            [(d["uuid"], d["label"], by_uuid.get(d["uuid"], {})) for d in devices],
+            whole_gpu=not devices[0].get("slice"), **frame, **_limits(devices[0]),
+        )
+        return _answer(window, tier, list(by_uuid.values()), figures)
+    device = next((d for d in devices if d["uuid"] == wanted), None)
+    if device is None:
+        return JsonResponse({"device": [f"{wanted} is not one of this instance's devices."]}, status=400)
+    whole = not device.get("slice")
+    throttle = throttle_segments(request.user, window, instance_id=instance.pk, gpu__uuid=wanted,
+                                 slice__isnull=True) if whole else []
+    series = by_uuid.get(wanted, {})
+    figures = charts.device_figures(series, whole_gpu=whole, throttle=throttle, **frame, **_limits(device))
+    return _answer(window, tier, [series], figures)
+
+
+@login_required
+def gpu_figures(request, uuid):
+    """One GPU's or slice's charts, ECC included (operators)."""
+    pages.require_operator(request.user)
+    now: datetime = timezone.now()
+    latest = GpuLatest.objects.filter(uuid=uuid).first()
+    gpu = Gpu.objects.select_related("model", "host").filter(uuid=uuid).first()
+    if gpu is not None:
+        device, gpu_id, slice_id = pages.gpu_device(gpu, latest, now), gpu.pk, None
+    else:
+        piece = get_object_or_404(GpuSlice.objects.select_related("profile__gpu_model", "gpu"), uuid=uuid)
+        device, gpu_id, slice_id = pages.slice_device(piece, latest, now), piece.gpu_id, piece.pk
+    try:
+        window = _window(request, charts.GPU_METRICS + charts.ECC_METRICS)
+    except BadWindow as bad:
+        return bad.response
+    tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id)
+    whole = slice_id is None
+    throttle = throttle_segments(request.user, window, gpu_id=gpu_id, slice__isnull=True) if whole else []
+    figures = charts.device_figures(
+        series, whole_gpu=whole, ecc=True, throttle=throttle, tier=tier, **_frame(request, window), **_limits(device)
+    )
+    return _answer(window, tier, [series], figures)
