@@ -303,8 +303,8 @@ def instance_devices(user, instance: Instance) -> list[dict]:
         devices = held_before(instance)
     bases = queries.instance_bases(instance)
     for device in devices:
-        basis = bases.get(device["uuid"])
-        device["tflops_basis"] = basis.as_dict() if basis else None
+        device["basis"] = bases.get(device["uuid"])
+        device["tflops_basis"] = device["basis"].as_dict() if device["basis"] else None
     return devices
 
 
@@ -325,6 +325,9 @@ def instance_panel(request, pk):
     config["procs"] = {
         uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
     }
+    from .panels import first_instance_body  # panels builds on this module's devices
+
+    config["first"] = first_instance_body(request.user, instance, devices)
     return JsonResponse(config)
 
 

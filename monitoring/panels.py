@@ -10,7 +10,7 @@ and ``live=1`` (the x axis follows the data rather than spanning the window).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
@@ -43,12 +43,12 @@ def _window(request, metrics: tuple[str, ...]) -> queries.Window:
         raise BadWindow(JsonResponse({exc.param: [exc.message]}, status=400)) from None
 
 
-def _answer(window: queries.Window, tier: str, series_list: list[dict], figures: dict) -> JsonResponse:
+def _answer(window: queries.Window, tier: str, series_list: list[dict], figures: dict) -> dict:
     points = max((len(s.get(m, {}).get("t") or ()) for s in series_list for m in s), default=0)
-    return JsonResponse({
+    return {
         "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end),
         "points": points, "figures": figures,
-    })
+    }
 
 
 def throttle_segments(user, window: queries.Window, **device) -> list[dict]:
@@ -77,9 +77,7 @@ def _limits(device: dict) -> dict:
     }
 
 
-def _frame(request, window: queries.Window) -> dict:
-    live = request.GET.get("live") == "1"
-    return {"start": window.start, "end": window.end, "live": live}
+LIVE_SPAN = timedelta(minutes=15)  # the panel's "Live" range
 
 
 @login_required
@@ -87,29 +85,42 @@ def instance_figures(request, pk):
     """``device=<uuid>``: that device's charts; ``device=all``: every device per chart."""
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     devices = pages.instance_devices(request.user, instance)
-    wanted = request.GET.get("device") or "all"
     try:
         window = _window(request, charts.GPU_METRICS)
     except BadWindow as bad:
         return bad.response
-    bases = queries.instance_bases(instance)
-    tier, by_uuid = queries.instance_series(request.user, window, instance_id=instance.pk, bases=bases)
+    wanted = request.GET.get("device") or "all"
+    if wanted != "all" and not any(d["uuid"] == wanted for d in devices):
+        return JsonResponse({"device": [f"{wanted} is not one of this instance's devices."]}, status=400)
+    live = request.GET.get("live") == "1"
+    return JsonResponse(instance_body(request.user, instance, devices, window, wanted=wanted, live=live))
+
+
+def first_instance_body(user, instance, devices: list[dict]) -> dict:
+    """What the panel shows first (live, every device overlaid), sent with its config
+    so that the charts draw without another round trip."""
+    end = timezone.now()
+    window = queries.Window(start=end - LIVE_SPAN, end=end, metrics=charts.GPU_METRICS)
+    return instance_body(user, instance, devices, window, wanted="all", live=True)
+
+
+def instance_body(user, instance, devices: list[dict], window: queries.Window, *, wanted: str, live: bool) -> dict:
+    bases = {d["uuid"]: d["basis"] for d in devices}
+    tier, by_uuid = queries.instance_series(user, window, instance_id=instance.pk, bases=bases)
     if not devices:
         return _answer(window, tier, [], {})
-    frame = _frame(request, window) | {"tier": tier}
-    if wanted == "all":
+    frame = {"start": window.start, "end": window.end, "live": live, "tier": tier}
+    if wanted == "all" and len(devices) > 1:
         figures = charts.overlay_figures(
             [(d["uuid"], d["label"], by_uuid.get(d["uuid"], {})) for d in devices],
             whole_gpu=not devices[0].get("slice"), **frame, **_limits(devices[0]),
         )
         return _answer(window, tier, list(by_uuid.values()), figures)
-    device = next((d for d in devices if d["uuid"] == wanted), None)
-    if device is None:
-        return JsonResponse({"device": [f"{wanted} is not one of this instance's devices."]}, status=400)
+    device = devices[0] if wanted == "all" else next(d for d in devices if d["uuid"] == wanted)
     whole = not device.get("slice")
-    throttle = throttle_segments(request.user, window, instance_id=instance.pk, gpu__uuid=wanted,
+    throttle = throttle_segments(user, window, instance_id=instance.pk, gpu__uuid=device["uuid"],
                                  slice__isnull=True) if whole else []
-    series = by_uuid.get(wanted, {})
+    series = by_uuid.get(device["uuid"], {})
     figures = charts.device_figures(series, whole_gpu=whole, throttle=throttle, **frame, **_limits(device))
     return _answer(window, tier, [series], figures)
 
@@ -133,7 +144,9 @@ def gpu_figures(request, uuid):
     tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id)
     whole = slice_id is None
     throttle = throttle_segments(request.user, window, gpu_id=gpu_id, slice__isnull=True) if whole else []
+    live = request.GET.get("live") == "1"
     figures = charts.device_figures(
-        series, whole_gpu=whole, ecc=True, throttle=throttle, tier=tier, **_frame(request, window), **_limits(device)
+        series, whole_gpu=whole, ecc=True, throttle=throttle, tier=tier, start=window.start, end=window.end,
+        live=live, **_limits(device),
     )
-    return _answer(window, tier, [series], figures)
+    return JsonResponse(_answer(window, tier, [series], figures))

@@ -83,7 +83,8 @@
       if (config.live) GC.live.subscribe(config.live);
       setInterval(() => this.flush(), FLUSH_MS);
       setInterval(() => this.markStale(), 2000);
-      this.load();
+      if (config.first) this.show(config.first);
+      else this.load();
     }
 
     /* ---- DOM ---------------------------------------------------------------------- */
@@ -285,6 +286,10 @@
         return;
       }
       if (generation !== this.generation) return;
+      this.show(body);
+    }
+
+    show(body) {
       this.buffer = {};
       this.draw(body.figures);
       this.switching = false;

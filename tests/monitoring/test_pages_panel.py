@@ -19,6 +19,9 @@ def test_bob_gets_the_panel_of_an_acme_instance(client, bob, acme_instance):
     assert panel["figures_url"] == f"/monitoring/instances/{acme_instance.pk}/figures/?device={{uuid}}"
     assert panel["overlay_url"] == f"/monitoring/instances/{acme_instance.pk}/figures/?device=all"
     assert panel["live"] == {"kind": "instance", "id": acme_instance.pk}
+    # The first view (live, both GPUs overlaid) comes with the config: no second round trip.
+    first = panel["first"]["figures"]["utilization"]
+    assert [t["meta"]["uuid"] for t in first["data"]] == [d["uuid"] for d in panel["devices"]]
 
 
 def test_one_device_gets_its_own_charts_against_its_limits(client, bob, acme_instance):
