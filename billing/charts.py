@@ -57,7 +57,8 @@ def daily_cost(days: Sequence[date], series: dict[str, Sequence[Decimal]], curre
         }
         for category, values in series.items()
     ]
-    layout = _layout("Daily cost by pricing category", "Day (UTC)", f"Cost ({currency})", barmode="stack", xaxis=DAY_AXIS)
+    layout = _layout("Daily cost by pricing category", "Day (UTC)", f"Cost ({currency})", barmode="stack", xaxis=DAY_AXIS,
+                     yaxis={"rangemode": "tozero"})  # no cost yet draws 0 at the bottom, not a -1 … 1 axis
     return {"data": data, "layout": layout, "config": CONFIG}
 
 

@@ -42,13 +42,14 @@ def history_figure(decisions: Sequence[ScalingDecision]) -> dict:
         step("Desired", [d.desired for d in rows], PALETTE["accent"], "dash"),
         step("Running", [d.running for d in rows], PALETTE["ok"]),
         {"type": "scatter", "mode": "lines", "name": "Queue depth", "x": x, "yaxis": "y2",
-         "y": [d.queue_depth for d in rows], "line": {"color": PALETTE["warn"], "width": 1.5},
+         "y": [d.queue_depth for d in rows], "line": {"color": PALETTE["warn"], "width": 1.5, "shape": "hv"},
          "connectgaps": False, "hovertemplate": "%{y} queued<extra>Queue depth</extra>"},
     ]
     fig_layout = layout("Desired vs running instances, and queue depth", "Instances", height=320)
     if max((max(d.desired, d.running) for d in rows), default=0) <= 10:
         fig_layout["yaxis"]["dtick"] = 1
     fig_layout["yaxis2"] = {"title": {"text": "Queued items"}, "overlaying": "y", "side": "right",
-                            "rangemode": "tozero", "gridcolor": PALETTE["grid"], "showgrid": False, "fixedrange": True}
-    fig_layout["margin"] = {**fig_layout["margin"], "r": 60}
+                            "rangemode": "tozero", "tickmode": "auto", "tickformat": ",d", "showgrid": False,
+                            "fixedrange": True}
+    fig_layout["margin"] = {**fig_layout["margin"], "r": 60, "b": 66}
     return figure(data, fig_layout, name="scaling", unit="instances")

@@ -123,16 +123,17 @@ def _described(group: ScalingGroup) -> dict:
 
 
 @transaction.atomic
-def create_group(*, actor, team, name: str, **values) -> ScalingGroup:
+def create_group(*, actor, team, name: str, now: datetime | None = None, **values) -> ScalingGroup:
     plain_name(name)
     if ScalingGroup.objects.filter(team=team, name=name).exists():
         raise ValidationError({"name": f"Your team has a scaling group named {name!r} already."})
     values = {"pricing_model": PricingModel.ON_DEMAND, "min_instances": 1, "scale_out_cooldown_s": 120,
               "scale_in_cooldown_s": 300, "metric_source": MetricSource.PUSHED, "max_price": None, **values}
     values.setdefault("image", None)
-    check_settings(values, team=team)
+    check_settings(values, team=team, now=now)
     group = ScalingGroup.objects.create(
-        team=team, name=name, created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        team=team, name=name, created_at=now or timezone.now(),
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
         **{field: values[field] for field in SETTINGS},
     )
     record_event(actor=actor, action="scaling_group.create", target=group, team=team,
@@ -232,7 +233,7 @@ def _spot_too_dear(group: ScalingGroup, now: datetime) -> str:
                           team_id=group.team_id, at=now)
     spot = getattr(quote, "per_gpu_hour", None)
     if spot is not None and spot > group.max_price:
-        return f"spot at {spot}/GPU-hour is above the max price {group.max_price}"
+        return f"spot at {spot.normalize():f} per GPU-hour is above the max price {group.max_price.normalize():f}"
     return ""
 
 
@@ -285,10 +286,10 @@ def _scale_out(group: ScalingGroup, count: int, now: datetime, provision: bool) 
     return out
 
 
-def _scale_in(group: ScalingGroup, count: int, now: datetime) -> Outcome:
+def _scale_in(group: ScalingGroup, count: int, now: datetime, finish: bool) -> Outcome:
     stopped = []
     for instance in list(active_instances(group)[:count]):
-        stopped.append(instance_services.stop_instance(actor="system", instance=instance, at=now))
+        stopped.append(instance_services.stop_instance(actor="system", instance=instance, at=now, finish=finish))
     return Outcome([], stopped)
 
 
@@ -305,7 +306,7 @@ def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
         action = Action.SCALE_OUT if done.launched else Action.NONE
         reason = Reason.REFUSED if done.refused else Reason.NO_CAPACITY
         return action, reason, f"{plan.message}; {what}: {done.problem}"
-    extra = f" ({done.problem})" if done.problem else ""
+    extra = f"; {done.problem}" if done.problem else ""
     return Action.SCALE_OUT, plan.reason, f"{plan.message}; launched {names}{extra}"
 
 
@@ -313,7 +314,7 @@ def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
 def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provision: bool = True) -> ScalingDecision:
     """Decide, act within bounds, cooldowns and capacity, and record the decision (and
     audit it when it launched or stopped anything). ``provision=False`` leaves new
-    instances pending (the demo walks them itself)."""
+    instances pending and stopped ones stopping (the demo walks them itself)."""
     now = now or timezone.now()
     group = ScalingGroup.objects.select_for_update().select_related("team", "gpu_model", "image").get(pk=group.pk)
     depth = current_depth(group, now)
@@ -325,7 +326,7 @@ def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provisio
     if plan.action == Action.SCALE_OUT:
         done = _scale_out(group, plan.count, now, provision)
     elif plan.action == Action.SCALE_IN:
-        done = _scale_in(group, plan.count, now)
+        done = _scale_in(group, plan.count, now, finish=provision)
     else:
         done = Outcome([], [])
     action, reason, message = _summary(plan, done)

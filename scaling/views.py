@@ -21,6 +21,26 @@ def _groups(request):
     return ScalingGroup.objects.for_user(request.user).select_related("team", "gpu_model", "image")
 
 
+LOG_SCAN = 5000
+
+
+def notable(group: ScalingGroup) -> list:
+    """Of the latest decisions, newest first, those that acted or saw something new (its
+    reason, desired or running count changed); each carries ``alike``, how many
+    evaluations after it came to the same, and ``until``, the last of them."""
+    rows = list(group.decisions.all()[:LOG_SCAN])
+    kept = []
+    for d in reversed(rows):  # oldest first
+        last = kept[-1] if kept else None
+        if last is not None and d.action == "none" and (d.reason, d.desired, d.running) == (
+                last.reason, last.desired, last.running):
+            last.alike, last.until = last.alike + 1, d.time
+            continue
+        d.alike, d.until = 0, d.time
+        kept.append(d)
+    return kept[::-1]
+
+
 @login_required
 def group_list(request):
     now = timezone.now()
@@ -41,12 +61,13 @@ def group_detail(request, pk):
     shown = list(group.decisions.filter(time__gt=now - CHART_WINDOWS[window], time__lte=now))
     cost = costs.group_cost(group, now=now)
     days, series = costs.daily(group, now=now)
-    log = Paginator(group.decisions.all(), 50).get_page(request.GET.get("page"))
+    everything = request.GET.get("log") == "all"
+    log = Paginator(group.decisions.all() if everything else notable(group), 50).get_page(request.GET.get("page"))
     members = group.members.select_related("instance__gpu_model", "instance__host").order_by("-joined_at", "-id")[:100]
     context = {
         "group": group, "cost": cost, "window": window, "windows": list(CHART_WINDOWS),
         "running": services.active_instances(group).count(), "depth": services.current_depth(group, now),
-        "members": members, "log": log,
+        "members": members, "log": log, "everything": everything,
         "figures": {"history": charts.history_figure(shown),
                     "cost": billing_charts.daily_cost(days, series, cost.currency)},
     }

@@ -31,7 +31,7 @@ def test_spot_above_the_max_price_falls_back_to_on_demand(fleet, acme, bob):
     decision = _push_and_evaluate(group, 10)
     assert (decision.action, decision.running) == ("scale_out", 1)
     assert Instance.objects.get().pricing_model == "on_demand"
-    assert "above the max price 0.30" in decision.message
+    assert "spot at 0.4 per GPU-hour is above the max price 0.3" in decision.message
 
 
 def test_no_capacity_is_recorded_with_what_did_fit(fleet, acme, bob):
