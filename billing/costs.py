@@ -119,7 +119,7 @@ def _key_label(group_by: str, row: dict) -> tuple[str, str]:
     if group_by == "scaling_group":
         group_id = row["instance__scaling_member__group_id"]
         if group_id is None:
-            return "none", "Not in a scaling group"
+            return "none", "Not in a group"
         return str(group_id), row["instance__scaling_member__group__name"]
     value = row[GROUPS[group_by][0]]
     label = dict(PricingCategory.choices).get(value, value) if group_by == "pricing_category" else value
