@@ -557,6 +557,15 @@ def alert_list(request):
             "subscribe": live_groups(request.user, teams),
             "stale_after_s": stale_after_s(),
             "client": charts.client_settings(),
+            # A new alert this page's filters would list is added as a row when it opens.
+            "alert_rows": {
+                "shows_open": state in ("active", "open", "all") and not errors and page.number == 1,
+                "filters": {name: value for name, value in picked.items() if value} | (
+                    {"team": int(team)} if team and not errors else {}
+                ),
+                "kinds": dict(AlertKind.choices),
+                "categories": dict(Category.choices),
+            },
         },
     }
     return render(request, "monitoring/alerts.html", context, status=400 if errors else 200)

@@ -266,6 +266,51 @@
     el.classList.add("on");
   }
 
+  /* A row for an alert that opened while the Alerts page was open, in the page's columns;
+   * its buttons come with the next load. */
+  function alertRow(d, rows) {
+    const body = document.querySelector("#alerts tbody");
+    const f = rows.filters;
+    if (!body || !rows.shows_open) return false;
+    if ((f.kind && f.kind !== d.kind) || (f.category && f.category !== d.category)) return false;
+    if ((f.severity && f.severity !== d.severity) || (f.team && f.team !== d.team)) return false;
+    const td = (label, text, cls) => {
+      const cell = document.createElement("td");
+      cell.dataset.label = label;
+      if (cls) cell.className = cls;
+      if (text !== null) cell.textContent = text;
+      return cell;
+    };
+    const span = (cls, text) => {
+      const el = document.createElement("span");
+      el.className = cls;
+      el.textContent = text;
+      return el;
+    };
+    const tr = document.createElement("tr");
+    tr.dataset.alert = d.id;
+    tr.dataset.category = d.category;
+    tr.className = "live-new";
+    const opened = td("Opened", d.opened_at.slice(0, 19).replace("T", " "), "mono");
+    const severity = td("Severity", null);
+    severity.appendChild(span("severity " + d.severity, d.severity));
+    const state = td("State", null);
+    state.appendChild(span("state " + d.state, d.state));
+    const kind = td("Kind", rows.kinds[d.kind] || d.kind);
+    if (rows.categories[d.category] && rows.categories[d.category] !== kind.textContent) {
+      const sub = document.createElement("div");
+      sub.className = "muted small";
+      sub.textContent = rows.categories[d.category];
+      kind.appendChild(sub);
+    }
+    [opened, severity, kind, state, td("What", d.message), td("Where", "—"), td("Seen", "1×", "num"), td("", "", "acks")]
+      .forEach((cell) => tr.appendChild(cell));
+    const empty = body.querySelector("td[colspan]");
+    if (empty) empty.parentElement.remove();
+    body.insertBefore(tr, body.firstChild);
+    return true;
+  }
+
   GC.startPage = function (settings) {
     GC.tiles = new Tiles(settings);
     GC.live.on("instance", (d) => {
@@ -291,7 +336,7 @@
       if (row) {
         row.textContent = d.state;
         row.className = "state " + d.state;
-      } else if (d.state === "open") {
+      } else if (d.state === "open" && !(settings.alert_rows && alertRow(d, settings.alert_rows))) {
         banner("New alert: " + d.message);
       }
     });
