@@ -237,7 +237,7 @@ def _scoped_charges(request, roles, team_id):
 
 class CostView(APIView):
     """Costs of your teams over [start, end), grouped by day, instance, GPU model,
-    pricing category, team or scaling group. Members see their teams' costs."""
+    pricing category, team, scaling group or job (queued jobs' charges only). Members see their teams' costs."""
 
     @extend_schema(parameters=[CostQuerySerializer], responses=CostReportSerializer)
     def get(self, request):

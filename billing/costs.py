@@ -28,6 +28,8 @@ GROUPS = {
     "team": ("team_id", "team__name"),
     # instances a scaling group launched (scaling.ScalingMember); the rest in one row
     "scaling_group": ("instance__scaling_member__group_id", "instance__scaling_member__group__name"),
+    # Queued jobs (jobs/): each run of a job is an instance; only jobs' charges count.
+    "job": ("instance__job_run__job_id", "instance__job_run__job__name"),
 }
 MAX_RANGE_DAYS = 3660
 
@@ -82,6 +84,8 @@ def grouped(qs, group_by: str) -> list[dict]:
     if group_by == "instance":
         rows = [*_sums(qs.filter(instance__isnull=False), ("instance_id", "instance__name")),
                 *_sums(qs.filter(instance__isnull=True), ("reservation_id",))]
+    elif group_by == "job":
+        rows = _sums(qs.filter(instance__job_run__isnull=False), GROUPS[group_by])
     else:
         rows = _sums(qs, GROUPS[group_by])
     out = []
@@ -121,6 +125,8 @@ def _key_label(group_by: str, row: dict) -> tuple[str, str]:
         if group_id is None:
             return "none", "Not in a group"
         return str(group_id), row["instance__scaling_member__group__name"]
+    if group_by == "job":
+        return str(row["instance__job_run__job_id"]), row["instance__job_run__job__name"]
     value = row[GROUPS[group_by][0]]
     label = dict(PricingCategory.choices).get(value, value) if group_by == "pricing_category" else value
     return value, label

@@ -27,6 +27,8 @@ ON_DEMAND = {
     "A100-80GB:mig:3g.40gb": "0.89", "H100-80GB:mig:1g.10gb": "0.49", "H100-80GB:vgpu:H100-20C": "0.79",
 }
 THREE_YEAR = {"H100-80GB": "1.49", "A100-80GB": "0.89", "H200-141GB": "1.99"}
+# What low-priority jobs pay in idle capacity (jobs/): about a third of on-demand.
+IDLE = {"H100-80GB": "0.99", "A100-80GB": "0.59", "H200-141GB": "1.29"}
 # From the start of last month, H100s cost less (set in advance, as price changes are).
 PRICE_CHANGE = ("H100-80GB", "2.79")
 SPOT_SKUS = ("A100-80GB", "H100-80GB", "H200-141GB")
@@ -91,7 +93,7 @@ def _months_back(month: datetime, n: int) -> datetime:
 
 
 def _prices(ops, start: datetime, current: datetime) -> None:
-    for kind, table in (("on_demand", ON_DEMAND), ("reserved_3y", THREE_YEAR)):
+    for kind, table in (("on_demand", ON_DEMAND), ("reserved_3y", THREE_YEAR), ("idle", IDLE)):
         for sku, hourly in table.items():
             if not Price.objects.filter(sku=sku, kind=kind).exists():
                 services.set_price(actor=ops, sku=sku, kind=kind, hourly=Decimal(hourly), effective_from=start, now=start)

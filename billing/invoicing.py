@@ -93,6 +93,8 @@ def _line(row: dict) -> Line:
         what = f"Reserved ({rsv})"
     elif category == PricingCategory.STANDARD and row["instance__pricing_model"] == "reserved":
         what = "On-demand, beyond reservations"
+    elif row["instance__pricing_model"] == "idle":
+        what = "Idle capacity (low-priority job)"
     elif category == PricingCategory.DYNAMIC and row["unit_price"] == 0:
         what = "Spot, preempted in its first hour: free"
     text = f"{row['instance__name']} · {sku} · {what}"

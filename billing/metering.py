@@ -38,6 +38,7 @@ FREE_NOTE = "preempted by the platform within its first hour: free"
 MINIMUM_NOTE = "includes the 60-second minimum"
 OVERFLOW_NOTE = "beyond the reservation: on-demand"
 SLICE_NOTE = "reservations cover whole GPUs; slices are on-demand"
+IDLE_NOTE = "low-priority job in idle capacity"
 
 
 @dataclass
@@ -88,12 +89,23 @@ class Catalog:
             steps[sku].append((frm, until, hourly))
         self.on_demand = {sku: pricing.Schedule(sku, tuple(sorted(p))) for sku, p in steps.items()}
         self.spot: dict[str, pricing.Schedule] = {}
+        self.idle: dict[str, pricing.Schedule] = {}
 
     def list_schedule(self, sku: str) -> pricing.Schedule:
         try:
             return self.on_demand[sku]
         except KeyError:
             raise pricing.PricingError(f"No on-demand price for {sku}.") from None
+
+    def idle_schedule(self, sku: str) -> pricing.Schedule:
+        """The idle-capacity price low-priority jobs pay (an operator's catalog entry)."""
+        if sku not in self.idle:
+            periods = Price.objects.filter(sku=sku, kind=PriceKind.IDLE).values_list(
+                "effective_from", "effective_until", "hourly")
+            if not periods:
+                raise pricing.PricingError(f"No idle-capacity price for {sku}.")
+            self.idle[sku] = pricing.Schedule(sku, tuple(sorted(periods)))
+        return self.idle[sku]
 
     def spot_schedule(self, sku: str) -> pricing.Schedule:
         if sku not in self.spot:
@@ -288,6 +300,9 @@ def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day
             Decimal(0) if free else None, list_pieces[0][2], FREE_NOTE if free else "",
         )
         return
+    if meta.pricing_model == PricingModel.IDLE:
+        _rate_idle(ledger, catalog, instance_id, meta, region, day, s, e, g, list_pieces)
+        return
     topup = run.minimum_topup() * g if s == run.start else 0
     note = SLICE_NOTE if meta.pricing_model == PricingModel.RESERVED else ""
     for i, (ps, pe, price) in enumerate(list_pieces):
@@ -298,6 +313,16 @@ def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day
             key, meta, region, used, used + extra, price * (used + extra), price * (used + extra), price, price,
             MINIMUM_NOTE if extra else note,
         )
+
+
+def _rate_idle(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day, s, e, g, list_pieces) -> None:
+    """A low-priority job in idle capacity: per second at the idle-capacity price in
+    effect, no minimum; its list price is the on-demand one."""
+    for ps, pe, price in catalog.idle_schedule(meta.sku).pieces(s, e):
+        used = pricing.seconds(ps, pe) * g
+        listed = pricing.price_seconds(catalog.list_schedule(meta.sku).pieces(ps, pe), g)
+        key = (day, instance_id, ChargeType.USAGE, PricingCategory.DYNAMIC, None, f"idle {price}")
+        ledger.add(key, meta, region, used, used, price * used, listed, price, list_pieces[0][2], IDLE_NOTE)
 
 
 def _reserved_days(day0: datetime, day1: datetime) -> Iterator[tuple[tuple[int, int, datetime], list]]:

@@ -23,6 +23,8 @@ def currency() -> str:
 class PriceKind(models.TextChoices):
     ON_DEMAND = "on_demand", "On-demand"
     RESERVED_3Y = "reserved_3y", "Reserved, 3-year"
+    # What low-priority jobs in idle capacity pay per GPU-hour (jobs/), set by operators.
+    IDLE = "idle", "Idle capacity"
 
 
 class Price(models.Model):

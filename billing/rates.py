@@ -47,9 +47,9 @@ class RunRate:
         return self.committed.get(team_id, Decimal(0))
 
 
-def on_demand_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
+def on_demand_prices(skus: Iterable[str], at: datetime, kind: str = PriceKind.ON_DEMAND) -> dict[str, Decimal]:
     rows = (
-        Price.objects.filter(sku__in=set(skus), kind=PriceKind.ON_DEMAND, effective_from__lte=at)
+        Price.objects.filter(sku__in=set(skus), kind=kind, effective_from__lte=at)
         .filter(Q(effective_until__isnull=True) | Q(effective_until__gt=at))
         .values_list("sku", "hourly")
     )
@@ -63,6 +63,11 @@ def spot_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
         if price is not None:
             out[sku] = price
     return out
+
+
+def idle_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
+    """The idle-capacity price per GPU-hour that low-priority jobs pay, per SKU."""
+    return on_demand_prices(skus, at, PriceKind.IDLE)
 
 
 def _sku(instance: Instance) -> str:
@@ -82,13 +87,14 @@ def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate
     skus = {_sku(i) for i in billable}
     listed = on_demand_prices(skus, now)
     spot = spot_prices({_sku(i) for i in billable if i.pricing_model == PricingModel.SPOT}, now)
+    idle = idle_prices({_sku(i) for i in billable if i.pricing_model == PricingModel.IDLE}, now)
     out = RunRate()
     reserved = [i for i in billable if i.pricing_model == PricingModel.RESERVED and not i.slice_profile_id]
     covered = _cover(reserved, list(reservations.order_by("start", "id")), now, out)
     for instance in billable:
         sku = _sku(instance)
-        price = spot.get(sku) if instance.pricing_model == PricingModel.SPOT else listed.get(sku)
-        if price is None or (instance.pricing_model == PricingModel.SPOT and sku not in listed):
+        price = {PricingModel.SPOT: spot, PricingModel.IDLE: idle}.get(instance.pricing_model, listed).get(sku)
+        if price is None or (instance.pricing_model in (PricingModel.SPOT, PricingModel.IDLE) and sku not in listed):
             out.unpriced.add(instance.pk)
             continue
         if instance.pricing_model == PricingModel.SPOT:
@@ -155,6 +161,8 @@ def metered_until(now: datetime) -> datetime | None:
 
 ON_DEMAND_LINE = "On-demand: {listed}/h per GPU, billed per second (60-second minimum), stop any time."
 RESERVED_SLICE_LINE = "Reserved covers whole GPUs only: a slice bills on-demand at {listed}/h."
+IDLE_LINE = ("Idle capacity: {idle}/h (on-demand {listed}/h), billed per second; paying launches take the GPUs "
+             "back with 2 minutes' notice and the job resumes when capacity frees.")
 SPOT_LINE = ("Spot: {spot}/h now (on-demand {listed}/h); the price moves, and the platform may reclaim it with "
              "2 minutes' notice (a reclaim in the first hour is free).")
 
@@ -197,6 +205,8 @@ class BillingPriceBook:
             return f"{sku} has no on-demand price in effect; an operator must price it before it can be launched."
         if pricing_model == PricingModel.SPOT and sku not in spot_prices([sku], at):
             return f"{sku} has no spot price; an operator must set one before spot instances can be launched."
+        if pricing_model == PricingModel.IDLE and sku not in idle_prices([sku], at):
+            return f"{sku} has no idle-capacity price; an operator must set one before low-priority jobs can run on it."
         return None
 
     def quote(self, *, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote:
@@ -208,6 +218,11 @@ class BillingPriceBook:
             if spot is None:
                 return Quote(None, None, f"{sku} has no spot price yet.")
             return Quote(spot * count, spot, SPOT_LINE.format(spot=_rate(spot), listed=_rate(listed)))
+        if pricing_model == PricingModel.IDLE:
+            idle = idle_prices([sku], at).get(sku)
+            if idle is None:
+                return Quote(None, None, f"{sku} has no idle-capacity price yet.")
+            return Quote(idle * count, idle, IDLE_LINE.format(idle=_rate(idle), listed=_rate(listed)))
         if pricing_model != PricingModel.RESERVED or ":" in sku or team_id is None:
             note = RESERVED_SLICE_LINE if pricing_model == PricingModel.RESERVED and ":" in sku else ON_DEMAND_LINE
             return Quote(listed * count, listed, note.format(listed=_rate(listed)))

@@ -168,8 +168,9 @@ class AdjustmentSerializer(serializers.Serializer):
 
 
 class CostQuerySerializer(serializers.Serializer):
-    group_by = serializers.ChoiceField(choices=["day", "instance", "model", "pricing_category", "team", "scaling_group"],
-                                       default="day")
+    group_by = serializers.ChoiceField(
+        choices=["day", "instance", "model", "pricing_category", "team", "scaling_group", "job"], default="day"
+    )
     start = serializers.CharField(required=False, help_text="YYYY-MM-DD or ISO 8601 datetime (UTC); default: month start")
     end = serializers.CharField(required=False, help_text="exclusive; default: start of the next month")
     team = serializers.IntegerField(required=False, min_value=1)

@@ -98,6 +98,9 @@ def cost_explorer(request):
     if any(r["key"] != "none" for r in by_group):
         plots["scaling"] = charts.breakdown([(r["label"], r["billed_cost"]) for r in by_group],
                                             "Cost by scaling group", "Scaling group", currency())
+    by_job = [(r["label"], r["billed_cost"]) for r in costs.grouped(window, "job")]
+    if by_job:
+        plots["jobs"] = charts.breakdown(by_job, "Cost by job (queued jobs)", "Job", currency())
     by_category = {r["key"]: r for r in costs.grouped(window, "pricing_category")}
     context = {
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "monitoring",
     "billing",
     "scaling",
+    "jobs",
     "axes",
 ]
 

@@ -4,7 +4,7 @@ from console.models import Team
 from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
 
-from .models import GpuModel, Image, PricingModel, Region, SliceProfile
+from .models import LAUNCHABLE, GpuModel, Image, PricingModel, Region, SliceProfile
 from .services import MAX_GPUS_PER_INSTANCE
 
 
@@ -29,7 +29,7 @@ class LaunchForm(forms.Form):
         label="Slice (optional)", empty_label="Whole GPUs",
     )
     gpu_count = forms.IntegerField(min_value=1, max_value=MAX_GPUS_PER_INSTANCE, initial=1, label="Count")
-    pricing_model = forms.ChoiceField(choices=PricingModel.choices, initial=PricingModel.ON_DEMAND, label="Pricing")
+    pricing_model = forms.ChoiceField(choices=LAUNCHABLE, initial=PricingModel.ON_DEMAND, label="Pricing")
     max_price = forms.DecimalField(
         max_digits=14, decimal_places=6, required=False, label="Spot max price per GPU-hour (optional)",
         help_text="Spot only: if the spot price rises above it, the instance is preempted after the notice.",

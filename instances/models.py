@@ -161,6 +161,14 @@ class PricingModel(models.TextChoices):
     ON_DEMAND = "on_demand", "On-demand"
     RESERVED = "reserved", "Reserved"
     SPOT = "spot", "Spot"
+    # Low-priority jobs in idle capacity: launched only by the job queue (jobs/).
+    IDLE = "idle", "Idle capacity"
+
+
+# The platform may take these back with a notice when paying work needs the GPUs.
+PREEMPTIBLE = (PricingModel.SPOT, PricingModel.IDLE)
+# What a user may pick when launching an instance directly.
+LAUNCHABLE = [(value, label) for value, label in PricingModel.choices if value != PricingModel.IDLE]
 
 
 class State(models.TextChoices):

@@ -10,6 +10,7 @@ from console.validators import plain_name
 from . import catalog
 from .images import parse_reference
 from .models import (
+    LAUNCHABLE,
     Gpu,
     GpuModel,
     GpuSlice,
@@ -208,7 +209,7 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
     )
     slice = SliceProfileSerializer(source="slice_profile", read_only=True, allow_null=True)
     gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_INSTANCE)
-    pricing_model = serializers.ChoiceField(choices=PricingModel.choices)
+    pricing_model = serializers.ChoiceField(choices=LAUNCHABLE)
     region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True, write_only=True
     )

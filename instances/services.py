@@ -20,6 +20,7 @@ from audit.services import record_event
 from . import catalog, images
 from .models import (
     HOLDING_STATES,
+    PREEMPTIBLE,
     Gpu,
     GpuHold,
     GpuModel,
@@ -250,6 +251,15 @@ def largest_pool(gpu_model: GpuModel) -> tuple[int, bool]:
     return most, most < max(per_host.values(), default=0)
 
 
+def free_gpus_by_host(*, gpu_model: GpuModel) -> dict[int, int]:
+    """{host id: the most free whole GPUs of ``gpu_model`` one instance can get there
+    (one NVLink group)} on active passthrough hosts."""
+    out: dict[int, int] = {}
+    for (host_id, _group), gpus in _nvlink_pools(list(_free_whole_gpus(gpu_model).select_related("host"))).items():
+        out[host_id] = max(out.get(host_id, 0), len(gpus))
+    return out
+
+
 def free_capacity(*, gpu_model: GpuModel, slice_profile: SliceProfile | None = None) -> tuple[int, int]:
     """(free now in all, most one instance can get now) of whole GPUs of ``gpu_model``
     or of ``slice_profile`` slices: an instance's GPUs are on one host, in one NVLink
@@ -334,7 +344,7 @@ def _after_commit_provision(instance: Instance) -> None:
 
 def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: int, pricing_model: str, **options) -> Instance:
     """Place and launch an instance. When on-demand or reserved capacity is short and
-    running spot instances hold the room, those get a preemption notice (default 2
+    running spot instances (or low-priority jobs) hold the room, those get a preemption notice (default 2
     minutes) and the launch fails with a reason saying when to retry."""
     try:
         return _launch(
@@ -342,23 +352,25 @@ def launch_instance(*, actor, team, name: str, gpu_model: GpuModel, gpu_count: i
             pricing_model=pricing_model, **options,
         )
     except PlacementError as exc:
-        if pricing_model == PricingModel.SPOT or options.get("slice_profile") is not None:
+        if pricing_model in PREEMPTIBLE or options.get("slice_profile") is not None:
             raise
         noticed = reclaim_spot_capacity(gpu_model=gpu_model, count=gpu_count, region=options.get("region"))
         if not noticed:
             raise
         names = ", ".join(i.name for i in noticed)
+        kind = "Spot instances" if all(i.pricing_model == PricingModel.SPOT for i in noticed) else "Preemptible instances"
         raise PlacementError(
-            f"{exc} Spot instances {names} on {noticed[0].host.name} were given notice to make room; "
+            f"{exc} {kind} {names} on {noticed[0].host.name} were given notice to make room; "
             "launch again once they are preempted."
         ) from None
 
 
 @transaction.atomic
 def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | None = None) -> list[Instance]:
-    """Give notice to the fewest running spot instances in one NVLink group (one host
-    where the host has no groups) whose GPUs, with the group's free ones, make room for
-    ``count`` GPUs. Returns the instances given notice.
+    """Give notice to the fewest running preemptible instances (spot, and low-priority
+    jobs in idle capacity, those first) in one NVLink group (one host where the host has
+    no groups) whose GPUs, with the group's free ones, make room for ``count`` GPUs.
+    Returns the instances given notice.
 
     Runs under the model's placement lock, and counts GPUs already under notice as room
     coming free: two launches short of capacity at once never both preempt for it."""
@@ -369,7 +381,7 @@ def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | N
     pools = _nvlink_pools(list(gpus.select_related("host").order_by("host__name", "index")))
     held = {g.instance_id for pool in pools.values() for g in pool if g.instance_id}
     spot = {i.pk: i for i in Instance.objects.filter(
-        pk__in=held, state=State.RUNNING, pricing_model=PricingModel.SPOT, slice_profile=None).select_related("host")}
+        pk__in=held, state=State.RUNNING, pricing_model__in=PREEMPTIBLE, slice_profile=None).select_related("host")}
     noticed = set(PreemptionNotice.objects.filter(instance__in=list(spot), status=NoticeStatus.PENDING)
                   .values_list("instance_id", flat=True))
     best: list[Instance] | None = None
@@ -384,7 +396,7 @@ def reclaim_spot_capacity(*, gpu_model: GpuModel, count: int, region: Region | N
             return []  # room is already on its way: launching again once it frees will fit
         chosen = []
         for candidate in sorted((spot[pk] for pk in holders if pk in spot and pk not in noticed),
-                                key=lambda i: (-i.gpu_count, i.created_at)):
+                                key=lambda i: (i.pricing_model != PricingModel.IDLE, -i.gpu_count, i.created_at)):
             if room >= count:
                 break
             chosen.append(candidate)
@@ -530,8 +542,9 @@ def preempt_instance(
     *, actor="system", instance: Instance, reason: str = "capacity reclaimed", at: datetime | None = None
 ) -> Instance:
     instance = _locked(instance)
-    if instance.pricing_model != PricingModel.SPOT:
-        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
+    if instance.pricing_model not in PREEMPTIBLE:
+        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances "
+                             "and low-priority jobs are preempted.")
     at = at or timezone.now()
     _release(instance, at)
     return _transition(
@@ -579,15 +592,17 @@ DEFAULT_NOTICE = timedelta(minutes=2)
 @transaction.atomic
 def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DEFAULT_NOTICE, reason: str = "",
                             now: datetime | None = None) -> PreemptionNotice:
-    """Warn a spot instance's team that the platform takes it back at now + notice."""
+    """Warn a spot instance's (or a low-priority job's) team that the platform takes it
+    back at now + notice."""
     from console.live import publish_on_commit, team_group
 
     now = now or timezone.now()
     if not timedelta(0) <= notice <= timedelta(hours=1):
         raise ValidationError({"notice_seconds": "The notice is between 0 seconds and one hour."})
     instance = _locked(instance)
-    if instance.pricing_model != PricingModel.SPOT:
-        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances are preempted.")
+    if instance.pricing_model not in PREEMPTIBLE:
+        raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances "
+                             "and low-priority jobs are preempted.")
     if instance.state != State.RUNNING:
         raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a running instance can be preempted.")
     if PreemptionNotice.objects.filter(instance=instance, status=NoticeStatus.PENDING).exists():
@@ -663,7 +678,8 @@ def _preempt_one(pk: int, now: datetime) -> PreemptionNotice | None:
     if item.status != NoticeStatus.PENDING:
         return None
     if item.instance.state == State.RUNNING:
-        preempt_instance(actor="system", instance=item.instance, reason=f"spot capacity reclaimed: {item.reason}", at=now)
+        what = "spot capacity" if item.instance.pricing_model == PricingModel.SPOT else "idle capacity"
+        preempt_instance(actor="system", instance=item.instance, reason=f"{what} reclaimed: {item.reason}", at=now)
         item.status = NoticeStatus.DONE
     else:
         item.status = NoticeStatus.MOOT

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from console.tenancy import TeamScopedQuerySet
 from console.validators import plain_name
-from instances.models import PricingModel
+from instances.models import LAUNCHABLE, PricingModel
 
 MONEY = {"max_digits": 12, "decimal_places": 6}
 
@@ -27,7 +27,7 @@ class ScalingGroup(models.Model):
     gpus_per_instance = models.PositiveSmallIntegerField()
     # Empty: each launch boots the GPU model's default image.
     image = models.ForeignKey("instances.Image", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    pricing_model = models.CharField(max_length=16, choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
+    pricing_model = models.CharField(max_length=16, choices=LAUNCHABLE, default=PricingModel.ON_DEMAND)
     # Spot only: the most it pays per GPU-hour; above it, launches fall back to on-demand.
     max_price = models.DecimalField(null=True, blank=True, **MONEY)
     min_instances = models.PositiveSmallIntegerField(default=1)

@@ -3,7 +3,7 @@ from rest_framework import serializers
 
 from console.models import Team
 from console.validators import plain_name
-from instances.models import GpuModel, Image, PricingModel
+from instances.models import LAUNCHABLE, GpuModel, Image, PricingModel
 from instances.serializers import ImageSummaryField
 
 from .models import MetricSource, ScalingDecision, ScalingGroup
@@ -32,7 +32,7 @@ class ScalingGroupSerializer(serializers.ModelSerializer):
         error_messages={"does_not_exist": "No such image, or it is private to another team.",
                         "incorrect_type": "An image is named by its id (a number), see /api/v1/images/."},
     )
-    pricing_model = serializers.ChoiceField(choices=PricingModel.choices, default=PricingModel.ON_DEMAND)
+    pricing_model = serializers.ChoiceField(choices=LAUNCHABLE, default=PricingModel.ON_DEMAND)
     max_price = serializers.DecimalField(max_digits=12, decimal_places=6, required=False, allow_null=True,
                                          help_text="spot only: the most paid per GPU-hour, else on-demand")
     min_instances = serializers.IntegerField(default=1)

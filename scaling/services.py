@@ -20,7 +20,7 @@ from audit.services import record_event
 from console.validators import plain_name
 from instances import catalog, images
 from instances import services as instance_services
-from instances.models import GpuModel, Instance, PricingModel, State
+from instances.models import LAUNCHABLE, GpuModel, Instance, PricingModel, State
 
 from . import policy
 from .models import Action, MetricSource, Reason, ScalingDecision, ScalingGroup, ScalingMember
@@ -71,8 +71,8 @@ def check_settings(values: dict, *, team, now: datetime | None = None) -> dict:
             errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
     _whole(errors, "gpus_per_instance", values.get("gpus_per_instance"), 1, instance_services.MAX_GPUS_PER_INSTANCE,
            "GPUs per instance")
-    if values.get("pricing_model") not in PricingModel.values:
-        errors["pricing_model"] = f"Pricing model is one of {', '.join(PricingModel.values)}."
+    if values.get("pricing_model") not in dict(LAUNCHABLE):
+        errors["pricing_model"] = f"Pricing model is one of {', '.join(dict(LAUNCHABLE))}."
     _whole(errors, "min_instances", values.get("min_instances"), 0, MAX_INSTANCES, "The minimum")
     _whole(errors, "max_instances", values.get("max_instances"), 1, MAX_INSTANCES, "The maximum")
     if "min_instances" not in errors and "max_instances" not in errors and values["min_instances"] > values["max_instances"]:

@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from audit import api as audit_api
 from billing import api as billing_api
 from instances import api as instances_api
+from jobs import api as jobs_api
 from monitoring import api as monitoring_api
 from scaling import api as scaling_api
 
@@ -13,7 +14,7 @@ from . import routes, views
 
 router = DefaultRouter()
 extra = []
-for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api):
+for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api, jobs_api):
     for prefix, viewset, basename in module.routes:
         router.register(prefix, viewset, basename=basename)
     extra += getattr(module, "urlpatterns", [])

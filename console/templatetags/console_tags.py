@@ -12,6 +12,7 @@ SECTIONS = [
     ("scaling-group-list", "Scaling", None),
     ("image-list", "Images", None),
     ("alert-list", "Alerts", None),
+    ("job-queue", "Jobs", None),
     ("cost-explorer", "Costs", "sees_costs"),
     ("invoice-list", "Invoices", "is_admin"),
     ("audit-events", "Audit", "is_auditor"),

@@ -54,6 +54,9 @@ def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_ins
         assert client.post(API + "reservations/", {"team": team.pk, "gpu_model": "H100-80GB", "gpu_count": 1,
                                                     "term": "1y", "start": start}).status_code == 201
         client.post(API + "auth/tokens/", {"name": f"{who.username}-token"})
+        assert client.post(API + "jobs/", {"team": team.pk, "name": "eval", "command": "python eval.py",
+                                            "gpu_model": "H100-80GB", "gpu_count": 1, "priority": "normal"},
+                           format="json").status_code == 201
         billing.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
         billing.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
     return {"member": bob, "admin": alice, "auditor": auditor}
@@ -122,7 +125,7 @@ def test_the_matrix(api, world, charlie):
     assert not failures, "\n".join(failures)
     # The matrix is only as good as its reach: every tenant resource with ids must be in it.
     reached = {_collection(p) for _, p in covered}
-    for resource in ("instances", "budgets", "reservations", "invoices", "teams", "members", "audit/events"):
+    for resource in ("instances", "budgets", "reservations", "invoices", "teams", "members", "audit/events", "jobs"):
         assert API + resource + "/" in reached, f"no Globex {resource} reached: {sorted(reached)}"
 
 
@@ -137,7 +140,8 @@ def _page_patterns():
     """Pages (not /api/) whose URL takes an id, from the URLconf, with the API list that
     holds the same objects."""
     same_as = {"instances": "instances", "invoices": "invoices", "budgets": "budgets", "audit": "audit/events",
-               "gpus": "gpus", "monitoring/gpus": "gpus", "monitoring/instances": "instances", "alerts": "alerts"}
+               "gpus": "gpus", "monitoring/gpus": "gpus", "monitoring/instances": "instances", "alerts": "alerts",
+               "jobs": "jobs"}
     for pattern in get_resolver().url_patterns:
         for sub in getattr(pattern, "url_patterns", [pattern]):
             route = str(sub.pattern)
@@ -157,7 +161,7 @@ def test_pages_with_another_teams_id(api, world, charlie, route, resource):
     field = {"pk": "id", "seq": "seq", "uuid": "uuid"}.get(converters[0], "id")
     for role, user in world.items():
         foreign = _globex_only(api, charlie, user, API + resource + "/", field)
-        if resource in ("instances", "invoices", "budgets", "audit/events"):
+        if resource in ("instances", "invoices", "budgets", "audit/events", "jobs"):
             assert foreign, f"no Globex {resource} to try as {role}"
         client = Client()
         client.force_login(user)

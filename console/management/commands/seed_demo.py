@@ -7,11 +7,13 @@ from audit import demo as audit_demo
 from billing import demo as billing_demo
 from console import demo as console_demo
 from instances import demo as instances_demo
+from jobs import demo as jobs_demo
 from monitoring import demo as monitoring_demo
 from scaling import demo as scaling_demo
 
 # After users, fleet and instances, each app adds its own history: ``seed(users=, stdout=)``.
-LATER = (("telemetry", monitoring_demo), ("scaling", scaling_demo), ("billing", billing_demo), ("audit", audit_demo))
+LATER = (("telemetry", monitoring_demo), ("scaling", scaling_demo), ("billing", billing_demo), ("jobs", jobs_demo),
+         ("audit", audit_demo))
 
 
 class Command(BaseCommand):

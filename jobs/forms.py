@@ -1,0 +1,26 @@
+from django import forms
+
+from console.models import Team
+from console.tenancy import WRITE_ROLES
+from console.validators import plain_name
+from instances.models import GpuModel
+
+from .models import MAX_COMMAND_CHARS, Priority
+
+
+class SubmitForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    name = forms.CharField(max_length=63, validators=[plain_name])
+    command = forms.CharField(max_length=MAX_COMMAND_CHARS, widget=forms.Textarea(attrs={"rows": 2}),
+                              strip=False)
+    gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.all(), to_field_name="name", empty_label=None,
+                                       label="GPU model")
+    gpu_count = forms.IntegerField(min_value=1, max_value=10_000, initial=1, label="GPUs")
+    priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.LOW)
+    deadline = forms.DateTimeField(required=False, label="Start by (UTC, optional)",
+                                   help_text="A job still queued then is not started.",
+                                   widget=forms.DateTimeInput(attrs={"placeholder": "2026-12-31 18:00"}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)

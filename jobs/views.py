@@ -1,0 +1,88 @@
+"""The queue page (every job of your teams with its place, wait, reason and cost; a
+form to submit one) and a job's page (its runs and events). Thin: scope with
+``for_user``, call services, render."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from billing.models import currency
+from console.tenancy import WRITE_ROLES, has_role, is_operator
+from instances.services import LifecycleError
+
+from . import services
+from .forms import SubmitForm
+from .models import Job, JobState
+
+
+def _jobs(request):
+    return Job.objects.for_user(request.user).select_related("team", "gpu_model", "instance__host")
+
+
+@login_required
+def queue(request):
+    form = SubmitForm(request.POST or None, user=request.user)
+    if request.method == "POST":
+        if not form.fields["team"].queryset.exists():
+            raise PermissionDenied("Your role does not allow submitting jobs.")
+        if form.is_valid() and _submit(request, form):
+            return redirect("job-queue")
+    state = request.GET.get("state", "")
+    jobs = _jobs(request)
+    if state in JobState.values:
+        jobs = jobs.filter(state=state)
+    page = Paginator(jobs, 50).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    info = services.queue_info(rows, timezone.now())
+    for job in rows:
+        job.queue = info[job.pk]
+    context = {"page": page, "rows": rows, "form": form, "states": JobState.choices, "state": state,
+               "can_submit": form.fields["team"].queryset.exists(), "currency": currency(),
+               "hold_minutes": int(services.reclaim_hold().total_seconds() // 60)}
+    return render(request, "jobs/queue.html", context, status=400 if request.method == "POST" else 200)
+
+
+def _submit(request, form) -> bool:
+    data = form.cleaned_data
+    try:
+        job = services.submit_job(
+            actor=request.user, team=data["team"], name=data["name"], command=data["command"],
+            gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
+            deadline=data["deadline"],
+        )
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+        return False
+    except LifecycleError as exc:
+        form.add_error(None, str(exc))
+        return False
+    messages.success(request, f"Job {job.name} queued.")
+    return True
+
+
+@login_required
+def job_detail(request, pk):
+    job = get_object_or_404(_jobs(request).prefetch_related("runs__instance__host", "events__instance"), pk=pk)
+    job.queue = services.queue_info([job], timezone.now())[job.pk]
+    can_act = is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)
+    return render(request, "jobs/detail.html", {"job": job, "can_act": can_act, "currency": currency()})
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk):
+    job = get_object_or_404(_jobs(request), pk=pk)
+    if not (is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)):
+        raise PermissionDenied("Your role does not allow you to cancel jobs.")
+    try:
+        services.cancel_job(actor=request.user, job=job)
+    except LifecycleError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Job {job.name} cancelled.")
+    return redirect("job-detail", pk=pk)
