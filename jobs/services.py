@@ -217,7 +217,7 @@ def queue_order(job: Job) -> tuple:
 
 @transaction.atomic
 def _settle(pk: int, now: datetime) -> Job | None:
-    job = Job.objects.select_for_update().select_related("instance").get(pk=pk)
+    job = Job.objects.select_for_update().get(pk=pk)
     instance = job.instance
     if job.state != JobState.RUNNING or instance is None or instance.state in HOLDING_STATES:
         return None
