@@ -16,7 +16,7 @@ class JobViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
     idle-capacity price, preempted (with notice) for paying launches and resumed after;
     normal: on-demand, started before low-priority jobs."""
 
-    queryset = Job.objects.select_related("team", "gpu_model").prefetch_related("runs", "events")
+    queryset = Job.objects.select_related("team", "gpu_model", "image").prefetch_related("runs", "events")
     serializer_class = JobSerializer
     filterset_fields = ["team", "state", "priority", "gpu_model__name"]
     ordering_fields = ["submitted_at", "name", "state"]
@@ -30,7 +30,7 @@ class JobViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         serializer.instance = services.submit_job(
             actor=self.request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
-            deadline=data.get("deadline"),
+            deadline=data.get("deadline"), image=data.get("image"),
         )
 
     @extend_schema(request=None, responses=JobSerializer)

@@ -3,7 +3,8 @@ from django import forms
 from console.models import Team
 from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
-from instances.models import GpuModel
+from instances.forms import image_label
+from instances.models import GpuModel, Image
 
 from .models import MAX_COMMAND_CHARS, Priority
 
@@ -16,6 +17,10 @@ class SubmitForm(forms.Form):
     gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.all(), to_field_name="name", empty_label=None,
                                        label="GPU model")
     gpu_count = forms.IntegerField(min_value=1, max_value=10_000, initial=1, label="GPUs")
+    image = forms.ModelChoiceField(
+        queryset=Image.objects.none(), required=False, empty_label="Default for the GPU model",
+        error_messages={"invalid_choice": "No such image, or it is private to another team."},
+    )
     priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.LOW)
     deadline = forms.DateTimeField(required=False, label="Start by (UTC, optional)",
                                    help_text="A job still queued then is not started.",
@@ -24,3 +29,6 @@ class SubmitForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)
+        self.fields["image"].queryset = (Image.objects.for_user(user).launchable()
+                                         .select_related("team").prefetch_related("gpu_models"))
+        self.fields["image"].label_from_instance = image_label

@@ -36,6 +36,8 @@ class Job(models.Model):
     team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=63, validators=[plain_name])
     command = models.TextField(max_length=MAX_COMMAND_CHARS)
+    # What each run boots; chosen (or the GPU model's default) when the job is queued.
+    image = models.ForeignKey("instances.Image", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+")
     gpu_count = models.PositiveSmallIntegerField()
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.LOW)

@@ -5,7 +5,8 @@ from rest_framework import serializers
 from billing.models import currency
 from console.models import Team
 from console.validators import no_control_characters, plain_name
-from instances.models import GpuModel
+from instances.models import GpuModel, Image
+from instances.serializers import ImageSummaryField
 
 from . import services
 from .models import MAX_COMMAND_CHARS, Job, JobEvent, JobRun, Priority
@@ -25,6 +26,12 @@ class JobSerializer(serializers.ModelSerializer):
     name = serializers.CharField(max_length=63, validators=[plain_name])
     command = serializers.CharField(max_length=MAX_COMMAND_CHARS, trim_whitespace=False)
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    image = ImageSummaryField(
+        queryset=Image.objects.none(), required=False, allow_null=True,
+        help_text="Image id (see /api/v1/images/); omitted: the GPU model's default image.",
+        error_messages={"does_not_exist": "No such image, or it is private to another team.",
+                        "incorrect_type": "An image is named by its id (a number), see /api/v1/images/."},
+    )
     gpu_count = serializers.IntegerField(min_value=1, max_value=10_000)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.LOW)
     deadline = serializers.DateTimeField(required=False, allow_null=True,
@@ -40,7 +47,7 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "code", "team", "name", "command", "gpu_model", "gpu_count", "priority", "deadline", "state",
+            "id", "code", "team", "name", "image", "command", "gpu_model", "gpu_count", "priority", "deadline", "state",
             "submitted_at", "waiting_since", "preempted_at", "ended_at", "instance", "position", "waiting_seconds",
             "why_waiting", "cost_so_far", "price_per_hour", "currency",
         ]
@@ -52,6 +59,7 @@ class JobSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None:
             self.fields["team"].queryset = Team.objects.for_user(request.user)
+            self.fields["image"].queryset = Image.objects.for_user(request.user)
 
     def validate_command(self, value):
         no_control_characters(value.replace("\n", " ").replace("\t", " "))

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from audit.services import record_event
 from console.validators import plain_name
-from instances import catalog
+from instances import catalog, images
 from instances import services as instance_services
 from instances.models import (
     HOLDING_STATES,
@@ -110,6 +110,7 @@ def submit_job(
     now = now or timezone.now()
     command = _check(name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
                      deadline=deadline, now=now)
+    image = images.image_for_launch(image=image, team=team, gpu_model=gpu_model)
     pricing_model = PricingModel.IDLE if priority == Priority.LOW else PricingModel.ON_DEMAND
     why = catalog.missing_price(sku=gpu_model.name, pricing_model=pricing_model, at=now)
     if why:
@@ -117,24 +118,15 @@ def submit_job(
     job = Job.objects.create(
         team=team, name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
         deadline=deadline, queue_key=_tail_key(now), submitted_at=now, waiting_since=now,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None, **_image(image),
+        created_by=actor if getattr(actor, "is_authenticated", False) else None, image=image,
     )
     _event(job, EventKind.SUBMIT, now, f"{gpu_count} × {gpu_model.name}, {job.get_priority_display().lower()}")
     record_event(actor=actor, action="job.submit", target=job, team=team, details={
         "name": name, "gpu_model": gpu_model.name, "gpu_count": gpu_count, "priority": priority,
-        "deadline": deadline, **_image_details(job),
+        "deadline": deadline, "image": None if image is None else {"id": image.pk, "name": image.name},
     })
     kick()
     return job
-
-
-def _image(image) -> dict:
-    return {"image": image} if image is not None else {}
-
-
-def _image_details(job: Job) -> dict:
-    image = getattr(job, "image", None)
-    return {"image": str(image)} if image is not None else {}
 
 
 @transaction.atomic
@@ -289,7 +281,9 @@ def _start_in_order(jobs: list[Job], now: datetime, provision: bool) -> list[Job
             break
         host = min(fits, key=lambda h: (room[h], h)) if fits else None
         job = _start(job.pk, host, now, provision)
-        if job is None or job.state != JobState.RUNNING:
+        if job is None:
+            continue
+        if job.state != JobState.RUNNING:
             break
         started.append(job)
         free[job.instance.host_id] = free.get(job.instance.host_id, 0) - job.gpu_count
@@ -318,20 +312,21 @@ def _start(pk: int, host: Host | int | None, now: datetime, provision: bool) -> 
         return None
     runs = job.runs.count()
     options = {"host": Host.objects.get(pk=host)} if isinstance(host, int) else {}
-    if getattr(job, "image_id", None):
-        options["image"] = job.image
     try:
         # A normal job's launch is paying work: short of capacity, it gives notice to
         # low-priority jobs and spot instances, as any on-demand launch does.
         instance = instance_services.launch_instance(
             actor="system", team=job.team, name=f"{job.name[:50]}-run-{runs + 1}", gpu_model=job.gpu_model,
             gpu_count=job.gpu_count, pricing_model=job.pricing_model, provision=provision, at=now,
-            labels={"job": job.code}, **options,
+            labels={"job": job.code}, image=job.image, **options,
         )
     except instance_services.LifecycleError as exc:
         _note(job, str(exc))
         job.refresh_from_db()
         return job
+    except ValidationError as exc:  # its image was retired since: it waits, and holds back no one
+        _note(job, " ".join(m for ms in exc.message_dict.values() for m in ms))
+        return None
     JobRun.objects.create(job=job, instance=instance, started_at=now)
     kind = EventKind.RESUME if runs else EventKind.START
     waited = int((now - job.waiting_since).total_seconds())

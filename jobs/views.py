@@ -20,7 +20,7 @@ from .models import Job, JobState
 
 
 def _jobs(request):
-    return Job.objects.for_user(request.user).select_related("team", "gpu_model", "instance__host")
+    return Job.objects.for_user(request.user).select_related("team", "gpu_model", "image", "instance__host")
 
 
 @login_required
@@ -52,7 +52,7 @@ def _submit(request, form) -> bool:
         job = services.submit_job(
             actor=request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
-            deadline=data["deadline"],
+            deadline=data["deadline"], image=data["image"],
         )
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():

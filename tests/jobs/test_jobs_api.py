@@ -5,6 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from instances.models import Image
+from jobs import services
 from jobs.models import Job, JobState
 
 
@@ -54,6 +56,26 @@ def test_bad_input_is_a_400_naming_the_field(api, idle_price, acme, bob, changes
     assert answer.status_code == 400, answer.content
     assert field in answer.json()
     assert not Job.objects.exists()
+
+
+def _image(name, fleet, team=None):
+    image = Image.objects.create(name=name, reference=f"registry.example.com/{name}:1", team=team,
+                                 visibility="private" if team else "public")
+    image.gpu_models.add(fleet["h100"])
+    return image
+
+
+def test_a_job_runs_on_the_image_it_names_and_unknown_images_are_a_400(api, idle_price, acme, globex, bob):
+    mine = _image("pytorch", idle_price)
+    theirs = _image("globex-own", idle_price, team=globex)
+    client = api(bob)
+    for bad in (theirs.pk, 999999, "pytorch"):
+        answer = client.post("/api/v1/jobs/", _body(acme, image=bad), format="json")
+        assert answer.status_code == 400 and "image" in answer.json(), bad
+    answer = client.post("/api/v1/jobs/", _body(acme, image=mine.pk), format="json")
+    assert answer.status_code == 201 and answer.json()["image"]["name"] == "pytorch"
+    services.run_queue(provision=False)
+    assert Job.objects.get().instance.image == mine
 
 
 def test_a_model_without_an_idle_price_is_refused(api, fleet, acme, bob):
