@@ -333,7 +333,7 @@ def _start(pk: int, host: Host | int | None, now: datetime, provision: bool) -> 
     job.state, job.instance, job.wait_note = JobState.RUNNING, instance, ""
     job.save(update_fields=["state", "instance", "wait_note"])
     what = "idle capacity" if job.priority == Priority.LOW else "on-demand capacity"
-    _event(job, kind, now, f"on {instance.host.name} in {what} after waiting {waited} s", instance)
+    _event(job, kind, now, f"on {instance.host.name} in {what} after waiting {wait_text(waited)}", instance)
     record_event(actor="system", action=f"job.{kind}", target=job, team=job.team_id,
                  details={"instance": instance.pk, "host": instance.host.name, "waited_s": waited,
                           "pricing_model": job.pricing_model})
@@ -357,17 +357,18 @@ class QueueInfo:
 
     @property
     def waited(self) -> str:
-        """The wait as people read it: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
-        s = self.waiting_seconds
-        if s is None:
-            return ""
-        if s < 60:
-            return f"{max(s, 0)} s"
-        if s < 3600:
-            return f"{s // 60} min"
-        if s < 86400:
-            return f"{s // 3600} h {s % 3600 // 60:02d} min"
-        return f"{s // 86400} d {s % 86400 // 3600} h"
+        return "" if self.waiting_seconds is None else wait_text(self.waiting_seconds)
+
+
+def wait_text(s: int) -> str:
+    """A wait as people read it: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
+    if s < 60:
+        return f"{max(s, 0)} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def queue_info(jobs: list[Job], now: datetime | None = None) -> dict[int, QueueInfo]:
