@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from instances import services as instance_services
-from instances.models import PreemptionNotice, PricingModel, State
+from instances.models import Image, PreemptionNotice, PricingModel, State
 from jobs import services
 from jobs.models import JobState
 
@@ -99,3 +99,14 @@ def test_stopping_a_jobs_instance_finishes_it_and_cancel_ends_a_run(submit, acme
     assert cancelled.state == JobState.CANCELLED and cancelled.instance.state == State.TERMINATED
     with pytest.raises(services.JobConflict):
         services.cancel_job(actor=bob, job=cancelled)
+
+
+def test_a_job_whose_image_was_retired_waits_without_holding_back_the_queue(submit, idle_price, acme, bob):
+    image = Image.objects.create(name="old-torch", reference="registry.example.com/old-torch:1")
+    image.gpu_models.add(idle_price["h100"])
+    stuck = submit(bob, acme, name="stuck", count=8, image=image)
+    submit(bob, acme, name="behind", count=1)
+    Image.objects.filter(pk=image.pk).update(retired_at=timezone.now())
+    assert [j.name for j in _pass(timezone.now()).started] == ["behind"]
+    stuck.refresh_from_db()
+    assert stuck.state == JobState.QUEUED and "was retired" in stuck.wait_note
