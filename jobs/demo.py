@@ -1,5 +1,5 @@
 """Demo jobs, consistent with the demo fleet: the scheduler places them, so low-priority
-jobs run only on GPUs no instance uses. Acme's nightly-eval took the idle A100 host,
+jobs run only on GPUs no instance uses. Acme's nightly-eval took idle A100s,
 yielded to Acme's on-demand fine-tune (notice, preemption, back to the head of the
 queue) and resumed when that stopped; Globex renders on idle H200s; Acme's sweep waits
 for idle H200s; a normal job ran and finished. Then the jobs' day is metered.
@@ -26,7 +26,7 @@ from .models import Job
 # team, name, command, model, GPUs, priority, submitted minutes ago
 JOBS = [
     ("Acme", "tokenize-corpus", "python tokenize.py --shards 512", "A100-80GB", 2, "normal", 55),
-    ("Acme", "nightly-eval", "python eval.py --suite full --ckpt s3://acme/ckpt/latest", "A100-80GB", 8, "low", 50),
+    ("Acme", "nightly-eval", "python eval.py --suite full --ckpt s3://acme/ckpt/latest", "A100-80GB", 4, "low", 50),
     ("Globex", "render-backfill", "blender -b scenes/city.blend -a", "H200-141GB", 8, "low", 30),
     ("Acme", "hparam-sweep", "python sweep.py --trials 64", "H200-141GB", 8, "low", 20),
 ]
