@@ -150,33 +150,10 @@ def role_agent(args) -> None:
 
 
 def role_bare(args) -> None:
-    nv = pynvml_for(args)
-    nv.nvmlInit()
-    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
-        nv.nvmlDeviceGetCurrentClocksThrottleReasons
-    )
-    calls = [
-        (nv.nvmlDeviceGetUtilizationRates, ()),
-        (nv.nvmlDeviceGetMemoryInfo, ()),
-        (nv.nvmlDeviceGetPowerUsage, ()),
-        (nv.nvmlDeviceGetTemperature, (nv.NVML_TEMPERATURE_GPU,)),
-        (nv.nvmlDeviceGetClockInfo, (nv.NVML_CLOCK_SM,)),
-        (nv.nvmlDeviceGetClockInfo, (nv.NVML_CLOCK_MEM,)),
-        (reasons, ()),
-        (nv.nvmlDeviceGetTotalEccErrors, (0, nv.NVML_VOLATILE_ECC)),
-        (nv.nvmlDeviceGetTotalEccErrors, (1, nv.NVML_VOLATILE_ECC)),
-        (nv.nvmlDeviceGetComputeRunningProcesses, ()),
-    ]
+    sys.path.insert(0, str(REPO / "bench"))
+    from nvml_tools import bare_step
 
-    def step() -> None:
-        for h in handles:
-            for fn, extra in calls:
-                try:
-                    fn(h, *extra)
-                except nv.NVMLError:
-                    pass
-
+    step, _ = bare_step(pynvml_for(args))
     every_second(step)
 
 

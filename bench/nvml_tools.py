@@ -136,9 +136,9 @@ def agent_rows(result: dict) -> list[dict]:
 # -- the other tools: each returns (a step that reads every GPU once, the number of GPUs) --
 
 
-def tool_bare():
-    import pynvml as nv
-
+def bare_step(nv):
+    """(a step that makes the agent's fast NVML calls on every GPU once, the number of
+    GPUs) over the pynvml module ``nv``: the floor any NVML reader pays."""
     nv.nvmlInit()
     handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
     reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
@@ -166,6 +166,12 @@ def tool_bare():
                     pass
 
     return step, len(handles)
+
+
+def tool_bare():
+    import pynvml
+
+    return bare_step(pynvml)
 
 
 def tool_nvitop():
