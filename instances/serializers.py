@@ -199,7 +199,19 @@ class DefaultImageRequest(serializers.Serializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
 
 
-class InstanceSerializer(CostFields, serializers.ModelSerializer):
+class OwnTeamAndImageChoices:
+    """A serializer's ``team`` and ``image`` offer only the requesting user's teams and
+    the images they may launch (``for_user``, the one tenancy mechanism)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = Team.objects.for_user(request.user)
+            self.fields["image"].queryset = Image.objects.for_user(request.user)
+
+
+class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSerializer):
     team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
     name = serializers.CharField(max_length=63, validators=[plain_name])
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
@@ -240,13 +252,6 @@ class InstanceSerializer(CostFields, serializers.ModelSerializer):
         ]
         read_only_fields = ["state", "created_at", "state_changed_at"]
         list_serializer_class = CostListSerializer
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None:
-            self.fields["team"].queryset = Team.objects.for_user(request.user)
-            self.fields["image"].queryset = Image.objects.for_user(request.user)
 
     def validate(self, attrs):
         name = attrs.get("slice_profile") or None

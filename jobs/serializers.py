@@ -6,7 +6,7 @@ from billing.models import currency
 from console.models import Team
 from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Image
-from instances.serializers import ImageSummaryField
+from instances.serializers import ImageSummaryField, OwnTeamAndImageChoices
 
 from . import services
 from .models import MAX_COMMAND_CHARS, Job, JobEvent, JobRun, Priority
@@ -21,7 +21,7 @@ class QueueListSerializer(serializers.ListSerializer):
         return super().to_representation(items)
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
     name = serializers.CharField(max_length=63, validators=[plain_name])
     command = serializers.CharField(max_length=MAX_COMMAND_CHARS, trim_whitespace=False)
@@ -53,13 +53,6 @@ class JobSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["state", "submitted_at", "waiting_since", "preempted_at", "ended_at"]
         list_serializer_class = QueueListSerializer
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None:
-            self.fields["team"].queryset = Team.objects.for_user(request.user)
-            self.fields["image"].queryset = Image.objects.for_user(request.user)
 
     def validate_command(self, value):
         no_control_characters(value.replace("\n", " ").replace("\t", " "))

@@ -4,7 +4,7 @@ from rest_framework import serializers
 from console.models import Team
 from console.validators import plain_name
 from instances.models import LAUNCHABLE, GpuModel, Image, PricingModel
-from instances.serializers import ImageSummaryField
+from instances.serializers import ImageSummaryField, OwnTeamAndImageChoices
 
 from .models import MetricSource, ScalingDecision, ScalingGroup
 
@@ -15,7 +15,7 @@ class GroupCostSerializer(serializers.Serializer):
     currency = serializers.CharField()
 
 
-class ScalingGroupSerializer(serializers.ModelSerializer):
+class ScalingGroupSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     """Ranges and relations between fields (min ≤ max, a max price only for spot) are
     checked by scaling.services.check_settings, one place for the API and the pages."""
 
@@ -56,10 +56,6 @@ class ScalingGroupSerializer(serializers.ModelSerializer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None:
-            self.fields["team"].queryset = Team.objects.for_user(request.user)
-            self.fields["image"].queryset = Image.objects.for_user(request.user)
         if self.instance is not None and not isinstance(self.instance, list | tuple) and not hasattr(self.instance, "all"):
             self.fields["team"].read_only = True
             self.fields["name"].read_only = True
