@@ -144,7 +144,7 @@ def create_group(*, actor, team, name: str, now: datetime | None = None, **value
 @transaction.atomic
 def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
     """Change a group's template or bounds; the next evaluation applies them."""
-    group = ScalingGroup.objects.select_for_update().select_related("gpu_model", "image").get(pk=group.pk)
+    group = ScalingGroup.objects.select_for_update(of=("self",)).select_related("gpu_model", "image").get(pk=group.pk)
     before = _described(group)
     values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes}, team=group.team)
     for field in SETTINGS:
@@ -316,7 +316,7 @@ def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provisio
     audit it when it launched or stopped anything). ``provision=False`` leaves new
     instances pending and stopped ones stopping (the demo walks them itself)."""
     now = now or timezone.now()
-    group = ScalingGroup.objects.select_for_update().select_related("team", "gpu_model", "image").get(pk=group.pk)
+    group = ScalingGroup.objects.select_for_update(of=("self",)).select_related("team", "gpu_model", "image").get(pk=group.pk)
     depth = current_depth(group, now)
     current = active_instances(group).count()
     bounds = policy.Bounds(group.min_instances, group.max_instances, group.target_per_instance,
