@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.utils import timezone
@@ -15,10 +15,13 @@ from django.utils import timezone
 from billing import services as billing_services
 from billing.models import Invoice
 from console import services as console_services
+from instances import images as image_services
 from instances import services as instance_services
-from instances.models import Host, Region
+from instances.models import GpuModel, Host, Region
+from jobs import services as job_services
 from monitoring import services as monitoring_services
 from monitoring.alerts import Condition, raise_alert
+from scaling import services as scaling_services
 
 
 @dataclass
@@ -236,7 +239,110 @@ def _later(hours: int = 2) -> str:
     return (timezone.now() + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M")
 
 
+
+def _image(world: World):
+    return image_services.create_image(
+        actor=world.users["ops"], name="walk-image", reference="nvcr.io/nvidia/pytorch:24.10-py3",
+        gpu_models=[world.fleet["h100"]],
+    )
+
+
+def _idle_job(world: World):
+    """A low-priority job, queued (the idle-capacity price is set first)."""
+    since = datetime(2000, 1, 1, tzinfo=UTC)
+    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
+                               effective_from=since, now=since)
+    return job_services.submit_job(
+        actor=world.users["bob"], team=world.acme, name="walk-job", command="python train.py",
+        gpu_model=GpuModel.objects.get(name="H100-80GB"), gpu_count=1,
+    )
+
+
+def _group(world: World):
+    return scaling_services.create_group(
+        actor=world.users["alice"], team=world.acme, name="walk-group", gpu_model=world.fleet["h100"],
+        gpus_per_instance=1, max_instances=2, target_per_instance=10,
+    )
+
+
 RECIPES: dict[str, dict[str, Recipe]] = {
+    # --- images, scaling groups, jobs ----------------------------------------------
+    "POST /api/v1/images/": {
+        "": Recipe(
+            _json("post", "/api/v1/images/", lambda w, _: {
+                "team": w.acme.pk, "name": "walk-own", "reference": "registry.acme.example/ml/train:2.0",
+                "gpu_models": ["H100-80GB"],
+            }),
+            ("image.create",), "alice", team="acme",
+        )
+    },
+    "POST /api/v1/images/<pk>/make-default/": {
+        "": Recipe(
+            _json("post", "/api/v1/images/{p.pk}/make-default/", {"gpu_model": "H100-80GB"}),
+            ("image.default",), "ops", prepare=_image,
+        )
+    },
+    "POST /api/v1/images/<pk>/retire/": {
+        "": Recipe(_json("post", "/api/v1/images/{p.pk}/retire/"), ("image.retire",), "ops", prepare=_image)
+    },
+    "POST /images/": {
+        "": Recipe(
+            _form("/images/", lambda w, _: {
+                "owner": str(w.acme.pk), "name": "walk-form", "reference": "registry.acme.example/ml/eval:1.0",
+                "gpu_models": ["H100-80GB"],
+            }),
+            ("image.create",), "alice", team="acme",
+        )
+    },
+    "POST /images/<pk>/retire/": {
+        "": Recipe(_form("/images/{p.pk}/retire/"), ("image.retire",), "ops", prepare=_image)
+    },
+    "POST /api/v1/scaling-groups/": {
+        "": Recipe(
+            _json("post", "/api/v1/scaling-groups/", lambda w, _: {
+                "team": w.acme.pk, "name": "walk-api-group", "gpu_model": "H100-80GB", "gpus_per_instance": 1,
+                "max_instances": 2, "target_per_instance": 10,
+            }),
+            ("scaling_group.create",), "alice", team="acme",
+        )
+    },
+    "PATCH /api/v1/scaling-groups/<pk>/": {
+        "": Recipe(
+            _json("patch", "/api/v1/scaling-groups/{p.pk}/", {"max_instances": 3}),
+            ("scaling_group.update",), "alice", prepare=_group, team="acme",
+        )
+    },
+    "POST /api/v1/scaling-groups/<pk>/metrics/": {
+        "": Recipe(
+            _json("post", "/api/v1/scaling-groups/{p.pk}/metrics/", {"queue_depth": 0}),
+            (), "bob", prepare=_group, team="acme",
+        )
+    },
+    "POST /api/v1/jobs/": {
+        "": Recipe(
+            _json("post", "/api/v1/jobs/", lambda w, _: {
+                "team": w.acme.pk, "name": "walk-api-job", "command": "python eval.py", "gpu_model": "H100-80GB",
+                "gpu_count": 1, "priority": "normal",
+            }),
+            ("job.submit",), "bob", team="acme",
+        )
+    },
+    "POST /api/v1/jobs/<pk>/cancel/": {
+        "": Recipe(_json("post", "/api/v1/jobs/{p.pk}/cancel/"), ("job.cancel",), "bob", prepare=_idle_job,
+                   team="acme")
+    },
+    "POST /jobs/": {
+        "": Recipe(
+            _form("/jobs/", lambda w, _: {
+                "team": str(w.acme.pk), "name": "walk-form-job", "command": "python eval.py",
+                "gpu_model": "H100-80GB", "gpu_count": "1", "priority": "normal",
+            }),
+            ("job.submit",), "bob", team="acme",
+        )
+    },
+    "POST /jobs/<pk>/cancel/": {
+        "": Recipe(_form("/jobs/{p.pk}/cancel/"), ("job.cancel",), "bob", prepare=_idle_job, team="acme")
+    },
     # --- console: sign-in, tokens, teams, members ---------------------------------
     "POST /login/": {
         "": Recipe(
