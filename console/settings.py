@@ -225,6 +225,7 @@ SPECTACULAR_SETTINGS = {
         "HostStateEnum": "instances.models.HostState",
         "AlertSeverityEnum": "monitoring.models.Severity",
         "NotificationChannelKindEnum": "monitoring.models.ChannelKind",
+        "JobStateEnum": "jobs.models.JobState",
     },
 }
 
