@@ -1,4 +1,5 @@
 from django.db import transaction
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
@@ -8,7 +9,7 @@ from rest_framework.response import Response
 from console.api.mixins import TeamScopedViewSetMixin
 from console.tenancy import WRITE_ROLES
 
-from . import services
+from . import costs, services
 from .models import ScalingGroup
 from .serializers import QueueDepthSerializer, ScalingDecisionSerializer, ScalingGroupSerializer
 
@@ -16,15 +17,23 @@ SETTINGS = services.SETTINGS
 
 
 class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
-                          viewsets.ReadOnlyModelViewSet):
+                          mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """Elastic scaling groups: instances of one template kept at
     clamp(ceil(queue depth / target per instance), min, max). Push the queue depth to
-    ``metrics/``; every decision is listed at ``decisions/``."""
+    ``metrics/``; every decision is listed at ``decisions/``. Deleting a group
+    terminates its instances; its costs stay in the cost explorer under its name."""
 
-    queryset = ScalingGroup.objects.select_related("team", "gpu_model", "image")
+    queryset = services.with_running(ScalingGroup.objects.live().select_related("team", "gpu_model", "image"))
     serializer_class = ScalingGroupSerializer
     filterset_fields = ["team"]
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        rows = page if page is not None else list(self.filter_queryset(self.get_queryset()))
+        context = {**self.get_serializer_context(), "costs": costs.group_costs(rows, now=timezone.now())}
+        data = self.get_serializer_class()(rows, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     def perform_create(self, serializer):
         data = serializer.validated_data
@@ -39,6 +48,10 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
         self.require_role(group.team_id, WRITE_ROLES, "change scaling groups")
         changes = {field: value for field, value in serializer.validated_data.items() if field in SETTINGS}
         serializer.instance = services.update_group(actor=self.request.user, group=group, **changes)
+
+    def perform_destroy(self, instance):
+        self.require_role(instance.team_id, WRITE_ROLES, "delete scaling groups")
+        services.delete_group(actor=self.request.user, group=instance)
 
     @extend_schema(request=QueueDepthSerializer, responses=ScalingGroupSerializer)
     @action(detail=True, methods=["post"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import datetime
 
 from monitoring.charts import PALETTE, figure, layout, plot_time
 
@@ -29,8 +30,15 @@ def thin(decisions: Sequence[ScalingDecision], limit: int = MAX_POINTS) -> list[
     return kept
 
 
-def history_figure(decisions: Sequence[ScalingDecision]) -> dict:
+def history_figure(decisions: Sequence[ScalingDecision], *, start: datetime | None = None,
+                   end: datetime | None = None) -> dict:
+    """The window [start, end] (``end`` is now on the page): the last decision's counts
+    hold until ``end``, since nothing changed after it."""
     rows = thin(decisions)
+    if rows and end is not None and rows[-1].time < end:
+        last = rows[-1]
+        rows.append(ScalingDecision(time=end, queue_depth=last.queue_depth, desired=last.desired,
+                                    running=last.running, action=Action.NONE))
     x = [plot_time(d.time) for d in rows]
 
     def step(name, values, color, dash="solid"):
@@ -46,6 +54,8 @@ def history_figure(decisions: Sequence[ScalingDecision]) -> dict:
          "connectgaps": False, "hovertemplate": "%{y} queued<extra>Queue depth</extra>"},
     ]
     fig_layout = layout("Desired vs running instances, and queue depth", "Instances", height=320)
+    if start is not None and end is not None:
+        fig_layout["xaxis"] = {**fig_layout.get("xaxis", {}), "range": [plot_time(start), plot_time(end)]}
     if max((max(d.desired, d.running) for d in rows), default=0) <= 10:
         fig_layout["yaxis"]["dtick"] = 1
     fig_layout["yaxis2"] = {"title": {"text": "Queued items"}, "overlaying": "y", "side": "right",

@@ -23,7 +23,6 @@ from .models import ScalingGroup
 NAME = "acme-batch-workers"
 MINUTES = 150
 STARTUP = timedelta(seconds=60)  # a launched instance runs after this
-SHUTDOWN = timedelta(seconds=30)  # a stopping one stops after this
 
 
 def queue_depth(minute: int) -> int:
@@ -44,7 +43,7 @@ def queue_depth(minute: int) -> int:
 
 def seed(*, users, stdout=None) -> None:
     team = Team.objects.get(name="Acme")
-    if ScalingGroup.objects.filter(team=team, name=NAME).exists():
+    if ScalingGroup.objects.live().filter(team=team, name=NAME).exists():
         return
     now = timezone.now().replace(second=0, microsecond=0)
     start = now - timedelta(minutes=MINUTES)
@@ -73,11 +72,8 @@ def _max_price(at) -> Decimal:
 
 
 def _walk(group: ScalingGroup, t) -> None:
-    """What the platform's provisioning and stop tasks do, at the demo's times."""
+    """What the platform's provisioning task does, at the demo's times."""
     members = group.members.select_related("instance")
     for member in members.filter(instance__state=State.PENDING, instance__state_changed_at__lte=t - STARTUP):
         with recorded_at(member.instance.state_changed_at + STARTUP):
             instance_services.mark_running(instance=member.instance, at=member.instance.state_changed_at + STARTUP)
-    for member in members.filter(instance__state=State.STOPPING, instance__state_changed_at__lte=t - SHUTDOWN):
-        with recorded_at(member.instance.state_changed_at + SHUTDOWN):
-            instance_services.finish_stop(instance=member.instance, at=member.instance.state_changed_at + SHUTDOWN)

@@ -17,6 +17,12 @@ class MetricSource(models.TextChoices):
     GPU_UTIL = "gpu_util", "GPU utilization of its instances"
 
 
+class ScalingGroupQuerySet(TeamScopedQuerySet):
+    def live(self):
+        """Groups not deleted (a deleted group keeps its row for costs and history)."""
+        return self.filter(deleted_at__isnull=True)
+
+
 class ScalingGroup(models.Model):
     """Instances of one template, kept at clamp(ceil(queue depth / target), min, max)."""
 
@@ -44,12 +50,16 @@ class ScalingGroup(models.Model):
     launched_total = models.PositiveIntegerField(default=0, help_text="numbers the instances' names")
     created_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
+    # Deleted: its instances were terminated and it is no longer evaluated or listed; the
+    # row stays so the cost explorer and the audit log keep naming it.
+    deleted_at = models.DateTimeField(null=True, blank=True)
 
-    objects = TeamScopedQuerySet.as_manager(team_path="team")
+    objects = ScalingGroupQuerySet.as_manager(team_path="team")
 
     class Meta:
         ordering = ["team__name", "name"]
-        constraints = [models.UniqueConstraint(fields=["team", "name"], name="one_scaling_group_name_per_team")]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], condition=models.Q(deleted_at__isnull=True),
+                                               name="one_scaling_group_name_per_team")]
 
     def __str__(self) -> str:
         return self.name

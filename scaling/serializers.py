@@ -63,7 +63,8 @@ class ScalingGroupSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer
     def get_running(self, obj) -> int:
         from .services import active_instances
 
-        return active_instances(obj).count()
+        running = getattr(obj, "running_count", None)  # annotated on lists (services.with_running)
+        return active_instances(obj).count() if running is None else running
 
     @extend_schema_field(GroupCostSerializer)
     def get_cost(self, obj):
@@ -71,7 +72,8 @@ class ScalingGroupSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer
 
         from .costs import group_cost
 
-        return GroupCostSerializer(group_cost(obj, now=timezone.now())).data
+        cost = self.context.get("costs", {}).get(obj.pk)  # a page's costs, read at once
+        return GroupCostSerializer(cost or group_cost(obj, now=timezone.now())).data
 
 
 class QueueDepthSerializer(serializers.Serializer):

@@ -125,7 +125,7 @@ def _described(group: ScalingGroup) -> dict:
 @transaction.atomic
 def create_group(*, actor, team, name: str, now: datetime | None = None, **values) -> ScalingGroup:
     plain_name(name)
-    if ScalingGroup.objects.filter(team=team, name=name).exists():
+    if ScalingGroup.objects.live().filter(team=team, name=name).exists():
         raise ValidationError({"name": f"Your team has a scaling group named {name!r} already."})
     values = {"pricing_model": PricingModel.ON_DEMAND, "min_instances": 1, "scale_out_cooldown_s": 120,
               "scale_in_cooldown_s": 300, "metric_source": MetricSource.PUSHED, "max_price": None, **values}
@@ -144,7 +144,7 @@ def create_group(*, actor, team, name: str, now: datetime | None = None, **value
 @transaction.atomic
 def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
     """Change a group's template or bounds; the next evaluation applies them."""
-    group = ScalingGroup.objects.select_for_update(of=("self",)).select_related("gpu_model", "image").get(pk=group.pk)
+    group = _locked(group)
     before = _described(group)
     values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes}, team=group.team)
     for field in SETTINGS:
@@ -156,6 +156,32 @@ def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
         record_event(actor=actor, action="scaling_group.update", target=group, team=group.team_id,
                      details={"changed": changed})
     return group
+
+
+def _locked(group: ScalingGroup) -> ScalingGroup:
+    """The group's row, locked for this transaction; a deleted group cannot change."""
+    group = ScalingGroup.objects.select_for_update(of=("self",)).select_related("team", "gpu_model", "image").get(
+        pk=group.pk)
+    if group.deleted_at is not None:
+        raise ValidationError({"group": f"Scaling group {group.name} was deleted."})
+    return group
+
+
+@transaction.atomic
+def delete_group(*, actor, group: ScalingGroup, now: datetime | None = None) -> list[Instance]:
+    """Terminate the group's instances that hold GPUs or are stopped (newest first), then
+    retire the group: it is no longer evaluated or listed, its name is free again, and
+    its row stays for the cost explorer and the audit log. Returns the terminated."""
+    now = now or timezone.now()
+    group = _locked(group)
+    ending = Instance.objects.filter(scaling_member__group=group).exclude(
+        state__in=(State.TERMINATED, State.PREEMPTED)).order_by("-created_at", "-id")
+    terminated = [instance_services.terminate_instance(actor=actor, instance=i, at=now) for i in ending]
+    group.deleted_at = now
+    group.save(update_fields=["deleted_at"])
+    record_event(actor=actor, action="scaling_group.delete", target=group, team=group.team_id,
+                 details={"name": group.name, "terminated": [i.name for i in terminated]})
+    return terminated
 
 
 def check_queue_depth(value) -> int:
@@ -178,7 +204,8 @@ def push_queue_depth(*, group: ScalingGroup, queue_depth, now: datetime | None =
         raise ValidationError({"queue_depth": f"Scaling group {group.name} takes its depth from "
                                               f"{group.get_metric_source_display().lower()}, not from pushes."})
     now = now or timezone.now()
-    ScalingGroup.objects.filter(pk=group.pk).update(queue_depth=depth, queue_depth_at=now)
+    if not ScalingGroup.objects.live().filter(pk=group.pk).update(queue_depth=depth, queue_depth_at=now):
+        raise ValidationError({"group": f"Scaling group {group.name} was deleted."})
     group.queue_depth, group.queue_depth_at = depth, now
     return group
 
@@ -189,6 +216,16 @@ def push_queue_depth(*, group: ScalingGroup, queue_depth, now: datetime | None =
 def active_instances(group: ScalingGroup):
     """The group's instances that hold GPUs and are not stopping, newest first."""
     return Instance.objects.filter(scaling_member__group=group, state__in=ACTIVE_STATES).order_by("-created_at", "-id")
+
+
+def with_running(groups):
+    """Groups annotated with ``running_count``: what ``active_instances(g).count()`` gives,
+    for a whole list in its one query."""
+    from django.db.models import Count, Q
+
+    return groups.annotate(
+        running_count=Count("members", filter=Q(members__instance__state__in=ACTIVE_STATES))
+    ).order_by(*ScalingGroup._meta.ordering)  # a grouped query drops the model's ordering
 
 
 def current_depth(group: ScalingGroup, now: datetime) -> int | None:
@@ -221,7 +258,7 @@ class Refused(Exception):
 @dataclass
 class Outcome:
     launched: list[Instance]
-    stopped: list[Instance]
+    ended: list[Instance]  # terminated by a scale-in
     problem: str = ""  # why fewer were launched than planned
     refused: bool = False  # the template was refused, not short of room
 
@@ -286,18 +323,19 @@ def _scale_out(group: ScalingGroup, count: int, now: datetime, provision: bool) 
     return out
 
 
-def _scale_in(group: ScalingGroup, count: int, now: datetime, finish: bool) -> Outcome:
-    stopped = []
-    for instance in list(active_instances(group)[:count]):
-        stopped.append(instance_services.stop_instance(actor="system", instance=instance, at=now, finish=finish))
-    return Outcome([], stopped)
+def _scale_in(group: ScalingGroup, count: int, now: datetime) -> Outcome:
+    """Terminate the newest ``count`` instances: a group's instances are cattle, and a
+    stopped one would only pile up (scaling out launches fresh ones)."""
+    ended = [instance_services.terminate_instance(actor="system", instance=instance, at=now)
+             for instance in list(active_instances(group)[:count])]
+    return Outcome([], ended)
 
 
 def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
     """(action, reason, message) of what happened, which may fall short of the plan."""
     if plan.action == Action.SCALE_IN:
-        names = ", ".join(i.name for i in done.stopped)
-        return Action.SCALE_IN, plan.reason, f"{plan.message}; stopped {names}"
+        names = ", ".join(i.name for i in done.ended)
+        return Action.SCALE_IN, plan.reason, f"{plan.message}; terminated {names}"
     if plan.action != Action.SCALE_OUT:
         return Action.NONE, plan.reason, plan.message
     names = ", ".join(f"{i.name} ({i.get_pricing_model_display().lower()})" for i in done.launched)
@@ -313,10 +351,10 @@ def _summary(plan: policy.Plan, done: Outcome) -> tuple[str, str, str]:
 @transaction.atomic
 def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provision: bool = True) -> ScalingDecision:
     """Decide, act within bounds, cooldowns and capacity, and record the decision (and
-    audit it when it launched or stopped anything). ``provision=False`` leaves new
-    instances pending and stopped ones stopping (the demo walks them itself)."""
+    audit it when it launched or terminated anything). ``provision=False`` leaves new
+    instances pending (the demo walks them itself)."""
     now = now or timezone.now()
-    group = ScalingGroup.objects.select_for_update(of=("self",)).select_related("team", "gpu_model", "image").get(pk=group.pk)
+    group = _locked(group)
     depth = current_depth(group, now)
     current = active_instances(group).count()
     bounds = policy.Bounds(group.min_instances, group.max_instances, group.target_per_instance,
@@ -326,24 +364,24 @@ def evaluate_group(group: ScalingGroup, *, now: datetime | None = None, provisio
     if plan.action == Action.SCALE_OUT:
         done = _scale_out(group, plan.count, now, provision)
     elif plan.action == Action.SCALE_IN:
-        done = _scale_in(group, plan.count, now, finish=provision)
+        done = _scale_in(group, plan.count, now)
     else:
         done = Outcome([], [])
     action, reason, message = _summary(plan, done)
     if done.launched:
         group.last_scale_out_at = now
-    if done.stopped:
+    if done.ended:
         group.last_scale_in_at = now
     group.save(update_fields=["last_scale_out_at", "last_scale_in_at", "launched_total"])
     decision = ScalingDecision.objects.create(
         group=group, time=now, queue_depth=depth, desired=plan.desired,
-        running=current + len(done.launched) - len(done.stopped), action=action,
-        changed=len(done.launched) + len(done.stopped), reason=reason, message=message[:300],
+        running=current + len(done.launched) - len(done.ended), action=action,
+        changed=len(done.launched) + len(done.ended), reason=reason, message=message[:300],
     )
     if decision.changed:
         record_event(actor="system", action=f"scaling_group.{action}", target=group, team=group.team_id, details={
             "queue_depth": depth, "desired": plan.desired, "running": decision.running, "reason": reason,
-            "launched": [i.name for i in done.launched], "stopped": [i.name for i in done.stopped],
+            "launched": [i.name for i in done.launched], "terminated": [i.name for i in done.ended],
             "message": decision.message,
         })
     return decision
@@ -354,7 +392,7 @@ def evaluate_all(*, now: datetime | None = None) -> list[ScalingDecision]:
     leaves the others' decisions standing."""
     now = now or timezone.now()
     done = []
-    for group in ScalingGroup.objects.order_by("pk"):
+    for group in ScalingGroup.objects.live().order_by("pk"):
         try:
             done.append(evaluate_group(group, now=now))
         except Exception:

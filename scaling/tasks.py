@@ -27,7 +27,7 @@ def evaluate_groups(now: str | None = None) -> int:
 @shared_task
 def evaluate_group(group_id: int) -> None:
     """Evaluate one group at once (after its team pushed a queue depth)."""
-    group = ScalingGroup.objects.filter(pk=group_id).first()
+    group = ScalingGroup.objects.live().filter(pk=group_id).first()
     if group is not None:
         now = timezone.now()
         decision = services.evaluate_group(group, now=now)

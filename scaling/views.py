@@ -3,14 +3,19 @@ chart, cost and the decision log). Thin: scope with ``for_user``, read, render."
 
 from datetime import timedelta
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from billing import charts as billing_charts
+from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import charts, costs, services
+from .forms import ScalingGroupForm
 from .models import ScalingGroup
 
 CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24),
@@ -18,7 +23,11 @@ CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": time
 
 
 def _groups(request):
-    return ScalingGroup.objects.for_user(request.user).select_related("team", "gpu_model", "image")
+    return ScalingGroup.objects.live().for_user(request.user).select_related("team", "gpu_model", "image")
+
+
+def _may_change(request, group: ScalingGroup) -> bool:
+    return is_operator(request.user) or has_role(request.user, group.team_id, WRITE_ROLES)
 
 
 LOG_SCAN = 5000
@@ -44,12 +53,74 @@ def notable(group: ScalingGroup) -> list:
 @login_required
 def group_list(request):
     now = timezone.now()
-    groups = list(_groups(request))
+    groups = list(services.with_running(_groups(request)))
+    group_costs = costs.group_costs(groups, now=now)
     for group in groups:
-        group.running = services.active_instances(group).count()
         group.latest = group.decisions.first()
-        group.cost = costs.group_cost(group, now=now)
-    return render(request, "scaling/list.html", {"groups": groups})
+        group.cost = group_costs[group.pk]
+    may_create = ScalingGroupForm(user=request.user).fields["team"].queryset.exists()
+    return render(request, "scaling/list.html", {"groups": groups, "may_create": may_create})
+
+
+def _settings(data: dict) -> dict:
+    return {field: data[field] for field in services.SETTINGS}
+
+
+def _errors_to_form(form, exc: ValidationError) -> None:
+    for field, texts in (exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}).items():
+        form.add_error(field if field in form.fields else None, texts)
+
+
+@login_required
+def group_create(request):
+    form = ScalingGroupForm(request.POST or None, user=request.user)
+    if not form.fields["team"].queryset.exists():
+        raise PermissionDenied("Your role does not allow creating scaling groups.")
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            group = services.create_group(actor=request.user, team=data["team"], name=data["name"], **_settings(data))
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
+        else:
+            messages.success(request, f"Scaling group {group.name} created; it is evaluated within 30 seconds.")
+            return redirect("scaling-group-detail", pk=group.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "scaling/form.html", {"form": form, "group": None}, status=status)
+
+
+@login_required
+def group_edit(request, pk):
+    group = get_object_or_404(_groups(request), pk=pk)
+    if not _may_change(request, group):
+        raise PermissionDenied("Your role does not allow changing scaling groups.")
+    form = ScalingGroupForm(request.POST or None, user=request.user, group=group)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.update_group(actor=request.user, group=group, **_settings(form.cleaned_data))
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
+        else:
+            messages.success(request, f"Scaling group {group.name} changed; the next evaluation applies it.")
+            return redirect("scaling-group-detail", pk=group.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "scaling/form.html", {"form": form, "group": group}, status=status)
+
+
+@login_required
+@require_POST
+def group_delete(request, pk):
+    group = get_object_or_404(_groups(request), pk=pk)
+    if not _may_change(request, group):
+        raise PermissionDenied("Your role does not allow deleting scaling groups.")
+    try:
+        ended = services.delete_group(actor=request.user, group=group)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("scaling-group-detail", pk=group.pk)
+    names = ", ".join(i.name for i in ended) or "none were running"
+    messages.success(request, f"Scaling group {group.name} deleted; its instances were terminated ({names}).")
+    return redirect("scaling-group-list")
 
 
 @login_required
@@ -67,8 +138,8 @@ def group_detail(request, pk):
     context = {
         "group": group, "cost": cost, "window": window, "windows": list(CHART_WINDOWS),
         "running": services.active_instances(group).count(), "depth": services.current_depth(group, now),
-        "members": members, "log": log, "everything": everything,
-        "figures": {"history": charts.history_figure(shown),
+        "members": members, "log": log, "everything": everything, "may_change": _may_change(request, group),
+        "figures": {"history": charts.history_figure(shown, start=now - CHART_WINDOWS[window], end=now),
                     "cost": billing_charts.daily_cost(days, series, cost.currency)},
     }
     return render(request, "scaling/detail.html", context)

@@ -312,6 +312,34 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             ("scaling_group.update",), "alice", prepare=_group, team="acme",
         )
     },
+    "DELETE /api/v1/scaling-groups/<pk>/": {
+        "": Recipe(_json("delete", "/api/v1/scaling-groups/{p.pk}/"), ("scaling_group.delete",), "alice",
+                   prepare=_group, team="acme")
+    },
+    "POST /scaling-groups/new/": {
+        "": Recipe(
+            _form("/scaling-groups/new/", lambda w, _: {
+                "team": str(w.acme.pk), "name": "walk-form-group", "gpu_model": "H100-80GB", "gpus_per_instance": "1",
+                "pricing_model": "on_demand", "min_instances": "1", "max_instances": "2", "metric_source": "pushed",
+                "target_per_instance": "10", "scale_out_cooldown_s": "60", "scale_in_cooldown_s": "120",
+            }),
+            ("scaling_group.create",), "alice", team="acme",
+        )
+    },
+    "POST /scaling-groups/<pk>/edit/": {
+        "": Recipe(
+            _form("/scaling-groups/{p.pk}/edit/", lambda w, _: {
+                "gpu_model": "H100-80GB", "gpus_per_instance": "1", "pricing_model": "on_demand", "min_instances": "1",
+                "max_instances": "3", "metric_source": "pushed", "target_per_instance": "10",
+                "scale_out_cooldown_s": "120", "scale_in_cooldown_s": "300",
+            }),
+            ("scaling_group.update",), "alice", prepare=_group, team="acme",
+        )
+    },
+    "POST /scaling-groups/<pk>/delete/": {
+        "": Recipe(_form("/scaling-groups/{p.pk}/delete/"), ("scaling_group.delete",), "alice", prepare=_group,
+                   team="acme")
+    },
     "POST /api/v1/scaling-groups/<pk>/metrics/": {
         "": Recipe(
             _json("post", "/api/v1/scaling-groups/{p.pk}/metrics/", {"queue_depth": 0}),

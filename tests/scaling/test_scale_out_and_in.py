@@ -6,6 +6,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from audit.models import AuditEvent
+from instances.models import Instance
 from monitoring.models import Alert, AlertKind, AlertState
 from scaling import tasks
 from scaling.models import ScalingDecision
@@ -59,7 +60,9 @@ def test_it_scales_from_one_to_four_and_back(api, token, fleet, acme, bob):
 
     shrunk = _tick(base, 190)
     assert (shrunk.desired, shrunk.running, shrunk.action, shrunk.reason) == (1, 1, "scale_in", "at_min")
-    assert "stopped workers-4, workers-3, workers-2" in shrunk.message
+    assert "terminated workers-4, workers-3, workers-2" in shrunk.message
+    assert sorted(Instance.objects.filter(state="terminated").values_list("name", flat=True)) == [
+        "workers-2", "workers-3", "workers-4"]
     body = api(bob).get(f"/api/v1/scaling-groups/{gid}/").json()
     assert body["running"] == 1
 
