@@ -38,3 +38,34 @@ def test_a_group_grows_and_shrinks_with_its_queue(console, login, screenshot):
     running = page.eval_on_selector("#chart-history", "el => el.data.find(t => t.name === 'Running').y")
     assert (running[0], max(running), running[-1]) == (1, 4, 1)  # the scheduler's own evaluations add points
     screenshot(page, "scaling-group-shrunk")
+
+
+def test_a_group_is_made_changed_and_deleted_from_its_pages(console, login, screenshot):
+    page = login("alice")
+    page.goto(f"{console.base}/scaling-groups/")
+    page.click("#new-group")
+    page.fill("#id_name", "inference-pool")
+    page.select_option("#id_gpu_model", "H100-80GB")
+    page.fill("#id_max_instances", "0")
+    page.fill("#id_target_per_instance", "25")
+    page.click("#group-form button[type=submit]")
+    assert "The maximum must be between 1 and 64" in page.inner_text("#group-form")  # nothing made
+    page.fill("#id_max_instances", "3")
+    screenshot(page, "scaling-group-form")
+    page.click("#group-form button[type=submit]")
+    page.wait_for_url("**/scaling-groups/*/")
+    assert "inference-pool" in page.inner_text("h1")
+    assert "1 to 3" in page.inner_text("#group-settings")
+
+    page.click("#edit-group")
+    page.fill("#id_max_instances", "5")
+    page.click("#group-form button[type=submit]")
+    page.wait_for_url("**/scaling-groups/*/")
+    assert "1 to 5" in page.inner_text("#group-settings")
+    screenshot(page, "scaling-group-edited")
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-group button")
+    page.wait_for_url("**/scaling-groups/")
+    assert "Scaling group inference-pool deleted" in page.inner_text("body")
+    assert "inference-pool" not in page.inner_text("#scaling-groups")
