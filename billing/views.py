@@ -302,7 +302,8 @@ def price_list(request):
     skus = sorted(services.known_skus())
     spot = {sku: services.spot_in_effect(sku, now) for sku in skus}
     rows = [{"sku": sku, "on_demand": services.price_in_effect(sku, "on_demand", now),
-             "three_year": services.price_in_effect(sku, "reserved_3y", now), "spot": spot[sku]} for sku in skus]
+             "three_year": services.price_in_effect(sku, "reserved_3y", now), "spot": spot[sku],
+             "idle": services.price_in_effect(sku, "idle", now)} for sku in skus]
     for row in rows:
         row["one_year"] = pricing.one_year_rate(row["on_demand"]) if row["on_demand"] else None
     context = {

@@ -107,3 +107,12 @@ def test_operators_see_unrated_usage_on_the_prices_page(client, ops, alice, play
     assert 'id="unrated-usage"' in client.get("/prices/").content.decode()
     client.force_login(alice)
     assert 'id="unrated-usage"' not in client.get("/prices/").content.decode()
+
+
+def test_the_prices_page_shows_the_idle_capacity_price(prices, browse, ops, bob):
+    page = browse(bob).get("/prices/").content.decode()
+    assert "Idle capacity</th>" in page and "not offered" in page  # no idle price set yet
+    since = at(1)
+    services.set_price(actor=ops, sku="H100-80GB", kind="idle", hourly="0.4", effective_from=since, now=since)
+    row = next(r for r in browse(bob).get("/prices/").content.decode().split("<tr>") if "H100-80GB</td>" in r)
+    assert row.endswith('<td class="num mono">0.40</td></tr>')
