@@ -5,6 +5,7 @@ from datetime import UTC
 from django import forms
 from django.core.exceptions import ValidationError
 
+from console.forms import apply_errors
 from console.models import Team
 from console.tenancy import ADMIN_ROLES
 from console.validators import moment_in_range
@@ -36,8 +37,7 @@ class AdminTeamForm(forms.Form):
         self.order_fields(["team"])
 
     def apply_errors(self, exc: ValidationError) -> None:
-        for field, messages in getattr(exc, "message_dict", {None: exc.messages}).items():
-            self.add_error(field if field in self.fields else None, messages)
+        apply_errors(self, exc)
 
 
 class BudgetForm(AdminTeamForm):

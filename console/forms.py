@@ -3,10 +3,18 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth import forms as auth_forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .models import Role, Scope, Team
 from .validators import plain_name
+
+
+def apply_errors(form: forms.Form, exc: ValidationError) -> None:
+    """A service's ValidationError on the form: each message on its field where the form
+    has one, the rest on the form as a whole (the services hold the rules; forms show them)."""
+    for field, messages in (exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}).items():
+        form.add_error(field if field in form.fields else None, messages)
 
 
 class TokenForm(forms.Form):

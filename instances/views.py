@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import catalog, images, services
@@ -81,17 +82,13 @@ def launch(request):
         except services.LifecycleError as exc:
             form.add_error(None, str(exc))
         except ValidationError as exc:
-            _errors_to_form(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Instance {instance.name} launched on {instance.host.name}.")
             return redirect("instance-detail", pk=instance.pk)
     status = 400 if request.method == "POST" else 200
     return render(request, "instances/launch.html", {"form": form, "offers": _offers()}, status=status)
 
-
-def _errors_to_form(form, exc: ValidationError) -> None:
-    for field, messages_ in (exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}).items():
-        form.add_error(field if field in form.fields else None, messages_)
 
 
 def _offers() -> list[dict]:
@@ -143,7 +140,7 @@ def image_list(request):
                 cuda_version=data["cuda_version"], size_bytes=form.size_bytes,
             )
         except ValidationError as exc:
-            _errors_to_form(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Image {image.name} added.")
             return redirect("image-list")

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing import charts as billing_charts
+from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import charts, costs, services
@@ -66,10 +67,6 @@ def _settings(data: dict) -> dict:
     return {field: data[field] for field in services.SETTINGS}
 
 
-def _errors_to_form(form, exc: ValidationError) -> None:
-    for field, texts in (exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}).items():
-        form.add_error(field if field in form.fields else None, texts)
-
 
 @login_required
 def group_create(request):
@@ -81,7 +78,7 @@ def group_create(request):
         try:
             group = services.create_group(actor=request.user, team=data["team"], name=data["name"], **_settings(data))
         except ValidationError as exc:
-            _errors_to_form(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Scaling group {group.name} created; it is evaluated within 30 seconds.")
             return redirect("scaling-group-detail", pk=group.pk)
@@ -99,7 +96,7 @@ def group_edit(request, pk):
         try:
             services.update_group(actor=request.user, group=group, **_settings(form.cleaned_data))
         except ValidationError as exc:
-            _errors_to_form(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Scaling group {group.name} changed; the next evaluation applies it.")
             return redirect("scaling-group-detail", pk=group.pk)
