@@ -70,20 +70,7 @@ def _settings(data: dict) -> dict:
 
 @login_required
 def group_create(request):
-    form = ScalingGroupForm(request.POST or None, user=request.user)
-    if not form.fields["team"].queryset.exists():
-        raise PermissionDenied("Your role does not allow creating scaling groups.")
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            group = services.create_group(actor=request.user, team=data["team"], name=data["name"], **_settings(data))
-        except ValidationError as exc:
-            apply_errors(form, exc)
-        else:
-            messages.success(request, f"Scaling group {group.name} created; it is evaluated within 30 seconds.")
-            return redirect("scaling-group-detail", pk=group.pk)
-    status = 400 if request.method == "POST" else 200
-    return render(request, "scaling/form.html", {"form": form, "group": None}, status=status)
+    return _group_form(request, None)
 
 
 @login_required
@@ -91,14 +78,28 @@ def group_edit(request, pk):
     group = get_object_or_404(_groups(request), pk=pk)
     if not _may_change(request, group):
         raise PermissionDenied("Your role does not allow changing scaling groups.")
+    return _group_form(request, group)
+
+
+def _group_form(request, group: ScalingGroup | None):
+    """The form to make a group (``group`` None) or change one; the services check it."""
     form = ScalingGroupForm(request.POST or None, user=request.user, group=group)
+    if group is None and not form.fields["team"].queryset.exists():
+        raise PermissionDenied("Your role does not allow creating scaling groups.")
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
         try:
-            services.update_group(actor=request.user, group=group, **_settings(form.cleaned_data))
+            if group is None:
+                group = services.create_group(actor=request.user, team=data["team"], name=data["name"],
+                                              **_settings(data))
+                done = "created; it is evaluated within 30 seconds"
+            else:
+                services.update_group(actor=request.user, group=group, **_settings(data))
+                done = "changed; the next evaluation applies it"
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"Scaling group {group.name} changed; the next evaluation applies it.")
+            messages.success(request, f"Scaling group {group.name} {done}.")
             return redirect("scaling-group-detail", pk=group.pk)
     status = 400 if request.method == "POST" else 200
     return render(request, "scaling/form.html", {"form": form, "group": group}, status=status)
