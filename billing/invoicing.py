@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Sum
 
 from instances.models import GpuModel, Instance
@@ -50,19 +51,21 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
     """Each team's usage lines for ``month``, from its charges: one aggregate over the
     charges' own columns (names are looked up once, not grouped on)."""
     charges = Charge.objects.filter(team_id__in=list(team_ids), month=month)
+    _room_to_sort()
     rows = (
+        # Integer columns first: the rows are sorted to be grouped, and comparing text
+        # under the database's collation is what made that sort slow.
         charges.values(
-            "team_id", "charge_type", "pricing_category", "instance_id", "reservation_id", "sku", "unit_price",
-            "gpu_model_id",
+            "team_id", "instance_id", "reservation_id", "unit_price", "gpu_model_id", "charge_type",
+            "pricing_category", "sku",
         )
         .annotate(cents=Sum("billed_cents"), secs=Sum("priced_seconds"))
         .order_by()
     )
     instances = {
         pk: (name, pricing_model)
-        for pk, name, pricing_model in Instance.objects.filter(id__in=charges.values("instance_id")).values_list(
-            "id", "name", "pricing_model"
-        )
+        for pk, name, pricing_model in Instance.objects.filter(id__in=charges.values("instance_id"))
+        .order_by().values_list("id", "name", "pricing_model")
     }
     models = dict(GpuModel.objects.values_list("id", "name"))
     out: dict[int, list[Line]] = defaultdict(list)
@@ -73,6 +76,17 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
     for lines in out.values():
         lines.sort(key=lambda line: line.sort)
     return out
+
+
+def _room_to_sort() -> None:
+    """Let this transaction sort a month's charges in memory: right after a month is
+    metered the planner's statistics still describe the table before (often empty),
+    so it sorts to group rather than hashing, and 4 MB of default sort memory sends tens
+    of thousands of rows to disk (90 ms of the aggregate's 110 ms at 33,000 charges)."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL work_mem = '64MB'")
 
 
 def _line(row: dict) -> Line:
@@ -150,7 +164,7 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
         .values_list("invoice_id", *LINE_FIELDS)
     ):
         stored[invoice_id].append(tuple(values))
-    changed, rows = [], []
+    changed, moved, rows = [], [], []
     for invoice, lines in drafts:
         new = [
             {
@@ -166,8 +180,13 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
             rows += new
         usage = sum((ln.amount for ln in lines if ln.kind in (LineKind.USAGE, LineKind.UNUSED_COMMITMENT)), Decimal("0.00"))
         other = sum((ln.amount for ln in lines if ln.kind in (LineKind.CORRECTION, LineKind.ADJUSTMENT)), Decimal("0.00"))
-        invoice.subtotal, invoice.adjustments, invoice.total, invoice.updated_at = usage, other, usage + other, now
+        if (invoice.subtotal, invoice.adjustments, invoice.total) != (usage, other, usage + other):
+            invoice.subtotal, invoice.adjustments, invoice.total = usage, other, usage + other
+            moved.append(invoice)
+        invoice.updated_at = now
     if changed:
         InvoiceLine.objects.filter(invoice__in=changed).delete()
     bulk.insert(InvoiceLine, rows)
-    Invoice.objects.bulk_update([inv for inv, _ in drafts], ["subtotal", "adjustments", "total", "updated_at"], batch_size=500)
+    # Every draft was refreshed now; only those whose totals moved are written in full.
+    Invoice.objects.filter(pk__in=[inv.pk for inv, _ in drafts]).update(updated_at=now)
+    Invoice.objects.bulk_update(moved, ["subtotal", "adjustments", "total"], batch_size=500)

@@ -113,9 +113,18 @@ class UsageRecord(models.Model):
     """Metered usage: one billable stretch of one instance within one charge period
     (a UTC day). Metering a window replaces the records of its days."""
 
-    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
-    instance = models.ForeignKey("instances.Instance", on_delete=models.CASCADE, related_name="usage_records")
-    gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+")
+    # No reference here is checked by the database row by row: a month's metering writes
+    # tens of thousands of rows, and PostgreSQL's per-row foreign-key checks at commit
+    # cost about as much as writing them. Metering checks instead, in one statement,
+    # that the instances it bills exist, and holds them (FOR KEY SHARE) until it
+    # commits (``billing.metering``); team and GPU model are copies of the instance's
+    # own, checked, references. Deletes through the ORM still cascade or protect.
+    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+", db_constraint=False,
+                             db_index=False)
+    instance = models.ForeignKey("instances.Instance", on_delete=models.CASCADE, related_name="usage_records",
+                                 db_constraint=False)
+    gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  db_constraint=False, db_index=False)
     sku = models.CharField(max_length=100)
     pricing_model = models.CharField(max_length=16)
     region = models.CharField(max_length=40, blank=True)
@@ -187,10 +196,17 @@ class Charge(models.Model):
     one charge period, at one price. ``billed_cost`` is rounded to the cent once, here;
     everything above it (invoices, charts, exports) only adds."""
 
-    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+")
-    instance = models.ForeignKey("instances.Instance", null=True, blank=True, on_delete=models.CASCADE, related_name="charges")
-    reservation = models.ForeignKey(Reservation, null=True, blank=True, on_delete=models.PROTECT, related_name="charges")
-    gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+")
+    # As for usage records, metering checks the instance (or, for unused commitment, the
+    # reservation) in one statement rather than the database row by row; team and GPU
+    # model are copies of that instance's or reservation's own references.
+    team = models.ForeignKey("console.Team", on_delete=models.CASCADE, related_name="+", db_constraint=False,
+                             db_index=False)
+    instance = models.ForeignKey("instances.Instance", null=True, blank=True, on_delete=models.CASCADE,
+                                 related_name="charges", db_constraint=False)
+    reservation = models.ForeignKey(Reservation, null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="charges", db_constraint=False)
+    gpu_model = models.ForeignKey("instances.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  db_constraint=False, db_index=False)
     sku = models.CharField(max_length=100)
     region = models.CharField(max_length=40, blank=True)
     month = models.DateField(help_text="first day of the billing period")
