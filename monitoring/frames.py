@@ -11,6 +11,14 @@ keys can nest, and not that deep, so a frame without extra keys is decoded once,
 decoder that refuses extra keys. A frame it refuses (extra keys, or anything wrong) is
 read again by ``console.jsonlimits`` (size, JSON, depth) and the schema that ignores
 extra keys, which also names what is wrong.
+
+Checking string patterns costs more than the rest of a decode, and most cannot fail on
+most frames: a string holds a control character only when the JSON text escapes one
+(raw ones are not JSON) or holds DEL. So a samples frame without backslashes or DEL is
+decoded without the patterns that only refuse control characters, and without the
+GPU and slice UUID patterns, which are then checked once per distinct UUID of the
+frame; a frame that fails any of this is decoded again with every pattern, so the
+rules and the errors are the schema's either way.
 """
 
 from __future__ import annotations
@@ -70,10 +78,13 @@ def read(text, *, hello_expected: bool = False, now: float) -> Hello | Samples:
         what = "a hello" if hello_expected else "a frame"
         raise FrameError(p.CLOSE_TOO_LARGE, "frame_too_large", f"{what} of {len(text)} bytes exceeds {limit}")
     kind = Hello if hello_expected else Samples
-    try:
-        frame = _decoder(kind).decode(text)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeError):
-        frame = None
+    frame = None
+    if kind is Samples and "\\" not in text and "\x7f" not in text:
+        frame = _decode(_decoder(kind, relaxed=True), text)
+        if frame is not None and not _uuids_well_formed(frame):
+            frame = None
+    if frame is None:
+        frame = _decode(_decoder(kind), text)
     if frame is None or frame.v is msgspec.UNSET:
         frame = _read_general(text, kind, limit)
     if kind is Hello:
@@ -88,19 +99,42 @@ def read(text, *, hello_expected: bool = False, now: float) -> Hello | Samples:
     return frame
 
 
+def _decode(decoder: msgspec.json.Decoder, text: str):
+    try:
+        return decoder.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeError):
+        return None
+
+
+# Patterns a frame without backslashes or DEL cannot break (see the module's doc), and
+# those checked per distinct value by _uuids_well_formed.
+_RELAXED = frozenset({p.NO_CONTROL, p.NO_NUL, p.GPU_UUID, p.SLICE_UUID})
+_GPU_UUID = re.compile(p.GPU_UUID)
+_SLICE_UUID = re.compile(p.SLICE_UUID)
+
+
+def _uuids_well_formed(frame: Samples) -> bool:
+    records = frame.records
+    if not all(map(_GPU_UUID.match, {r.gpu for r in records})):
+        return False
+    slices = {r.slice for r in records}
+    slices.discard(None)
+    return all(map(_SLICE_UUID.match, slices))
+
+
 @cache
-def _decoder(kind: type) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(_strict(kind))
+def _decoder(kind: type, relaxed: bool = False) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(_strict(kind, {}, relaxed))
 
 
-def _strict(tp, made: dict | None = None):
-    """``tp`` with every struct in it refusing extra keys (same fields, same rules)."""
-    made = {} if made is None else made
+def _strict(tp, made: dict, relaxed: bool = False):
+    """``tp`` with every struct in it refusing extra keys (same fields, same rules;
+    ``relaxed``: without the patterns of _RELAXED)."""
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         if tp not in made:
             hints = typing.get_type_hints(tp, include_extras=True)
-            fields = [(f.name, _strict(hints[f.name], made)) if f.required
-                      else (f.name, _strict(hints[f.name], made), f.default)
+            fields = [(f.name, _strict(hints[f.name], made, relaxed)) if f.required
+                      else (f.name, _strict(hints[f.name], made, relaxed), f.default)
                       for f in msgspec.structs.fields(tp)]
             config = tp.__struct_config__
             made[tp] = msgspec.defstruct(tp.__name__, fields, bases=(tp,), forbid_unknown_fields=True,
@@ -108,12 +142,24 @@ def _strict(tp, made: dict | None = None):
         return made[tp]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Annotated:
-        return typing.Annotated[(_strict(args[0], made), *tp.__metadata__)]
+        metadata = tp.__metadata__
+        if relaxed:
+            metadata = tuple(_without_pattern(m) if isinstance(m, msgspec.Meta) and m.pattern in _RELAXED else m
+                             for m in metadata)
+        return typing.Annotated[(_strict(args[0], made, relaxed), *metadata)]
     if origin in (typing.Union, types.UnionType):
-        return reduce(operator.or_, [_strict(a, made) for a in args])
+        return reduce(operator.or_, [_strict(a, made, relaxed) for a in args])
     if origin is list:
-        return list[_strict(args[0], made)]
+        return list[_strict(args[0], made, relaxed)]
     return tp
+
+
+_META_FIELDS = ("gt", "ge", "lt", "le", "multiple_of", "min_length", "max_length", "tz", "title", "description",
+                "examples", "extra_json_schema", "extra")
+
+
+def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
+    return msgspec.Meta(**{k: getattr(meta, k) for k in _META_FIELDS if getattr(meta, k) is not None})
 
 
 def _no_constants(name: str):

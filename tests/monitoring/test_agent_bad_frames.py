@@ -140,3 +140,31 @@ def test_a_bad_process_after_an_extra_key_is_still_caught():
     frame = samples([{**record(1, t=NOW), "procs": [{"pid": 1, "container": "x"}, {"pid": -2}]}])
     with pytest.raises(frames.FrameError, match=r"records\[0\].procs\[1\].pid"):
         check(frame)
+
+
+# A frame without backslashes or DEL is decoded without the patterns that only refuse
+# control characters, and its GPU and slice UUIDs are checked once each: the same rules
+# and the same errors as the full schema.
+UUID_AND_TEXT = [
+    ("malformed GPU UUID, no escapes", with_record(gpu="GPU-h100 a"), r"records\[1\]\.gpu 'GPU-h100 a' is not well formed"),
+    ("malformed slice UUID", with_record(slice="MIG-1 2"), r"records\[1\]\.slice 'MIG-1 2' is not well formed"),
+    ("NUL in a process name", with_record(procs=[{"pid": 1, "name": "a\x00b"}]),
+     r"records\[1\]\.procs\[0\]\.name contains control characters"),
+    ("DEL in an event kind", samples([GOOD, {"seq": 2, "t": NOW, "gpu": "GPU-h100-a-0", "event": {"kind": "x\x7f"}}]),
+     r"records\[1\]\.event\.kind contains control characters"),
+    ("newline in an event kind", samples([GOOD, {"seq": 2, "t": NOW, "gpu": "GPU-h100-a-0", "event": {"kind": "x\ny"}}]),
+     r"records\[1\]\.event\.kind contains control characters"),
+]
+
+
+@pytest.mark.parametrize(("frame", "message"), [u[1:] for u in UUID_AND_TEXT], ids=[u[0] for u in UUID_AND_TEXT])
+def test_patterns_hold_on_the_fast_path(frame, message):
+    with pytest.raises(frames.FrameError, match=message) as caught:
+        check(json.dumps(frame, ensure_ascii=False))
+    assert (caught.value.close_code, caught.value.code) == (4400, "bad_field")
+
+
+def test_backslashes_and_del_where_allowed_pass():
+    procs = [{"pid": 1, "name": "a\\b", "cmd": 'say "hi"\x7f'}]
+    batch = frames.read(json.dumps(samples([{**record(1, t=NOW), "procs": procs}]), ensure_ascii=False), now=NOW)
+    assert msgspec.to_builtins(batch.records[0].procs) == procs
