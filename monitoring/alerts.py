@@ -260,25 +260,34 @@ class Watch:
     def load(self, devices: dict, teams: set[int]) -> None:
         """(Re)read the rules that apply to this host's devices, every
         ALERT_RULES_REFRESH_S, or at once when a team appears among the holders."""
+        load_many([(self, devices, teams)])
+
+    def _due(self, devices: dict, teams: set[int]) -> frozenset | None:
+        """The teams to read rules for when this watch must read them again, else None."""
         fresh = time.monotonic() - self.loaded_at < thresholds()["rules_refresh_s"]
         if fresh and teams <= self.loaded_teams and devices.keys() == self.fleet.keys():
-            return
-        teams = frozenset(teams) | self.loaded_teams if fresh else frozenset(teams)
-        watched = [m for m, spec in rules.METRICS.items() if spec.how in (rules.INGEST, rules.EVENT)]
-        models = dict(Gpu.objects.filter(host_id=self.host_id).values_list("id", "model_id"))
-        found = AlertRule.objects.filter(enabled=True, metric__in=watched).filter(
-            Q(team__isnull=True, host__isnull=True) | Q(team__isnull=True, host_id=self.host_id) | Q(team_id__in=teams)
-        ).filter(Q(gpu_model__isnull=True) | Q(gpu_model_id__in=set(models.values())))
+            return None
+        return frozenset(teams) | self.loaded_teams if fresh else frozenset(teams)
+
+    def _assign(self, devices: dict, teams: frozenset, rows: list[tuple]) -> None:
+        """Keep the rules of ``rows`` that apply to this host (rows as ``load_many`` reads them)."""
+        models = {device.gpu_id: device.model_id for device in devices.values()}
+        present = set(models.values())
         self.fleet = {uuid: [] for uuid in devices}
         self.teams = {}
-        for rule in found.values_list("id", "name", "metric", "comparison", "threshold", "hold_s", "severity",
-                                      "team_id", "instance_id", "gpu_model_id"):
+        for rule in rows:
             ref = RuleRef(*rule[:9])
+            host_id, model_id = rule[9], rule[10]
+            if model_id is not None and model_id not in present:
+                continue
             if ref.team_id is not None:
-                self.teams.setdefault(ref.team_id, []).append(ref)
+                if ref.team_id in teams:
+                    self.teams.setdefault(ref.team_id, []).append(ref)
+                continue
+            if host_id is not None and host_id != self.host_id:
                 continue
             for uuid, device in devices.items():
-                if rule[9] is None or models.get(device.gpu_id) == rule[9]:
+                if model_id is None or models.get(device.gpu_id) == model_id:
                     self.fleet[uuid].append(ref)
         self.loaded_at, self.loaded_teams = time.monotonic(), teams
         self.bases, self.refresh_s = {}, thresholds()["refresh_s"]
@@ -424,6 +433,30 @@ class Watch:
     def forget(self) -> None:
         """After a failed write: start again from what the database holds."""
         self.actions, self.tracks, self.resumed, self.loaded_at = [], {}, False, -math.inf
+
+
+def load_many(items: list[tuple[Watch, dict, set[int]]]) -> None:
+    """``Watch.load`` for the watches of many hosts (one ingest flush): the rules of every
+    watch due a re-read come from one query. ``devices`` maps a device's UUID to what
+    ``ingest.read_devices`` knows of it (``gpu_id`` and ``model_id``)."""
+    due = []
+    for watch, devices, teams in items:
+        wanted = watch._due(devices, teams)
+        if wanted is not None:
+            due.append((watch, devices, wanted))
+    if not due:
+        return
+    hosts = {watch.host_id for watch, _, _ in due}
+    teams = set().union(*(wanted for _, _, wanted in due))
+    models = {device.model_id for _, devices, _ in due for device in devices.values()}
+    watched = [m for m, spec in rules.METRICS.items() if spec.how in (rules.INGEST, rules.EVENT)]
+    found = AlertRule.objects.filter(enabled=True, metric__in=watched).filter(
+        Q(team__isnull=True, host__isnull=True) | Q(team__isnull=True, host_id__in=hosts) | Q(team_id__in=teams)
+    ).filter(Q(gpu_model__isnull=True) | Q(gpu_model_id__in=models - {None}))
+    rows = list(found.values_list("id", "name", "metric", "comparison", "threshold", "hold_s", "severity",
+                                  "team_id", "instance_id", "host_id", "gpu_model_id"))
+    for watch, devices, wanted in due:
+        watch._assign(devices, wanted, rows)
 
 
 def _at(t: float) -> datetime:

@@ -15,7 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 from django.conf import settings
@@ -29,7 +29,7 @@ from instances.models import Gpu, GpuHold, GpuSlice, Host
 from . import alerts, gpu_events, partitions, readings, rollup_marks
 from .agent import protocol
 from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
-from .frames import Hello, Samples
+from .frames import Hello, Record, Samples
 from .inventory import HelloResult
 from .models import AgentSession, AgentState
 
@@ -73,12 +73,50 @@ class Device:
     gpu_id: int
     slice_id: int | None
     index: int
+    model_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A device and who held it at a reading's time: what the reading's row names.
+    ``ids`` is that row's gpu_id, slice_id, instance_id and team_id as COPY text."""
+
+    uuid: str
+    device: Device
+    instance_id: int | None
+    team_id: int | None
+    ids: str
+
+    @classmethod
+    def of(cls, uuid: str, device: Device, instance_id: int | None, team_id: int | None) -> Held:
+        ids = (device.gpu_id, device.slice_id, instance_id, team_id)
+        return cls(uuid, device, instance_id, team_id, "\t".join(NULL if v is None else str(v) for v in ids))
+
+
+NULL = "\\N"  # COPY's text for NULL
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_US = timedelta(microseconds=1)
+
+
+def micros(when: datetime) -> int:
+    """Microseconds since the epoch: the precision of a stored time."""
+    return (when - EPOCH) // ONE_US
+
+
+def split_t(t: float) -> tuple[int, int]:
+    """A reading's time as (seconds, microseconds), rounded as ``datetime.fromtimestamp``
+    rounds it (half to even), so the stored time and the holder chosen agree."""
+    sec = int(t)
+    us = round((t - sec) * 1e6)
+    if us >= 1_000_000:
+        return sec + 1, us - 1_000_000
+    return sec, us
 
 
 @dataclass(frozen=True)
 class Hold:
-    start: datetime
-    end: datetime | None
+    start: int  # microseconds since the epoch
+    end: int | None
     instance_id: int
     team_id: int
 
@@ -92,7 +130,8 @@ class Holds:
     def __init__(self, rows):
         self.by_device: dict[tuple[int, int | None], list[Hold]] = {}
         for gpu_id, slice_id, start, end, instance_id, team_id in rows:
-            self.by_device.setdefault((gpu_id, slice_id), []).append(Hold(start, end, instance_id, team_id))
+            hold = Hold(micros(start), None if end is None else micros(end), instance_id, team_id)
+            self.by_device.setdefault((gpu_id, slice_id), []).append(hold)
 
     @classmethod
     def read_many(cls, host_ids: set[int], first: datetime, last: datetime) -> dict[int, Holds]:
@@ -110,11 +149,23 @@ class Holds:
     def team_ids(self) -> set[int]:
         return {hold.team_id for holds in self.by_device.values() for hold in holds}
 
-    def at(self, device: Device, when: datetime) -> tuple[int | None, int | None]:
+    def at(self, device: Device, when: int) -> tuple[int | None, int | None]:
+        """The holder at ``when`` (microseconds since the epoch)."""
         for hold in self.by_device.get((device.gpu_id, device.slice_id), ()):
             if hold.start <= when and (hold.end is None or when < hold.end):
                 return hold.instance_id, hold.team_id
         return None, None
+
+    def throughout(self, device: Device, first: int, last: int) -> tuple[int | None, int | None] | None:
+        """The holder of ``device`` over all of [first, last], or None when it changes within."""
+        near = [h for h in self.by_device.get((device.gpu_id, device.slice_id), ())
+                if h.start <= last and (h.end is None or first < h.end)]
+        if not near:
+            return None, None
+        hold = near[0]
+        if len(near) == 1 and hold.start <= first and (hold.end is None or last < hold.end):
+            return hold.instance_id, hold.team_id
+        return None
 
 
 NO_HOLDS = Holds(())
@@ -151,18 +202,13 @@ class Link:
         self._kept_at = -math.inf
         self.watch = alerts.Watch(host_id, host_name)
 
-    def devices(self) -> dict[str, Device]:
-        if time.monotonic() - self._read_at >= refresh_s():
-            self._devices = self._read_devices()
-            self._read_at = time.monotonic()
-        return self._devices
+    def stale(self) -> bool:
+        return time.monotonic() - self._read_at >= refresh_s()
 
-    def _read_devices(self) -> dict[str, Device]:
-        gpus = Gpu.objects.filter(host_id=self.host_id).values_list("uuid", "id", "index")
-        slices = GpuSlice.objects.filter(gpu__host_id=self.host_id).values_list("uuid", "gpu__uuid", "gpu_id", "id", "gpu__index")
-        out = {uuid: Device(uuid, gpu_id, None, index) for uuid, gpu_id, index in gpus}
-        out.update({uuid: Device(gpu_uuid, gpu_id, slice_id, index) for uuid, gpu_uuid, gpu_id, slice_id, index in slices})
-        return out
+    def devices(self) -> dict[str, Device]:
+        if self.stale():
+            read_devices([self])
+        return self._devices
 
     def keep(self, latest: dict[str, dict], frames: int, samples: int, duplicates: int) -> None:
         for device, entry in latest.items():
@@ -178,15 +224,7 @@ class Link:
 
     def write_kept(self) -> None:
         """Write the newest readings and the counters (inside the caller's transaction)."""
-        _upsert_latest(self.host_id, self.latest)
-        counts = self.counts
-        AgentState.objects.filter(host_id=self.host_id).update(
-            last_seen_at=timezone.now(), frames=F("frames") + counts["frames"],
-            samples=F("samples") + counts["samples"], duplicates=F("duplicates") + counts["duplicates"],
-        )
-        self.latest = {}
-        self.counts = dict.fromkeys(counts, 0)
-        self._kept_at = time.monotonic()
+        write_kept([self])
 
     def forget(self) -> None:
         """After a failed write: what this link remembers may be ahead of the database."""
@@ -195,6 +233,44 @@ class Link:
         self.counts = dict.fromkeys(self.counts, 0)
         self._read_at = -math.inf
         self.watch.forget()
+
+
+def read_devices(links: list[Link]) -> None:
+    """Re-read the inventory of the hosts of ``links``: two queries for all of them."""
+    ids = {link.host_id for link in links}
+    found: dict[int, dict[str, Device]] = {host_id: {} for host_id in ids}
+    gpus = Gpu.objects.filter(host_id__in=ids).values_list("host_id", "uuid", "id", "index", "model_id")
+    for host_id, uuid, gpu_id, index, model_id in gpus:
+        found[host_id][uuid] = Device(uuid, gpu_id, None, index, model_id)
+    slices = GpuSlice.objects.filter(gpu__host_id__in=ids).values_list(
+        "gpu__host_id", "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "gpu__model_id")
+    for host_id, uuid, gpu_uuid, gpu_id, slice_id, index, model_id in slices:
+        found[host_id][uuid] = Device(gpu_uuid, gpu_id, slice_id, index, model_id)
+    now = time.monotonic()
+    for link in links:
+        link._devices, link._read_at = found[link.host_id], now
+
+
+def write_kept(links: list[Link]) -> None:
+    """Write the newest readings and the counters of ``links`` (inside the caller's
+    transaction): one upsert for every link's readings, one update of their counters."""
+    latest: dict[str, tuple[int, dict]] = {}
+    counts: dict[int, list[int]] = {}
+    for link in sorted(links, key=lambda link: link.host_id):
+        for uuid, entry in link.latest.items():
+            kept = latest.get(uuid)  # two connections of one host may both hold a GPU's reading
+            if kept is None or entry["_t"] >= kept[1]["_t"]:
+                latest[uuid] = (link.host_id, entry)
+        total = counts.setdefault(link.host_id, [0, 0, 0])
+        for i, name in enumerate(("frames", "samples", "duplicates")):
+            total[i] += link.counts[name]
+    _upsert_latest(latest)
+    _add_counts(counts)
+    now = time.monotonic()
+    for link in links:
+        link.latest = {}
+        link.counts = dict.fromkeys(link.counts, 0)
+        link._kept_at = now
 
 
 @dataclass
@@ -213,7 +289,7 @@ class Prepared:
 
     link: Link
     batches: list[Samples]
-    attributed: list[list[tuple]]  # per batch: (record, device, when, instance_id, team_id)
+    attributed: list[list[tuple[Record, Held]]]  # per batch, the records of known devices
     team_ids: set[int]
     discarded: int
     latest: dict[str, dict]
@@ -264,77 +340,117 @@ def store_many(items: list[tuple[Link, list[Samples]]], *, publish=None) -> list
 
 
 def prepare(items: list[tuple[Link, list[Samples]]]) -> list[Prepared]:
-    """Reads only: each record's device (the host's inventory) and holder at its time."""
-    found = [(link, batches, link.devices(), _clamp_future(batches)) for link, batches in items]
-    times = [r.t for _, batches, _, _ in found for batch in batches for r in batch.records]
-    holds = Holds.read_many({link.host_id for link, *_ in found}, _at(min(times)), _at(max(times)))
-    return [_attribute(link, batches, devices, holds.get(link.host_id, NO_HOLDS), ahead)
-            for link, batches, devices, ahead in found]
+    """Reads only: each record's device (the hosts' inventories, re-read together when
+    due) and its holder at its time (one query for every host)."""
+    stale = [link for link, _ in items if link.stale()]
+    if stale:
+        read_devices(stale)
+    aheads = [_clamp_future(batches) for _, batches in items]
+    times = [r.t for _, batches in items for batch in batches for r in batch.records]
+    first, last = min(times), max(times)
+    holds = Holds.read_many({link.host_id for link, _ in items}, _at(first), _at(last))
+    span = (micros(_at(first)), micros(_at(last)))
+    return [_attribute(link, batches, holds.get(link.host_id, NO_HOLDS), span, ahead)
+            for (link, batches), ahead in zip(items, aheads, strict=True)]
 
 
 def _at(t: float) -> datetime:
     return datetime.fromtimestamp(t, tz=UTC)
 
 
-def _attribute(link: Link, batches: list[Samples], devices: dict[str, Device], holds: Holds, ahead) -> Prepared:
+def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int, int], ahead) -> Prepared:
+    """Each record with its device and holder (records of devices the host does not
+    have are discarded), and the newest reading of each device, to publish."""
+    devices = link._devices
+    known: dict[str, Held | Device | None] = {}  # device uuid -> its holder throughout, or per record
+    by_holder: dict[tuple, Held] = {}
     attributed, newest = [], {}
     discarded = 0
     for batch in batches:
         kept = []
         for record in batch.records:
-            device_uuid = record.slice or record.gpu
-            device = devices.get(device_uuid)
-            if device is None or device.gpu_uuid != record.gpu:
+            uuid = record.slice or record.gpu
+            entry = known.get(uuid, False)
+            if entry is False:
+                device = entry = devices.get(uuid)
+                if device is not None:
+                    holder = holds.throughout(device, *span)
+                    entry = device if holder is None else Held.of(uuid, device, *holder)
+                known[uuid] = entry
+            if entry is None:
                 discarded += 1
                 continue
-            when = _at(record.t)
-            instance_id, team_id = holds.at(device, when)
-            kept.append((record, device, when, instance_id, team_id))
+            if type(entry) is Held:
+                if entry.device.gpu_uuid != record.gpu:
+                    discarded += 1
+                    continue
+                held = entry
+            else:  # the holder changes within this flush: read it per record
+                if entry.gpu_uuid != record.gpu:
+                    discarded += 1
+                    continue
+                sec, us = split_t(record.t)
+                holder = holds.at(entry, sec * 1_000_000 + us)
+                held = by_holder.get((uuid, *holder))
+                if held is None:
+                    held = by_holder[(uuid, *holder)] = Held.of(uuid, entry, *holder)
+            kept.append((record, held))
             if not record.event:
-                last = newest.get(device_uuid)
+                last = newest.get(uuid)
                 if last is None or record.t >= last[0].t:
-                    newest[device_uuid] = (record, device, instance_id, team_id)
+                    newest[uuid] = (record, held)
         attributed.append(kept)
     latest = {
-        uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=device, t=record.t,
-                            m=record.m, instance=instance_id, team=team_id)
-        for uuid, (record, device, instance_id, team_id) in newest.items()
+        uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=held.device, t=record.t,
+                            m=record.m, instance=held.instance_id, team=held.team_id)
+        for uuid, (record, held) in newest.items()
     }
     return Prepared(link, batches, attributed, holds.team_ids(), discarded, latest, ahead)
 
 
 def commit(prepared: list[Prepared]) -> list[Stored]:
-    """The writes of ``prepare``'d frames, inside the caller's transaction. Hosts go in
-    one order (by id), so two flushes never wait on each other's rows in a cycle."""
-    rows, out = [], {}
+    """The writes of ``prepare``'d frames, inside the caller's transaction: one
+    statement per kind of write for all the hosts (high marks, samples, latest
+    readings, counters). Hosts go in one order (by id), so two flushes never wait on
+    each other's rows in a cycle."""
+    ordered = sorted(prepared, key=lambda p: p.link.host_id)
+    alerts.load_many([(p.link.watch, p.link._devices, p.team_ids) for p in ordered])
+    highs = _advance_all(ordered)
+    readings_: list[tuple[Record, Held]] = []
+    out = {}
     oldest_t = None
-    for p in sorted(prepared, key=lambda p: p.link.host_id):
-        stored, oldest = _commit_one(p, rows)
+    for p in ordered:
+        stored, oldest = _commit_one(p, highs[id(p)], readings_)
         out[id(p)] = stored
         if oldest is not None and (oldest_t is None or oldest < oldest_t):
             oldest_t = oldest
-    insert_samples(rows)
+    copy_readings(readings_)
     rollup_marks.note_late(oldest_t)
-    for p in prepared:
+    due = []
+    for p in ordered:
         link = p.link
         link.watch.apply()
         if p.ahead:
             _note_clock_ahead(link.host_id, *p.ahead)
         link.keep(p.latest, len(p.batches), out[id(p)].stored, out[id(p)].duplicates)
         if link.due():
-            link.write_kept()
+            due.append(link)
+    if due:
+        write_kept(due)
     return [out[id(p)] for p in prepared]
 
 
-def _commit_one(p: Prepared, rows: list) -> tuple[Stored, float | None]:
+def _commit_one(p: Prepared, highs: list[tuple[int, int]], readings_: list) -> tuple[Stored, float | None]:
+    """One connection's records above the high marks: samples go to ``readings_``
+    (written together), events are stored, and alert rules see each of them."""
     link = p.link
-    link.watch.load(link.devices(), p.team_ids)
+    watch = link.watch
+    observe = watch.observe
     events, acks = [], []
     duplicates, discarded, stored = 0, p.discarded, 0
     oldest_t = None
-    for batch, kept in zip(p.batches, p.attributed, strict=True):
-        high = _advance(link, batch.boot_id, batch.last_seq)
-        acks.append((batch.boot_id, link.high[batch.boot_id][1]))
+    for batch, kept, (high, after) in zip(p.batches, p.attributed, highs, strict=True):
+        acks.append((batch.boot_id, after))
         if batch.first_seq <= high:
             fresh = [k for k in kept if k[0].seq > high]
             repeated = sum(1 for r in batch.records if r.seq <= high)
@@ -342,21 +458,21 @@ def _commit_one(p: Prepared, rows: list) -> tuple[Stored, float | None]:
             discarded -= repeated - (len(kept) - len(fresh))  # a repeated record is a duplicate only
         else:
             fresh = kept
-        for record, device, when, instance_id, team_id in fresh:
-            device_uuid = record.slice or record.gpu
+        for record, held in fresh:
             if record.event:
                 if record.event.kind in protocol.EVENT_KINDS:
-                    events.append((record, device, when, instance_id, team_id))
-                    link.watch.event(device_uuid, device, record.t, msgspec.structs.asdict(record.event),
-                                     instance_id, team_id)
+                    events.append((record, held.device, _at(record.t), held.instance_id, held.team_id))
+                    watch.event(held.uuid, held.device, record.t, msgspec.structs.asdict(record.event),
+                                held.instance_id, held.team_id)
                 else:
                     discarded += 1
                 continue
-            rows.append(_row(record.m, record.procs, device, when, instance_id, team_id))
+            readings_.append((record, held))
             stored += 1
-            link.watch.observe(device_uuid, device, record.t, record.m, instance_id, team_id)
-            if oldest_t is None or record.t < oldest_t:
-                oldest_t = record.t
+            t = record.t
+            observe(held.uuid, held.device, t, record.m, held.instance_id, held.team_id)
+            if oldest_t is None or t < oldest_t:
+                oldest_t = t
     gpu_events.store(link.host_id, link.host_name, events)
     return Stored(acks=acks, stored=stored, duplicates=duplicates, discarded=discarded, latest=p.latest), oldest_t
 
@@ -384,28 +500,77 @@ def _note_clock_ahead(host_id: int, count: int, ahead_s: float) -> None:
     )[:300])
 
 
-def _advance(link: Link, boot_id: str, last_seq: int) -> int:
-    """Raise the session's high mark to ``last_seq``; returns the mark before.
+# --- high marks ----------------------------------------------------------------------------
 
-    The update names the mark this link last saw, so it is a compare-and-set: when
-    another connection of the host moved the mark meanwhile, nothing matches, and the
-    mark is read again under a row lock. Either way the session row stays locked until
-    this transaction ends, so two connections never store the same record.
+
+def _advance_all(prepared: list[Prepared]) -> dict[int, list[tuple[int, int]]]:
+    """Raise each agent session's high mark to the last seq of its frames in this flush,
+    in one statement for every session; returns, per connection (``id`` of its
+    ``Prepared``) and frame, the mark before the frame and after it.
+
+    The statement names the mark the links last saw, so it is a compare-and-set: a
+    session another connection of the host moved meanwhile is not updated, and is read
+    again under a row lock. Either way each session row raised stays locked until this
+    transaction ends, so two connections never store the same record. Connections of
+    one host that meet in one flush share the session's mark, in flush order.
     """
-    known = link.high.get(boot_id)
-    if known is None:
-        session, _ = AgentSession.objects.get_or_create(host_id=link.host_id, boot_id=boot_id)
-        known = (session.pk, session.last_seq)
-    session_id, high = known
-    if last_seq > high:
-        now = timezone.now()
-        moved = not AgentSession.objects.filter(pk=session_id, last_seq=high).update(last_seq=last_seq, last_seen_at=now)
-        if moved:
-            high = AgentSession.objects.select_for_update().values_list("last_seq", flat=True).get(pk=session_id)
-            if last_seq > high:
-                AgentSession.objects.filter(pk=session_id).update(last_seq=last_seq, last_seen_at=now)
-    link.high[boot_id] = (session_id, max(high, last_seq))
-    return high
+    sessions: dict[int, list[int]] = {}  # session id -> [highest mark a link saw, highest last seq]
+    for p in prepared:
+        for batch in p.batches:
+            known = p.link.high.get(batch.boot_id)
+            if known is None:
+                session, _ = AgentSession.objects.get_or_create(host_id=p.link.host_id, boot_id=batch.boot_id)
+                known = p.link.high[batch.boot_id] = (session.pk, session.last_seq)
+            session_id, seen = known
+            marks = sessions.setdefault(session_id, [seen, 0])
+            marks[0] = max(marks[0], seen)
+            marks[1] = max(marks[1], batch.last_seq)
+    high = {session_id: seen for session_id, (seen, _) in sessions.items()}
+    moved = _raise_marks(sorted((sid, seen, last) for sid, (seen, last) in sessions.items() if last > seen))
+    if moved:
+        high.update(_read_marks_locked(sorted(moved)))
+        _raise_marks(sorted((sid, high[sid], sessions[sid][1]) for sid in moved if sessions[sid][1] > high[sid]))
+    out: dict[int, list[tuple[int, int]]] = {}
+    for p in prepared:
+        marks = out[id(p)] = []
+        for batch in p.batches:
+            session_id = p.link.high[batch.boot_id][0]
+            before = high[session_id]
+            high[session_id] = after = max(before, batch.last_seq)
+            marks.append((before, after))
+            p.link.high[batch.boot_id] = (session_id, after)
+    return out
+
+
+def _values(rows: list[tuple], names: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, list]:
+    """Literal rows as a FROM item named ``v`` with columns ``names``, and its parameters."""
+    params = [x for row in rows for x in row]
+    if connection.vendor == "postgresql":
+        one = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
+        return f"(VALUES {', '.join([one] * len(rows))}) AS v ({', '.join(names)})", params
+    one = "(" + ", ".join(["%s"] * len(names)) + ")"
+    columns = ", ".join(f"column{i + 1} AS {name}" for i, name in enumerate(names))
+    return f"(SELECT {columns} FROM (VALUES {', '.join([one] * len(rows))})) AS v", params
+
+
+def _raise_marks(rows: list[tuple[int, int, int]]) -> set[int]:
+    """Compare-and-set of (session id, mark seen, new mark); returns the sessions whose
+    mark was not the one seen (moved by another connection), so not raised."""
+    if not rows:
+        return set()
+    values, params = _values(rows, ("sid", "seen", "new"), ("bigint", "bigint", "bigint"))
+    sql = (f"UPDATE monitoring_agentsession SET last_seq = v.new, last_seen_at = %s FROM {values} "
+           f"WHERE monitoring_agentsession.id = v.sid AND monitoring_agentsession.last_seq = v.seen "
+           f"RETURNING monitoring_agentsession.id")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [connection.ops.adapt_datetimefield_value(timezone.now()), *params])
+        raised = {row[0] for row in cursor.fetchall()}
+    return {row[0] for row in rows} - raised
+
+
+def _read_marks_locked(session_ids: list[int]) -> dict[int, int]:
+    rows = AgentSession.objects.select_for_update().filter(pk__in=session_ids).order_by("pk")
+    return dict(rows.values_list("pk", "last_seq"))
 
 
 def flush(link: Link) -> None:
@@ -415,30 +580,89 @@ def flush(link: Link) -> None:
             link.write_kept()
 
 
+# --- rows ----------------------------------------------------------------------------------
+
+SAMPLE_TABLE = "monitoring_sample"
 _UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
+_SIGNED_MAX = 2**63 - 1
+_encode = msgspec.json.Encoder().encode
+_DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 19  # a number of 19 digits or more may be above _SIGNED_MAX
+_seconds: dict[int, str] = {}
 
 
-def _row(m: dict, procs, device: Device, when: datetime, instance_id, team_id) -> list:
-    row = [
-        when, device.gpu_id, device.slice_id, instance_id, team_id,
+def _second_text(sec: int) -> str:
+    text = _seconds.get(sec)
+    if text is None:
+        if len(_seconds) > 100_000:
+            _seconds.clear()
+        text = _seconds[sec] = datetime.fromtimestamp(sec, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return text
+
+
+def copy_readings(found: list[tuple[Record, Held]]) -> None:
+    """Append the readings as raw rows: on PostgreSQL one COPY whose text is built
+    straight from the decoded records (the metrics of every row encoded at once), on
+    SQLite through ``insert_samples``."""
+    if not found:
+        return
+    if connection.vendor != "postgresql":
+        insert_samples([_row(record, held) for record, held in found])
+        return
+    text, days = copy_text(found)
+    if partitions.partitioned(SAMPLE_TABLE):
+        partitions.ensure(SAMPLE_TABLE, days)
+    columns = ", ".join(connection.ops.quote_name(c) for c in SAMPLE_COLUMNS)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {SAMPLE_TABLE} ({columns}) FROM STDIN") as copy:
+        copy.write(text)
+
+
+def copy_text(found: list[tuple[Record, Held]]) -> tuple[str, set[date]]:
+    """COPY text (SAMPLE_COLUMNS order) of the readings, and the days they fall on."""
+    values = [list(map(record.m.get, RAW_METRICS)) for record, _ in found]
+    metrics = _encode(values)
+    if _LONG_NUMBER in metrics.translate(_DIGITS_AS_0):
+        metrics = _encode([_signed(row) for row in values])
+    metrics = metrics.decode()[2:-2].replace(",", "\t").replace("null", NULL).split("]\t[")
+    heads, seconds = [], set()
+    for record, held in found:
+        sec, us = split_t(record.t)
+        seconds.add(sec // 86_400)
+        procs = record.procs
+        if procs is None or procs is msgspec.UNSET:
+            procs = NULL
+        else:
+            procs = _encode(procs).decode()
+            if "\\" in procs:
+                procs = procs.replace("\\", "\\\\")  # JSON never holds raw tabs or newlines
+        heads.append(f"{_second_text(sec)}.{us:06d}+00:00\t{held.ids}\t{procs}")
+    days = {date(1970, 1, 1) + timedelta(days=d) for d in seconds}
+    return "\n".join(map("\t".join, zip(heads, metrics, strict=True))) + "\n", days
+
+
+def _signed(row: list) -> list:
+    return [to_signed(v) if v is not None and v > _SIGNED_MAX else v for v in row]
+
+
+def _row(record: Record, held: Held) -> tuple:
+    """A raw row (SAMPLE_COLUMNS order) for ``insert_samples``."""
+    procs = record.procs
+    return (
+        _at(record.t), held.device.gpu_id, held.device.slice_id, held.instance_id, held.team_id,
         None if procs is None or procs is msgspec.UNSET else protocol.encode_procs(procs),
-        *[m.get(name) for name in RAW_METRICS],
-    ]
-    for at in _UNSIGNED_AT:
-        if row[at] is not None and row[at] > 2**63 - 1:
-            row[at] = to_signed(row[at])
-    return row
+        *_signed(list(map(record.m.get, RAW_METRICS))),
+    )
 
 
 def _copy_line(row) -> str:
     """One row in COPY's text format: a time, ids, JSON text, then numbers."""
     procs = row[5]
     if procs is None:
-        procs = "\\N"
+        procs = NULL
     elif "\\" in procs:
         procs = procs.replace("\\", "\\\\")  # JSON never holds raw tabs or newlines
-    head = [row[0].isoformat(), *("\\N" if v is None else str(v) for v in row[1:5]), procs]
-    return "\t".join(head + ["\\N" if v is None else str(v) for v in row[6:]]) + "\n"
+    head = [row[0].isoformat(), *(NULL if v is None else str(v) for v in row[1:5]), procs]
+    return "\t".join(head + [NULL if v is None else str(v) for v in row[6:]]) + "\n"
 
 
 def insert_samples(rows: list[tuple]) -> None:
@@ -447,7 +671,7 @@ def insert_samples(rows: list[tuple]) -> None:
     On PostgreSQL the day partitions the rows need are made first if missing."""
     if not rows:
         return
-    table = "monitoring_sample"
+    table = SAMPLE_TABLE
     if partitions.partitioned(table):
         partitions.ensure(table, {row[0].astimezone(UTC).date() for row in rows})
     columns = ", ".join(connection.ops.quote_name(c) for c in SAMPLE_COLUMNS)
@@ -463,15 +687,18 @@ def insert_samples(rows: list[tuple]) -> None:
         )
 
 
-def _upsert_latest(host_id: int, latest: dict[str, dict]) -> None:
-    """One statement; a reading only replaces an older one (replayed backlog never
-    overwrites a newer reading)."""
+# --- latest readings and counters ------------------------------------------------------------
+
+
+def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
+    """{uuid: (host id, reading)} in one statement; a reading only replaces an older one
+    (replayed backlog never overwrites a newer reading)."""
     if not latest:
         return
     adapt = connection.ops.adapt_datetimefield_value
     now = adapt(timezone.now())
     params, groups = [], []
-    for uuid, e in latest.items():
+    for uuid, (host_id, e) in sorted(latest.items()):
         groups.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s)")
         params += [uuid, host_id, e["_gpu_id"], e["_slice_id"], e["instance"], e["team"],
                    adapt(datetime.fromtimestamp(e["_t"], tz=UTC)), now, json.dumps(e["m"])]
@@ -490,3 +717,16 @@ def _upsert_latest(host_id: int, latest: dict[str, dict]) -> None:
         cursor.execute(sql, params)
 
 
+def _add_counts(counts: dict[int, list[int]]) -> None:
+    """{host id: [frames, samples, duplicates]} added to each agent's counters, one statement."""
+    if not counts:
+        return
+    rows = [(host_id, *counts[host_id]) for host_id in sorted(counts)]
+    values, params = _values(rows, ("hid", "f", "n", "d"), ("bigint", "bigint", "bigint", "bigint"))
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE monitoring_agentstate SET last_seen_at = %s, frames = frames + v.f, samples = samples + v.n, "
+            f"duplicates = duplicates + v.d FROM {values} WHERE monitoring_agentstate.host_id = v.hid",
+            [now, *params],
+        )
