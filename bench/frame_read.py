@@ -24,10 +24,14 @@ def frame_text() -> str:
     while len(bodies) < 500:
         for records in sim.tick(start + tick).values():
             for record in records:
-                clean = protocol.clean_record(record)
-                if clean is not None:
+                if hasattr(protocol, "encode_record"):
+                    body = protocol.encode_record(record, seq + 1)
+                else:  # a checkout before the agent encoded with the wire schema
+                    clean = protocol.clean_record(record)
+                    body = None if clean is None else protocol.dumps({**clean, "seq": seq + 1})
+                if body is not None:
                     seq += 1
-                    bodies.append(protocol.dumps({**clean, "seq": seq}))
+                    bodies.append(body)
         tick += 1
     return protocol.samples_frame("b" * 32, bodies[:500])
 

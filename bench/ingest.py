@@ -8,7 +8,7 @@ rows into the same table in the same run; then the same load into SQLite.
 
 Every host is one websocket connection that behaves as the v1 agent does: one
 samples frame in flight, the next only after its ack. Frames are built beforehand
-by the agent's sim backend and its own encoder (protocol.clean_record, dumps,
+by the agent's sim backend and its own encoder (protocol.encode_record,
 samples_frame), so building them is not timed. A GPU-sample is one record of one
 GPU. The run fails unless the database holds exactly the records sent.
 """
@@ -181,13 +181,12 @@ def build_frames(sim: SimSource, frames: int, per_frame: int, start_t: float) ->
             for record in records:
                 if len(entry["bodies"]) >= frames * per_frame:
                     break
-                clean = protocol.clean_record(record)
-                if clean is None:
+                body = protocol.encode_record(record, entry["seq"] + 1)
+                if body is None:
                     continue
                 entry["seq"] += 1
-                clean["seq"] = entry["seq"]
-                entry["bodies"].append(protocol.dumps(clean))
-                entry["records"].append(clean)
+                entry["bodies"].append(body)
+                entry["records"].append(json.loads(body))
         tick += 1
     boot = "b" * 32
     for entry in out.values():

@@ -21,12 +21,11 @@ class Outbox:
     def put(self, records: list[dict]) -> None:
         with self._lock:
             for record in records:
-                clean = protocol.clean_record(record)
-                if clean is None:
+                body = protocol.encode_record(record, self._seq + 1)
+                if body is None:
                     continue
                 self._seq += 1
-                clean["seq"] = self._seq
-                self._pending.append((self._seq, protocol.dumps(clean)))
+                self._pending.append((self._seq, body))
         if self.notify is not None:
             self.notify()
 

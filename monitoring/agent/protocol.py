@@ -1,9 +1,10 @@
 """Protocol v1 between the agent and the server (docs/agent-protocol.md).
 
-The wire schema, written once: frame builders, limits, close codes, the value ranges
-and the typed frames (msgspec structs) the server decodes agent frames into. The agent
-cleans every record against the same ranges before it is spooled, so a value NVML
-reports out of range costs one metric, never a rejected batch.
+The wire schema, written once: limits, close codes, the value ranges and the typed
+frames (msgspec structs). The agent encodes its frames from these structs and the
+server decodes agent frames into them. The agent cleans every record against the same
+ranges before it is spooled, so a value NVML reports out of range costs one metric,
+never a rejected batch.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class SliceInfo(Struct):
     memory_total: Bytes
 
 
-class GpuInfo(Struct):
+class GpuInfo(Struct, omit_defaults=True):
     uuid: _text(96, 4, GPU_UUID)
     index: _int(0, 63)
     name: _text(96, 1)
@@ -111,9 +112,10 @@ class GpuInfo(Struct):
     slices: Annotated[list[SliceInfo], Meta(max_length=MAX_SLICES)]
     pci_bus_id: _text(32) = ""
     power_limit_mw: _int(1, 10_000_000) | None = None
+    virtualization: _text(32) = ""  # informational
 
 
-class Hello(Struct, tag="hello", tag_field="type"):
+class Hello(Struct, tag="hello", tag_field="type", omit_defaults=True):
     host: Annotated[str, Meta(max_length=253, pattern=HOST_RE.pattern)]
     boot_id: BootId
     agent: _text(64)
@@ -158,13 +160,13 @@ Metrics = msgspec.defstruct("Metrics", [(name, _metric(*rule), UNSET) for name, 
 BIG_METRICS = tuple(name for name, (_, high, _) in METRICS.items() if high > 2**63 - 1)
 
 
-class Event(Struct):
+class Event(Struct, omit_defaults=True):
     kind: _text(32, 1)
     code: _int(0, 65535) | None = None
     message: Annotated[str, Meta(max_length=MAX_MESSAGE)] = ""
 
 
-class Record(Struct):
+class Record(Struct, omit_defaults=True):
     seq: Seq
     t: Annotated[float, Meta(ge=EARLIEST_T)]
     gpu: _text(96, 4, GPU_UUID)
@@ -294,68 +296,66 @@ def describe_close(code: int, reason: str = "") -> str:
     return f"{text}: {reason}" if reason else text
 
 
-def _compact_encoder():
-    """obj -> compact ASCII JSON without NaN/infinity, made once.
-
-    json.dumps(obj, separators=...) builds an encoder on every call, which costs as
-    much as encoding a whole record; CPython's C encoder, made once, is reused instead.
-    Where it is missing or behaves differently, a JSONEncoder made once does the work.
-    """
-    plain = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-    fallback = plain.encode
-    try:
-        from json.encoder import c_make_encoder, encode_basestring_ascii
-
-        encode = c_make_encoder(None, plain.default, encode_basestring_ascii, None, ":", ",",
-                                False, False, False)  # fmt: skip
-
-        def compact(obj) -> str:
-            return "".join(encode(obj, 0))
-
-        probe = {"a": [1, 2.5, "\u00e9\n", None, True], "b": {"c": 2**64 - 1}}
-        if compact(probe) != fallback(probe):
-            return fallback
-        try:
-            compact({"n": math.nan})
-        except ValueError:
-            return compact
-    except Exception:  # noqa: BLE001 (any surprise: use the plain encoder)
-        pass
-    return fallback
+_encoder = msgspec.json.Encoder()
 
 
-_encode = _compact_encoder()
+def encode(obj) -> str:
+    """Compact JSON text in ASCII, so that len(text) is its size in bytes: a frame or a
+    record of this schema's structs (or plain data). Strings outside ASCII are escaped."""
+    data = _encoder.encode(obj)
+    if data.isascii():
+        return data.decode("ascii")
+    return json.dumps(msgspec.json.decode(data), separators=(",", ":"))
 
 
-def dumps(obj) -> str:
-    """Compact ASCII JSON, so that len(text) is the frame's size in bytes."""
-    return _encode(obj)
+dumps = encode
 
 
 def hello_frame(
     *, host: str, boot_id: str, backend: str, gpus: list[dict], driver: str | None = None
 ) -> str:
-    hello = {
-        "type": "hello",
-        "v": VERSION,
-        "host": host,
-        "boot_id": boot_id,
-        "agent": AGENT,
-        "backend": backend,
-        "gpus": gpus,
-    }
-    if driver:
-        hello["driver"] = driver
-    return dumps(hello)
+    """The hello. ``gpus`` are the backend's GPU entries, each with the keys of
+    ``GpuInfo`` (a recorded trace may carry more; they go as they are)."""
+    return encode(Hello(host=host, boot_id=boot_id, agent=AGENT, backend=backend, gpus=gpus,
+                        driver=driver or "", v=VERSION))
 
 
-_SAMPLES_HEAD = '{"type":"samples","v":1,"boot_id":"%s","records":['
-FRAME_OVERHEAD = len(_SAMPLES_HEAD % ("0" * 32)) + len("]}")
+def to_record(raw: dict, seq: int) -> Record | None:
+    """A backend's reading as the record the wire carries (cleaned by ``clean_record``),
+    or None when nothing in it is sendable. Metrics stay a dict of the cleaned values:
+    the names of ``Metrics`` and any well-formed newer ones, in the order read."""
+    clean = clean_record(raw)
+    if clean is None:
+        return None
+    event = clean.get("event")
+    procs = clean.get("procs")
+    return Record(
+        seq=seq, t=clean["t"], gpu=clean["gpu"], slice=clean.get("slice"), m=clean.get("m", UNSET),
+        procs=UNSET if procs is None else [Proc(**p) for p in procs],
+        event=UNSET if event is None else Event(**event),
+    )
+
+
+def encode_record(raw: dict, seq: int) -> str | None:
+    """``to_record``, encoded (what the outbox keeps and the spool stores)."""
+    found = to_record(raw, seq)
+    return None if found is None else encode(found)
+
+
+def _samples_envelope() -> tuple[str, str]:
+    """The text of a samples frame around its records, from the ``Samples`` struct."""
+    text = encode(Samples(boot_id="%s", records=[], v=VERSION))
+    head, tail = text.split("[]")
+    return head + "[", "]" + tail
+
+
+_SAMPLES_HEAD, _SAMPLES_TAIL = _samples_envelope()
+FRAME_OVERHEAD = len(_SAMPLES_HEAD % ("0" * 32)) + len(_SAMPLES_TAIL)
 
 
 def samples_frame(boot_id: str, bodies: list[str]) -> str:
-    """A samples frame from records already encoded with :func:`dumps`."""
-    return _SAMPLES_HEAD % boot_id + ",".join(bodies) + "]}"
+    """A samples frame from records already encoded (``encode_record``), as spooled."""
+    return _SAMPLES_HEAD % boot_id + ",".join(bodies) + _SAMPLES_TAIL
 
 
 def metric_error(name: str, value) -> str | None:

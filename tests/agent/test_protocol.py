@@ -1,7 +1,7 @@
 import json
 import math
 
-import pytest
+import msgspec
 
 from monitoring.agent import protocol
 from monitoring.agent.outbox import Outbox
@@ -76,11 +76,44 @@ def test_process_entries_keep_only_well_formed_fields():
     ]
 
 
-def test_records_are_encoded_as_compact_ascii_json_without_nan():
-    record = {"t": 1796226411.615, "gpu": "GPU-é\n", "m": {"energy_mj": 2**64 - 1, "x": 0.1}}
-    text = protocol.dumps(record)
-    assert text == json.dumps(record, separators=(",", ":")) and text.isascii()
-    with pytest.raises(ValueError):
-        protocol.dumps({"m": {"x": math.nan}})
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        protocol.dumps({"m": {"x": object()}})
+def test_records_are_encoded_as_compact_ascii_json():
+    record = {"t": 1796226411.615, "gpu": "GPU-\u00e9\n", "m": {"energy_mj": 2**64 - 1, "x": 0.1},
+              "procs": [{"pid": 5, "cmd": "python \u00fc.py"}]}
+    text = protocol.encode_record(record, 3)
+    assert text.isascii()
+    assert json.loads(text) == {"seq": 3, **record}
+    assert text == json.dumps({"seq": 3, **record}, separators=(",", ":"))
+
+
+def test_records_are_encoded_from_the_wire_schema_and_decode_with_it():
+    raw = [{"t": 1796226411.5, "gpu": "GPU-a-0", "m": {"gpu_util": 5, "mem_used": 7.0, "temp_c": math.nan},
+            "procs": [{"pid": 9, "used_memory": 4, "name": "python", "bogus": 1}]},
+           {"t": 1796226412.0, "gpu": "GPU-a-0", "slice": "MIG-a-0-1", "m": {"sm_clock_mhz": 1410}},
+           {"t": 1796226413.0, "gpu": "GPU-a-0", "event": {"kind": "xid", "code": 79, "message": "fell off the bus"}}]
+    records = [protocol.to_record(r, seq) for seq, r in enumerate(raw, 1)]
+    assert all(type(r) is protocol.Record for r in records)
+    bodies = [protocol.encode(r) for r in records]
+    assert bodies[0] == ('{"seq":1,"t":1796226411.5,"gpu":"GPU-a-0","m":{"gpu_util":5,"mem_used":7},'
+                         '"procs":[{"pid":9,"used_memory":4,"name":"python"}]}')
+    assert bodies[2] == '{"seq":3,"t":1796226413.0,"gpu":"GPU-a-0","event":{"kind":"xid","code":79,"message":"fell off the bus"}}'
+    frame = msgspec.json.decode(protocol.samples_frame("f" * 32, bodies), type=protocol.Samples)
+    assert (frame.boot_id, frame.v, [r.seq for r in frame.records]) == ("f" * 32, 1, [1, 2, 3])
+    assert frame.records[1].slice == "MIG-a-0-1" and frame.records[1].m.sm_clock_mhz == 1410
+    assert frame.records[2].event == protocol.Event(kind="xid", code=79, message="fell off the bus")
+
+
+def test_the_hello_is_encoded_from_the_wire_schema():
+    gpu = {"uuid": "GPU-a-0", "index": 0, "name": "NVIDIA H200", "memory_total": 5, "mig_mode": False, "slices": [],
+           "virtualization": "passthrough"}
+    text = protocol.hello_frame(host="node-1", boot_id="f" * 32, backend="nvml", gpus=[gpu], driver="580.1")
+    hello = msgspec.json.decode(text, type=protocol.Hello)
+    assert (hello.host, hello.v, hello.driver, hello.gpus[0].virtualization) == ("node-1", 1, "580.1", "passthrough")
+    assert json.loads(text) == {"type": "hello", "v": 1, "host": "node-1", "boot_id": "f" * 32, "agent": protocol.AGENT,
+                                "backend": "nvml", "gpus": [gpu], "driver": "580.1"}
+    assert "driver" not in protocol.hello_frame(host="node-1", boot_id="f" * 32, backend="sim", gpus=[])
+
+
+def test_the_frame_envelope_is_the_schema_s():
+    frame = protocol.samples_frame("f" * 32, [])
+    assert len(frame) == protocol.FRAME_OVERHEAD
+    assert json.loads(frame) == {"type": "samples", "v": 1, "boot_id": "f" * 32, "records": []}
