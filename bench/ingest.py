@@ -5,6 +5,7 @@ rows into the same table in the same run; then the same load into SQLite.
     python bench/ingest.py                       # PostgreSQL at 127.0.0.1:5432, then SQLite
     python bench/ingest.py --hosts 16 --frames 10 --skip-sqlite
     python bench/ingest.py --pg postgres://postgres@127.0.0.1:5432/postgres
+    BENCH_PYSPY=spy.txt python bench/ingest.py ...   # py-spy samples each server while timed
 
 Every host is one websocket connection that behaves as the v1 agent does: one
 samples frame in flight, the next only after its ack. Frames are built beforehand
@@ -155,7 +156,22 @@ class Server:
                 time.sleep(0.2)
         raise SystemExit("the server did not start within 60 s")
 
+    def sample(self) -> None:
+        """With BENCH_PYSPY=FILE, py-spy samples the server (every thread) into FILE
+        (collapsed stacks), from here until ``stop``."""
+        out = os.environ.get("BENCH_PYSPY")
+        if out:
+            spy = shutil.which("py-spy", path=str(Path(PYTHON).parent)) or "py-spy"
+            self.spy = subprocess.Popen([spy, "record", "--gil", "--format", "raw", "-r", "250", "-o", out,
+                                         "-p", str(self.process.pid)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            time.sleep(1)
+
     def stop(self) -> None:
+        spy = getattr(self, "spy", None)
+        if spy is not None and spy.poll() is None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=30)
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
@@ -247,6 +263,8 @@ def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str
 
         async def measure():
             sockets = await connect_all(ports, tokens, load)
+            for server in servers:
+                server.sample()
             cpu0 = sum(s.cpu_seconds() for s in servers)
             elapsed = await send_all(sockets, load)
             return elapsed, sum(s.cpu_seconds() for s in servers) - cpu0
