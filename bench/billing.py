@@ -19,7 +19,12 @@ change. Then, timed:
            list price, summed per team and pricing model
 
 Then, untimed against the others: cost freshness, one periodic ``meter_recent`` run in
-mid-month (what the 300 s task does each time).
+mid-month (what the 300 s task does each time); and the store floor: the month's usage
+records and charges written again by PostgreSQL itself (``INSERT … SELECT`` from the
+rows metering wrote, rolled back), what storing those rows costs the database with no
+client involved, as a ratio to the aggregate too. Where PostgreSQL runs on this machine,
+the CPU seconds of the benchmark process and of its database backend during meter +
+invoice are printed as well.
 
 Peak Python memory (tracemalloc) is taken in a second, untimed pass of meter + invoice
 refresh — metering is idempotent, so the pass rebuilds the same rows.
@@ -200,6 +205,48 @@ def sql_aggregate() -> tuple[float, list]:
     return time.perf_counter() - t0, rows
 
 
+def store_floor() -> float:
+    """Seconds PostgreSQL takes to store the month's usage records and charges again,
+    from the rows metering wrote (INSERT … SELECT, rolled back): the part of metering no
+    client-side work can remove."""
+    from django.db import connection, transaction
+
+    from billing.models import Charge, UsageRecord
+
+    with transaction.atomic():
+        t0 = time.perf_counter()
+        with connection.cursor() as cursor:
+            for model in (UsageRecord, Charge):
+                columns = ", ".join(connection.ops.quote_name(f.column) for f in model._meta.concrete_fields
+                                    if not f.primary_key)
+                table = model._meta.db_table
+                cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table} "
+                               "WHERE period_start >= %s AND period_start < %s", [MONTH, NEXT])
+        elapsed = time.perf_counter() - t0
+        transaction.set_rollback(True)
+    return elapsed
+
+
+def backend_cpu() -> float | None:
+    """CPU seconds used so far by this connection's PostgreSQL backend, where it runs on
+    this machine (None elsewhere)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def freshness_run() -> float:
     """Seconds of one steady-state periodic metering run in mid-month (the task runs every
     300 s and meters from its last run, less the lookback, to now): a running GPU-second
@@ -255,7 +302,9 @@ def main() -> None:
         cursor.execute("VACUUM ANALYZE")  # statistics, as a live database has them
     print(f"generated {made} in {time.perf_counter() - t:.1f} s")
 
+    cpu0, server0 = own_cpu(), backend_cpu()
     meter_s, invoice_s = meter_and_invoice()
+    cpu1, server1 = own_cpu(), backend_cpu()
     sql_s, sql_rows = sql_aggregate()
     sql_again_s, _ = sql_aggregate()  # warm, like the second half of the run
     usage, charges = UsageRecord.objects.count(), Charge.objects.count()
@@ -264,6 +313,7 @@ def main() -> None:
     list_cost = sum((row[2] for row in sql_rows), Decimal(0))
     fresh_s = freshness_run()
     peak = peak_memory()
+    floor_s = store_floor()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"usage records {usage}, charges {charges}, invoices {Invoice.objects.filter(status='issued').count()}")
@@ -272,6 +322,10 @@ def main() -> None:
     print(f"sql     {sql_s:8.2f} s (again: {sql_again_s:.2f} s)  over the same {usage} usage rows")
     print(f"ratio (meter + invoice) / sql: {(meter_s + invoice_s) / sql_s:.1f}x; invoice / sql: {invoice_s / sql_s:.2f}x")
     print(f"invoices total {invoiced}; charges sum {Decimal(billed) / 100}; usage at list price {list_cost:.2f}")
+    server = "n/a (database elsewhere)" if server0 is None or server1 is None else f"{server1 - server0:.2f} s"
+    print(f"CPU during meter + invoice: this process {cpu1 - cpu0:.2f} s, its PostgreSQL backend {server}")
+    print(f"store floor: PostgreSQL alone re-inserting the month's {usage} usage records and {charges} charges "
+          f"(INSERT … SELECT, rolled back) {floor_s:.2f} s = {floor_s / sql_s:.1f}x the aggregate")
     print(f"cost freshness: one periodic run (mid-month, last 2 h 5 min re-metered as their whole day) {fresh_s:.2f} s; "
           f"a GPU-second reaches month_to_date within {300 + fresh_s:.0f} s at worst, {150 + fresh_s:.0f} s on average")
     print(f"peak Python memory while metering: {peak / 2**20:.1f} MiB; process max RSS {rss_mb:.0f} MiB")

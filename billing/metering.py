@@ -7,16 +7,15 @@ or in two halves, gives the same rows as once. Callers hold the transaction.
 
 How it is fast: everything a window needs is read first (the instances, held against
 deletion in one statement, their events with timestamps as text, every price schedule
-and reservation); then usage records stream to PostgreSQL in one binary COPY while they
-are computed and rated, so the database stores them while Python rates; the charges
-follow in one more COPY. Memory therefore grows with the window (about 50 MiB for a
+and reservation); then charges stream to PostgreSQL in one binary COPY as each
+instance's are complete, so the database stores them while Python rates the next; the
+usage records, kept meanwhile, follow in one more COPY. Memory therefore grows with the window (about 50 MiB for a
 month of 10,000 instances; the periodic task meters a day at a time).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -42,7 +41,6 @@ from .models import (
 )
 
 BATCH = 2000
-WRITE_BATCH = 20000  # rows per COPY
 USAGE_COLUMNS = ("team_id", "instance_id", "gpu_model_id", "sku", "pricing_model", "region", "period_start", "start",
                  "end", "gpus", "run_start", "run_end", "preempted")
 CHARGE_COLUMNS = ("team_id", "instance_id", "reservation_id", "gpu_model_id", "sku", "region", "month",
@@ -144,11 +142,12 @@ class Catalog:
 
 
 class Ledger:
-    """Charges being built, keyed by what makes a line item distinct; flushed in batches."""
+    """Charges being built, keyed by what makes a line item distinct, written out (to
+    ``write``) whenever the caller knows no more will be added to them."""
 
-    def __init__(self):
+    def __init__(self, write, result: Result):
         self.rows: dict[tuple, list] = {}
-        self.written = 0
+        self.write, self.result = write, result
 
     def add(self, key, meta: Meta, region: str, consumed: int, priced: int, billed_ps, list_ps, unit, list_unit, note=""):
         row = self.rows.get(key)
@@ -161,20 +160,18 @@ class Ledger:
         if note and not row[8]:
             row[8] = note
 
-    def flush(self, result: Result) -> None:
-        rows = []
-        whole_cents = pricing.whole_cents
-        months = result.months
+    def flush(self) -> None:
+        write, whole_cents, months = self.write, pricing.whole_cents, self.result.months
         for (day, instance_id, charge_type, category, reservation_id, _unit), row in self.rows.items():
             meta, region, consumed, priced, billed_ps, list_ps, unit, list_unit, note = row
             month = date(day.year, day.month, 1)
             months.add((meta.team_id, month))
-            rows.append((
+            write((
                 meta.team_id, instance_id, reservation_id, meta.gpu_model_id, meta.sku, region, month, day,
                 day + pricing.DAY, charge_type, category, consumed, priced, unit, list_unit,
                 whole_cents(list_ps), whole_cents(billed_ps), note,
             ))
-        result.charges += bulk.copy(Charge, CHARGE_COLUMNS, rows)
+        self.result.charges += len(self.rows)
         self.rows.clear()
 
 
@@ -197,15 +194,14 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     catalog.preload({m.sku for m, _, _ in instances if m.pricing_model == PricingModel.SPOT},
                     {m.sku for m, _, _ in instances if m.pricing_model == PricingModel.IDLE})
     reservations = _reservations(day0, cutoff)
-    ledger = Ledger()
     # Reserved whole-GPU usage by (team, GPU model, day), rated once every instance's
     # usage is known (reservations cover a team's GPUs of a model second by second).
     reserved: dict[tuple[int, int, datetime], list] = defaultdict(list)
     held = Held(now)
     grace = stopping_grace()
-    count = 0
-    with bulk.Writer(UsageRecord, USAGE_COLUMNS) as usage:
-        write = usage.write
+    usage: list[tuple] = []
+    with bulk.Writer(Charge, CHARGE_COLUMNS) as charges:
+        ledger = Ledger(charges.write, result)
         for meta, instance_id, events in instances:
             covered = meta.pricing_model == PricingModel.RESERVED and meta.whole
             team_id, model_id = meta.team_id, meta.gpu_model_id
@@ -214,9 +210,8 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
                 for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
                     if e <= s:
                         continue
-                    write((team_id, instance_id, model_id, meta.sku, meta.pricing_model, region, day, s, e, run.gpus,
-                           run.start, run.end, run.preempted))
-                    count += 1
+                    usage.append((team_id, instance_id, model_id, meta.sku, meta.pricing_model, region, day, s, e,
+                                  run.gpus, run.start, run.end, run.preempted))
                     if covered:
                         use = pricing.Use(instance_id, s, e, run.gpus, (run.start, instance_id))
                         reserved[(team_id, model_id, day)].append((use, meta, region))
@@ -225,9 +220,9 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
                         _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
                     except pricing.PricingError as exc:
                         held.add(instance_id, meta, day, s, e, run.gpus, str(exc))
-    result.usage_records = count
-    _rate_reserved(ledger, catalog, reserved, reservations, cutoff, held)
-    ledger.flush(result)
+            ledger.flush()  # this instance's charges are complete
+        _rate_reserved(ledger, catalog, reserved, reservations, cutoff, held)
+    result.usage_records = bulk.copy(UsageRecord, USAGE_COLUMNS, usage)
     result.unrated = held.flush()
     return result
 
@@ -323,11 +318,6 @@ def _runs(events: list, grace) -> list[tuple[pricing.Run, int | None]]:
     return [(run, hosts.get(run.start)) for run in runs]
 
 
-def _write_usage(usage: list, result: Result) -> None:
-    result.usage_records += bulk.copy(UsageRecord, USAGE_COLUMNS, usage)
-    usage.clear()
-
-
 def _rate(ledger: Ledger, catalog: Catalog, instance_id, meta: Meta, region, day, s, e, run: pricing.Run) -> None:
     """On-demand (and reserved slices) at list price; spot at the spot price each second,
     capped at the instance's max price."""
@@ -388,8 +378,10 @@ def _rate_reserved(ledger: Ledger, catalog: Catalog, reserved: dict, reservation
         entries = sorted(reserved[group], key=lambda entry: (entry[0].key, entry[0].start))
         entries = _priced(entries, catalog, group[2], held)
         _cover(ledger, catalog, group, entries, reservations.get(group, []), cutoff)
+        ledger.flush()
     for group in sorted(set(reservations) - set(reserved), key=lambda k: (k[2], k[0], k[1])):
         _cover(ledger, catalog, group, [], reservations[group], cutoff)
+        ledger.flush()
 
 
 def _priced(entries: list, catalog: Catalog, day: datetime, held: Held) -> list:
