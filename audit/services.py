@@ -92,6 +92,8 @@ def scrub(details: Any) -> Any:
 def clean_text(value: str, limit: int) -> str:
     """One-line fields (names, ids, user agent): control characters become visible
     ``\\xNN`` escapes, so no CR/LF or NUL ever reaches a log line, page or CSV cell."""
+    if type(value) is str and value.isascii() and value.isprintable():
+        return value[:limit]  # the usual case: nothing to escape
     value = _plain(_CONTROL.sub(_escape_control, str(value)))
     return value[:limit]
 
@@ -160,36 +162,14 @@ def _lock_head() -> ChainHead:
     return head
 
 
-# In one round trip: the head, locked for this transaction unless another holds it (then
-# NULLs), whether records wait to be sealed, and whether the head row exists at all.
-_TRY_HEAD_SQL = (
-    "WITH locked AS (SELECT seq, hash FROM audit_chainhead WHERE id = 1 FOR UPDATE SKIP LOCKED) "
-    "SELECT l.seq, l.hash, EXISTS (SELECT 1 FROM audit_auditevent e WHERE e.seq IS NULL), "
-    "EXISTS (SELECT 1 FROM audit_chainhead WHERE id = 1) FROM (SELECT 1) AS one LEFT JOIN locked l ON true"
-)
-
-
-def _try_head() -> tuple[int, str, bool] | None:
+def _try_head() -> tuple[int, str, bool]:
     """(seq, hash, records pending) with the chain head locked until this transaction
-    ends, or None when another transaction holds it. SQLite serialises writers anyway
-    (IMMEDIATE transactions), so there it always answers."""
-    if connection.vendor != "postgresql":
-        head = _lock_head()
-        return head.seq, head.hash, _any_pending()
-    for _ in range(2):
-        with connection.cursor() as cursor:
-            cursor.execute(_TRY_HEAD_SQL)
-            seq, hash_, pending, exists = cursor.fetchone()
-        if seq is not None:
-            return seq, hash_, pending
-        if exists:
-            return None  # held by another transaction
-        ChainHead.objects.get_or_create(id=1)  # a flushed test database
-    return None
+    ends, where the database has no ``audit_append``. SQLite serialises writers anyway
+    (IMMEDIATE transactions), so there the head is always free."""
+    head = _lock_head()
+    return head.seq, head.hash, _any_pending()
 
 
-# No savepoint: an audit write that fails must roll the caller's whole change back anyway.
-@transaction.atomic(savepoint=False)
 def record_event(
     *,
     actor,
@@ -206,7 +186,8 @@ def record_event(
     ``seq`` and ``hash`` are set, and the head stays locked until the caller commits);
     when another transaction holds the head the event is written *pending* and sealed
     right after the caller commits, by this process or by the head's holder, so no
-    writer ever waits for another's transaction."""
+    writer ever waits for another's transaction. On PostgreSQL all of that is one
+    statement (``audit_append``, which also looks up the actor's role)."""
     if outcome not in Outcome.values:
         raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, not {outcome!r}")
     ctx = context.current()
@@ -216,16 +197,14 @@ def record_event(
         target_id = target_id or str(target.pk)
         target_name = target_name or name_of(target)
     team_id = getattr(team, "pk", team)
-    actor_role = role_of(actor, team_id) if actor_type == ActorType.USER else ""
-    # JSON round trip so the hash covers exactly what the database will hand back.
-    clean_details = json.loads(json.dumps(scrub(details or {}), sort_keys=True))
+    # The text the database keeps and the chain hashes, byte for byte.
+    details_text = chain.canonical_details(scrub(details) if details else {})
     event = AuditEvent(
         time=context.recorded_time() or timezone.now(),
         actor_type=actor_type,
         actor_id=clean_text(actor_id, 64),
         actor_name=clean_text(actor_name, 150),
         team_id=team_id,
-        actor_role=actor_role,
         action=clean_text(action, 64),
         target_type=clean_text(target_type, 64),
         target_id=clean_text(target_id, 64),
@@ -234,30 +213,85 @@ def record_event(
         source_ip=ctx.source_ip,
         user_agent=clean_text(ctx.user_agent, 400),
         request_id=clean_text(ctx.request_id, 64),
-        details=clean_details,
+        details=json.loads(details_text) if details else {},
     )
-    head = _try_head()
-    if head is None:
-        event.save(force_insert=True)  # pending: sealed once this transaction commits
-    else:
-        head_seq, prev, pending = head
-        seq = head_seq
-        if pending:  # others' records, committed while another held the head: first
-            seq, prev = _seal_batch(seq, prev)
-        event.seq, event.prev_hash = seq + 1, prev
-        event.hash = chain_hash(event, prev)
-        event.save(force_insert=True)
-        _move_head(head_seq, event.seq, event.hash)
     if connection.vendor == "postgresql":
-        # Whoever found the head held left their records pending and counts on its holder
-        # to look again once it lets go: this is that look (cheap when nothing waits).
-        transaction.on_commit(seal_pending, robust=True)
+        _append(event, details_text, actor if actor_type == ActorType.USER else None)
+    else:
+        with transaction.atomic(savepoint=False):
+            event.actor_role = role_of(actor, team_id) if actor_type == ActorType.USER else ""
+            _append_python(event)
     return event
+
+
+def _append_python(event: AuditEvent) -> None:
+    """The append where the database has no ``audit_append`` (SQLite, whose IMMEDIATE
+    transactions serialise writers anyway, so the head is always free)."""
+    head_seq, prev, pending = _try_head()
+    seq = head_seq
+    if pending:  # others' records, committed while another held the head: first
+        seq, prev = _seal_batch(seq, prev)
+    event.seq, event.prev_hash = seq + 1, prev
+    event.hash = chain_hash(event, prev)
+    event.save(force_insert=True)
+    _move_head(head_seq, event.seq, event.hash)
+
+
+_APPEND_SQL = None
+
+
+def _append_sql() -> str:
+    """``audit_append`` with the actor's role looked up in the same statement: their
+    membership's role in the event's team, else "operator" for staff, else empty."""
+    global _APPEND_SQL
+    if _APPEND_SQL is None:
+        from console.models import Membership
+
+        role = (
+            f"COALESCE(NULLIF((SELECT m.role FROM {Membership._meta.db_table} m "
+            "WHERE m.user_id = %s AND m.team_id = %s), ''), %s)"
+        )
+        _APPEND_SQL = (
+            "SELECT o_id, o_seq, o_prev, o_hash, o_head, r.role FROM (SELECT "
+            f"{role} AS role) r, LATERAL audit_append(%s::timestamptz, %s, %s, %s, %s::bigint, "
+            "r.role::text, %s, %s, %s, %s, %s, %s::inet, %s, %s, %s)"
+        )
+    return _APPEND_SQL
+
+
+def _append(event: AuditEvent, details_text: str, user) -> None:
+    """The append on PostgreSQL: one statement, and after the commit one more look for
+    records left waiting (``seal_pending``)."""
+    if user is not None:
+        lookup = [user.pk, event.team_id, "operator" if getattr(user, "is_staff", False) else ""]
+    else:
+        lookup = [None, None, ""]
+    params = [
+        *lookup, event.time, event.actor_type, event.actor_id, event.actor_name, event.team_id,
+        event.action, event.target_type, event.target_id, event.target_name, event.outcome,
+        event.source_ip, event.user_agent, event.request_id, details_text,
+    ]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(_append_sql(), params)
+        event.id, event.seq, prev, digest, head_seq, event.actor_role = cursor.fetchone()
+    event.prev_hash, event.hash = prev or "", digest or ""
+    event._state.adding, event._state.db = False, connection.alias
+    if event.seq is not None:
+        _after_move(head_seq, event.seq)
+    # Whoever found the head held left their records pending and counts on its holder to
+    # look again once it lets go: this is that look (one round trip when nothing waits).
+    # Once per transaction; outside one, the statement has committed and it runs now.
+    if not any(hook[1] is seal_pending for hook in connection.run_on_commit):
+        transaction.on_commit(seal_pending, robust=True)
 
 
 def _move_head(old_seq: int, new_seq: int, new_hash: str) -> None:
     with connection.cursor() as cursor:  # raw: this runs once per append
         cursor.execute("UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash])
+    _after_move(old_seq, new_seq)
+
+
+def _after_move(old_seq: int, new_seq: int) -> None:
     every = getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000)
     if new_seq // every != old_seq // every:
         # Besides the minute tick: no more than that many events ever wait unsigned.
@@ -269,19 +303,10 @@ _PENDING_SQL = (
     "target_type, target_id, outcome, host(source_ip), user_agent, request_id, actor_role, "
     "target_name, details::text FROM audit_auditevent WHERE seq IS NULL ORDER BY id LIMIT %s"
 )
-_SEAL_SQL = (
-    "UPDATE audit_auditevent AS e SET seq = v.seq, prev_hash = v.prev, hash = v.hash "
-    "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) AS v(id, seq, prev, hash) "
-    "WHERE e.id = v.id"
-)
 
 
 def _pending_rows(limit: int) -> list[tuple]:
     """Pending records in id order as (id, fields in the form the chain hashes)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(_PENDING_SQL, [limit])
-            return cursor.fetchall()
     pending = AuditEvent.objects.filter(seq__isnull=True).order_by("id")[:limit]
     return [(e.id, *chain_fields(e)) for e in pending]
 
@@ -289,21 +314,15 @@ def _pending_rows(limit: int) -> list[tuple]:
 def _seal_batch(seq: int, prev: str, limit: int = 10_000) -> tuple[int, str]:
     """Give the pending records visible now the next places after #seq, in id order.
     The caller holds the chain head; returns the new (seq, hash) of the head, which the
-    caller moves (``_move_head``) after adding its own record, or at once."""
+    caller moves (``_move_head``) after adding its own record, or at once. (On
+    PostgreSQL the database does this itself: ``audit_seal_locked``.)"""
     rows = _pending_rows(limit)
-    ids, seqs, prevs, hashes = [], [], [], []
     link, canonical_text = chain.link, chain.canonical_text
     for rid, *fields in rows:
         seq += 1
         digest = link(canonical_text(seq, *fields), prev)
-        ids.append(rid), seqs.append(seq), prevs.append(prev), hashes.append(digest)
+        AuditEvent.objects.filter(id=rid).update(seq=seq, prev_hash=prev, hash=digest)
         prev = digest
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(_SEAL_SQL, [ids, seqs, prevs, hashes])
-    else:
-        for rid, s, p, h in zip(ids, seqs, prevs, hashes, strict=True):
-            AuditEvent.objects.filter(id=rid).update(seq=s, prev_hash=p, hash=h)
     return seq, prev
 
 
@@ -319,12 +338,23 @@ def seal_pending(*, batch: int = 10_000) -> int:
     it sealed. Runs after each audited transaction on PostgreSQL and before each tree
     head is signed."""
     sealed = 0
+    if connection.vendor == "postgresql":
+        # One statement, its own transaction outside any other (it holds the head only
+        # while it seals), so the next look comes after letting go.
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT o_old, o_new FROM audit_seal(%s)", [batch])
+                old, new = cursor.fetchone()
+            if old is None or new is None or new == old:
+                return sealed
+            _after_move(old, new)
+            sealed += new - old
     # A plain look first: taking the head's row lock writes (and commits) even when
     # there is nothing to seal.
     while _any_pending():
         with transaction.atomic():
             head = _try_head()
-            if head is None or not head[2]:
+            if not head[2]:
                 return sealed
             seq, prev = _seal_batch(head[0], head[1], batch)
             if seq == head[0]:
