@@ -497,7 +497,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def live_gpus(self, message):
         # From every server process's coalescer and every group this socket joined:
         # merged here so the browser gets each reading once, a few messages a second.
-        self.gpus.add(message["gpus"])
+        self.gpus.add(fanout.readings_of(message))
 
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.

@@ -10,12 +10,22 @@ The groups are sent together, one ``group_send`` per group, as ``live.gpus`` mes
 Every server process coalesces the readings its own agents send, so with N ASGI
 workers a group hears from up to N coalescers, and a socket subscribed to a team and
 one of its instances hears each reading twice. So each live socket merges again
-(``SocketMerge``): at most one ``gpus`` message per interval, each reading once.
+(``SocketMerge``): at most one batch per interval, each reading once.
+
+A reading is serialised once, by the coalescer that publishes it: a ``live.gpus``
+message carries ``readings``, one string (``pack``) holding each reading's browser JSON
+behind the GPU and the order the socket merges by. Sockets join those texts as they
+are; nothing is parsed or copied per socket (the in-memory layer deep-copies every
+message for every socket it reaches, a string at no cost). A batch over the websocket
+message limit (``WEBSOCKET_MAX_MESSAGE_BYTES``) goes out as several ``gpus`` messages,
+each under it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import weakref
 from datetime import timedelta
 
@@ -25,7 +35,6 @@ from django.utils import timezone
 
 from console.live import (
     FLEET_GROUP,
-    encode,
     host_group,
     instance_group,
     send_each,
@@ -33,7 +42,9 @@ from console.live import (
 )
 
 from . import readings
-from .readings import PUBLIC_KEYS, public
+from .readings import public
+
+log = logging.getLogger(__name__)
 
 
 def interval_s() -> float:
@@ -49,24 +60,56 @@ def groups_of(entry: dict) -> list[str]:
     return groups
 
 
-def split(entries: list[dict]) -> dict[str, list[dict]]:
-    """{group: [entry as a live socket gets it, …]} for a set of readings: the public
-    keys and ``_t``, the reading's time in seconds, which the socket's merge orders by."""
-    by_group: dict[str, list[dict]] = {}
+# ``pack``: readings are separated by RECORD, a reading's fields by FIELD. Neither can
+# occur in the JSON text (``json.dumps`` escapes every control character) nor in a GPU
+# or slice UUID (the agent protocol allows letters, digits, "-" and "/").
+RECORD = "\x1e"
+FIELD = "\x1f"
+
+
+def pack(entry: dict) -> str:
+    """One reading as a ``live.gpus`` message carries it: its time in seconds and stale
+    flag (the order a socket's merge keeps), its UUID, and the browser's JSON of it
+    (the public keys; ASCII, so its length is its size in bytes)."""
+    text = json.dumps(public(entry), separators=(",", ":"))
+    return f"{entry['_t']!r}{FIELD}{int(entry['stale'])}{FIELD}{entry['uuid']}{FIELD}{text}"
+
+
+def unpack(packed: str) -> list[tuple[str, tuple[float, bool], str]]:
+    """(uuid, (t, stale), browser JSON) of each reading in a ``readings`` string."""
+    out = []
+    for record in packed.split(RECORD) if packed else ():
+        t, stale, uuid, text = record.split(FIELD, 3)
+        out.append((uuid, (float(t), stale == "1"), text))
+    return out
+
+
+def split(entries: list[dict]) -> dict[str, list[str]]:
+    """{group: [packed reading, …]} for a set of readings; each is serialised once,
+    however many groups it goes to."""
+    by_group: dict[str, list[str]] = {}
     for entry in entries:
-        shown = {**public(entry), "_t": entry["_t"]}
+        packed = pack(entry)
         for group in groups_of(entry):
-            by_group.setdefault(group, []).append(shown)
+            by_group.setdefault(group, []).append(packed)
     return by_group
 
 
-def gpus_message(gpus: list[dict]) -> dict:
+def gpus_message(packed: list[str]) -> dict:
     """The channel-layer message of a ``gpus`` event (see ``SocketMerge``)."""
-    return {"type": "live.gpus", "gpus": gpus}
+    return {"type": "live.gpus", "readings": RECORD.join(packed)}
 
 
 def sends(entries: list[dict]) -> list[tuple[str, dict]]:
-    return [(group, gpus_message(gpus)) for group, gpus in split(entries).items()]
+    return [(group, gpus_message(packed)) for group, packed in split(entries).items()]
+
+
+def readings_of(message: dict) -> str:
+    """The ``readings`` of a ``live.gpus`` message, also from a worker of an earlier
+    release, whose messages carried ``gpus``: a list of readings as dicts."""
+    if "readings" in message:
+        return message["readings"]
+    return RECORD.join(pack(gpu) for gpu in message.get("gpus", ()))
 
 
 class Coalescer:
@@ -174,32 +217,63 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     return len(entries)
 
 
+GPUS_HEAD = '{"event":"gpus","data":{"gpus":['  # console.live.encode's text of a gpus event
+GPUS_TAIL = "]}}"
+NEVER = (float("-inf"), False)
+
+
+def max_message_bytes() -> int:
+    return int(settings.WEBSOCKET_MAX_MESSAGE_BYTES)
+
+
+def gpus_texts(readings_json: list[str], limit: int) -> list[str]:
+    """The ``gpus`` messages of a batch, in order, each at most ``limit`` bytes: the
+    websocket refuses a larger message (autobahn raises, and its readings are lost)."""
+    room = limit - len(GPUS_HEAD) - len(GPUS_TAIL)
+    out, chunk, size = [], [], 0
+    for text in readings_json:
+        if len(text) > room:  # cannot happen with the protocol's metrics; never sent whole
+            log.error("a live reading of %d bytes exceeds the websocket message limit; not sent", len(text))
+            continue
+        if chunk and size + 1 + len(text) > room:
+            out.append(GPUS_HEAD + ",".join(chunk) + GPUS_TAIL)
+            chunk, size = [], 0
+        size += len(text) + (1 if chunk else 0)
+        chunk.append(text)
+    if chunk:
+        out.append(GPUS_HEAD + ",".join(chunk) + GPUS_TAIL)
+    return out
+
+
 class SocketMerge:
     """What one live socket sends of the ``live.gpus`` messages it hears.
 
     A reading (GPU, time) goes out once, and only if it is newer than what the socket
     last sent of that GPU (a stale mark counts as newer than the reading it marks);
-    readings heard within ``interval`` of the last message go out together, newest
-    per GPU, at the end of it. ``send`` takes the browser's text.
+    readings heard within ``interval`` of the last batch go out together, newest per
+    GPU, at the end of it: one ``gpus`` message, or several in a row when the batch
+    exceeds ``max_bytes``. ``send`` takes the browser's text.
     """
 
-    def __init__(self, interval: float, send):
+    def __init__(self, interval: float, send, max_bytes: int | None = None):
         self.interval = interval
         self.send = send
-        self.pending: dict[str, dict] = {}
+        self.max_bytes = max_bytes or max_message_bytes()
+        self.pending: dict[str, tuple[tuple[float, bool], str]] = {}  # uuid -> ((t, stale), JSON)
         self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
         self.last_flush = float("-inf")
         self.task: asyncio.Task | None = None
 
-    def add(self, gpus: list[dict]) -> None:
-        for gpu in gpus:
-            key = (gpu["_t"], gpu["stale"])
-            if key <= self.shown.get(gpu["uuid"], (float("-inf"), False)):
+    def add(self, packed: str) -> None:
+        """Readings as ``live.gpus`` carries them (``pack``)."""
+        shown, pending = self.shown, self.pending
+        for uuid, key, text in unpack(packed):
+            if key <= shown.get(uuid, NEVER):
                 continue
-            kept = self.pending.get(gpu["uuid"])
-            if kept is None or key > (kept["_t"], kept["stale"]):
-                self.pending[gpu["uuid"]] = gpu
-        if self.pending and (self.task is None or self.task.done()):
+            kept = pending.get(uuid)
+            if kept is None or key > kept[0]:
+                pending[uuid] = (key, text)
+        if pending and (self.task is None or self.task.done()):
             loop = asyncio.get_running_loop()
             delay = max(0.0, self.last_flush + self.interval - loop.time())
             self.task = loop.create_task(self._flush_after(delay))
@@ -208,10 +282,11 @@ class SocketMerge:
         if delay:
             await asyncio.sleep(delay)
         self.last_flush = asyncio.get_running_loop().time()
-        batch, self.pending = list(self.pending.values()), {}
-        for gpu in batch:
-            self.shown[gpu["uuid"]] = (gpu["_t"], gpu["stale"])
-        await self.send(encode("gpus", {"gpus": [{k: gpu[k] for k in PUBLIC_KEYS} for gpu in batch]}))
+        batch, self.pending = self.pending, {}
+        for uuid, (key, _) in batch.items():
+            self.shown[uuid] = key
+        for text in gpus_texts([text for _, text in batch.values()], self.max_bytes):
+            await self.send(text)
 
     def close(self) -> None:
         if self.task is not None:

@@ -1,10 +1,11 @@
 """Live GPU updates: the first reading goes out at once, then one event per interval."""
 
 import asyncio
+import json
 
 import pytest
 
-from monitoring import fanout
+from monitoring import fanout, readings
 
 
 def entry(uuid, t):
@@ -18,7 +19,8 @@ def sent(monkeypatch):
 
     async def fake_send_each(sends):
         for group, message in sends:
-            events.append((asyncio.get_running_loop().time(), group, [g["t"] for g in message["gpus"]]))
+            shown = [json.loads(text) for _, _, text in fanout.unpack(message["readings"])]
+            events.append((asyncio.get_running_loop().time(), group, [g["t"] for g in shown]))
 
     monkeypatch.setattr(fanout, "send_each", fake_send_each)
     return events
@@ -97,8 +99,24 @@ async def test_each_group_gets_one_message_per_flush(monkeypatch):
     groups = [group for group, _ in calls]
     assert sorted(groups) == ["fleet", "host.1", "team.7"]  # one group_send per group per flush
     for _, message in calls:
-        assert set(message) == {"type", "gpus"} and message["type"] == "live.gpus"
-    by_group = {group: message["gpus"] for group, message in calls}
-    assert [g["uuid"] for g in by_group["fleet"]] == ["a", "b"]
-    assert [g["uuid"] for g in by_group["team.7"]] == ["b"]
-    assert set(by_group["fleet"][0]) == {*fanout.PUBLIC_KEYS, "_t"}
+        assert set(message) == {"type", "readings"} and message["type"] == "live.gpus"
+    by_group = {group: fanout.unpack(message["readings"]) for group, message in calls}
+    assert [uuid for uuid, _, _ in by_group["fleet"]] == ["a", "b"]
+    assert [uuid for uuid, _, _ in by_group["team.7"]] == ["b"]
+    assert by_group["fleet"][1][1] == (2.0, False)  # the order a socket merges by
+    assert set(json.loads(by_group["fleet"][0][2])) == set(readings.PUBLIC_KEYS)
+
+
+async def test_a_reading_is_serialised_once_however_many_groups_it_goes_to(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fanout, "pack", lambda entry: calls.append(entry["uuid"]) or f"1.0\x1f0\x1f{entry['uuid']}\x1f{{}}")
+    fanout.sends([{**entry("a", 1.0), "team": 7, "instance": 3}])
+    assert calls == ["a"]  # fleet, host, team and instance share the text
+
+
+def test_a_message_of_an_earlier_release_is_read_too():
+    # Workers of the previous release sent readings as dicts; a socket still merges them.
+    old = {"type": "live.gpus", "gpus": [{**entry("a", 2.0), "stale": True}]}
+    [(uuid, key, text)] = fanout.unpack(fanout.readings_of(old))
+    assert (uuid, key) == ("a", (2.0, True))
+    assert json.loads(text) == readings.public({**entry("a", 2.0), "stale": True})

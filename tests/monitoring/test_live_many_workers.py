@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from monitoring import fanout
+from monitoring.readings import PUBLIC_KEYS
 from monitoring.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,7 +66,7 @@ async def test_each_reading_arrives_once_from_two_workers_and_two_groups(watchin
     messages = await listening
     readings = [(gpu["uuid"], gpu["t"]) for _, gpus in messages for gpu in gpus]
     assert sorted(readings) == sorted((uuid, f"t{t}") for uuid in ("gpu-a", "gpu-b") for t in range(1, 6))
-    assert all(set(gpu) == set(fanout.PUBLIC_KEYS) for _, gpus in messages for gpu in gpus)
+    assert all(set(gpu) == set(PUBLIC_KEYS) for _, gpus in messages for gpu in gpus)
     await ws.disconnect()
 
 
@@ -100,7 +101,7 @@ async def test_a_socket_sends_at_most_one_message_per_interval():
     merge = fanout.SocketMerge(INTERVAL, send)
     start = asyncio.get_running_loop().time()
     for t in range(1, 21):  # twenty readings from many workers, 10 ms apart
-        merge.add([{**reading_of(f"gpu-{t % 3}", t)}])
+        merge.add(fanout.pack(reading_of(f"gpu-{t % 3}", t)))
         await asyncio.sleep(0.01)
     spread = asyncio.get_running_loop().time() - start
     await asyncio.sleep(2 * INTERVAL)
