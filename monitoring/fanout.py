@@ -24,11 +24,12 @@ each under it.
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import weakref
 from datetime import timedelta
 
+import msgspec
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.utils import timezone
@@ -61,17 +62,18 @@ def groups_of(entry: dict) -> list[str]:
 
 
 # ``pack``: readings are separated by RECORD, a reading's fields by FIELD. Neither can
-# occur in the JSON text (``json.dumps`` escapes every control character) nor in a GPU
-# or slice UUID (the agent protocol allows letters, digits, "-" and "/").
+# occur in the JSON text (JSON escapes every control character) nor in a GPU or slice
+# UUID (the agent protocol allows letters, digits, "-" and "/").
 RECORD = "\x1e"
 FIELD = "\x1f"
+_json = msgspec.json.Encoder()  # the same text as json.dumps(separators=(",", ":")), faster
 
 
 def pack(entry: dict) -> str:
     """One reading as a ``live.gpus`` message carries it: its time in seconds and stale
     flag (the order a socket's merge keeps), its UUID, and the browser's JSON of it
-    (the public keys; ASCII, so its length is its size in bytes)."""
-    text = json.dumps(public(entry), separators=(",", ":"))
+    (the public keys)."""
+    text = _json.encode(public(entry)).decode()
     return f"{entry['_t']!r}{FIELD}{int(entry['stale'])}{FIELD}{entry['uuid']}{FIELD}{text}"
 
 
@@ -82,6 +84,30 @@ def unpack(packed: str) -> list[tuple[str, tuple[float, bool], str]]:
         t, stale, uuid, text = record.split(FIELD, 3)
         out.append((uuid, (float(t), stale == "1"), text))
     return out
+
+
+class Heard:
+    """A ``readings`` string, read once for every socket of this process that hears it
+    (``heard``): its readings in order, their (t, stale) by UUID, and, made on first
+    use, its browser messages, for the sockets that send it as it is."""
+
+    __slots__ = ("items", "keys", "_texts")
+
+    def __init__(self, packed: str):
+        self.items = unpack(packed)
+        self.keys = {uuid: key for uuid, key, _ in self.items}
+        self._texts: tuple[int, list[str]] | None = None
+
+    def texts(self, limit: int) -> list[str]:
+        if self._texts is None or self._texts[0] != limit:
+            self._texts = (limit, gpus_texts([text for _, _, text in self.items], limit))
+        return self._texts[1]
+
+
+@functools.lru_cache(maxsize=64)
+def heard(packed: str) -> Heard:
+    """The in-memory layer hands every socket the same string; Redis, equal ones."""
+    return Heard(packed)
 
 
 def split(entries: list[dict]) -> dict[str, list[str]]:
@@ -226,19 +252,25 @@ def max_message_bytes() -> int:
     return int(settings.WEBSOCKET_MAX_MESSAGE_BYTES)
 
 
+def size(text: str) -> int:
+    """Bytes of ``text`` on the wire (UTF-8); ``isascii`` is a flag lookup, no scan."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def gpus_texts(readings_json: list[str], limit: int) -> list[str]:
     """The ``gpus`` messages of a batch, in order, each at most ``limit`` bytes: the
     websocket refuses a larger message (autobahn raises, and its readings are lost)."""
     room = limit - len(GPUS_HEAD) - len(GPUS_TAIL)
-    out, chunk, size = [], [], 0
+    out, chunk, used = [], [], 0
     for text in readings_json:
-        if len(text) > room:  # cannot happen with the protocol's metrics; never sent whole
-            log.error("a live reading of %d bytes exceeds the websocket message limit; not sent", len(text))
+        n = size(text)
+        if n > room:  # cannot happen with the protocol's metrics; never sent whole
+            log.error("a live reading of %d bytes exceeds the websocket message limit; not sent", n)
             continue
-        if chunk and size + 1 + len(text) > room:
+        if chunk and used + 1 + n > room:
             out.append(GPUS_HEAD + ",".join(chunk) + GPUS_TAIL)
-            chunk, size = [], 0
-        size += len(text) + (1 if chunk else 0)
+            chunk, used = [], 0
+        used += n + (1 if chunk else 0)
         chunk.append(text)
     if chunk:
         out.append(GPUS_HEAD + ",".join(chunk) + GPUS_TAIL)
@@ -253,12 +285,17 @@ class SocketMerge:
     readings heard within ``interval`` of the last batch go out together, newest per
     GPU, at the end of it: one ``gpus`` message, or several in a row when the batch
     exceeds ``max_bytes``. ``send`` takes the browser's text.
+
+    The usual case costs one comparison per reading: a message heard while nothing
+    waits, every reading of it new to the socket, goes out as the texts made once for
+    every socket (``Heard.texts``), unless another message joins it before the flush.
     """
 
     def __init__(self, interval: float, send, max_bytes: int | None = None):
         self.interval = interval
         self.send = send
         self.max_bytes = max_bytes or max_message_bytes()
+        self.whole: Heard | None = None  # the batch is this message, as it is
         self.pending: dict[str, tuple[tuple[float, bool], str]] = {}  # uuid -> ((t, stale), JSON)
         self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
         self.last_flush = float("-inf")
@@ -266,14 +303,22 @@ class SocketMerge:
 
     def add(self, packed: str) -> None:
         """Readings as ``live.gpus`` carries them (``pack``)."""
+        message = heard(packed)
         shown, pending = self.shown, self.pending
-        for uuid, key, text in unpack(packed):
-            if key <= shown.get(uuid, NEVER):
-                continue
-            kept = pending.get(uuid)
-            if kept is None or key > kept[0]:
-                pending[uuid] = (key, text)
-        if pending and (self.task is None or self.task.done()):
+        if (self.whole is None and not pending and len(message.keys) == len(message.items)
+                and all(key > shown.get(uuid, NEVER) for uuid, key in message.keys.items())):
+            self.whole = message
+        else:
+            if self.whole is not None:  # a second message: merge reading by reading
+                pending.update((uuid, (key, text)) for uuid, key, text in self.whole.items)
+                self.whole = None
+            for uuid, key, text in message.items:
+                if key <= shown.get(uuid, NEVER):
+                    continue
+                kept = pending.get(uuid)
+                if kept is None or key > kept[0]:
+                    pending[uuid] = (key, text)
+        if (self.whole is not None or pending) and (self.task is None or self.task.done()):
             loop = asyncio.get_running_loop()
             delay = max(0.0, self.last_flush + self.interval - loop.time())
             self.task = loop.create_task(self._flush_after(delay))
@@ -282,10 +327,16 @@ class SocketMerge:
         if delay:
             await asyncio.sleep(delay)
         self.last_flush = asyncio.get_running_loop().time()
-        batch, self.pending = self.pending, {}
-        for uuid, (key, _) in batch.items():
-            self.shown[uuid] = key
-        for text in gpus_texts([text for _, text in batch.values()], self.max_bytes):
+        if self.whole is not None:
+            whole, self.whole = self.whole, None
+            self.shown.update(whole.keys)
+            texts = whole.texts(self.max_bytes)
+        else:
+            batch, self.pending = self.pending, {}
+            for uuid, (key, _) in batch.items():
+                self.shown[uuid] = key
+            texts = gpus_texts([text for _, text in batch.values()], self.max_bytes)
+        for text in texts:
             await self.send(text)
 
     def close(self) -> None:

@@ -115,3 +115,40 @@ async def test_a_socket_sends_at_most_one_message_per_interval():
 def reading_of(uuid, t):
     return {"uuid": uuid, "host": "h", "index": 0, "instance": None, "team": None, "t": f"t{t}", "m": {},
             "stale": False, "_t": float(t)}
+
+
+async def test_messages_heard_before_a_flush_are_merged_reading_by_reading():
+    sent = []
+
+    async def send(text):
+        sent.append(json.loads(text)["data"]["gpus"])
+
+    def message(*readings):
+        return fanout.RECORD.join(fanout.pack(reading_of(uuid, t)) for uuid, t in readings)
+
+    merge = fanout.SocketMerge(INTERVAL, send)
+    merge.add(message(("gpu-x", 1)))  # goes at once; the next batch waits for the interval
+    await asyncio.sleep(0)
+    first = message(("gpu-a", 1), ("gpu-b", 1))
+    merge.add(first)
+    merge.add(first)  # the same readings again (a second group of this socket)
+    merge.add(message(("gpu-a", 2), ("gpu-b", 0.5), ("gpu-c", 1), ("gpu-x", 1)))
+    await asyncio.sleep(2 * INTERVAL)
+    assert [[(g["uuid"], g["t"]) for g in gpus] for gpus in sent] == [
+        [("gpu-x", "t1")], [("gpu-a", "t2"), ("gpu-b", "t1"), ("gpu-c", "t1")]]
+
+
+async def test_a_message_sent_as_it_is_still_leaves_out_what_the_socket_showed():
+    sent = []
+
+    async def send(text):
+        sent.append([(g["uuid"], g["t"]) for g in json.loads(text)["data"]["gpus"]])
+
+    merge = fanout.SocketMerge(INTERVAL, send)
+    merge.add(fanout.pack(reading_of("gpu-a", 5)))
+    await asyncio.sleep(2 * INTERVAL)
+    merge.add(fanout.RECORD.join(fanout.pack(reading_of(uuid, t)) for uuid, t in (("gpu-a", 4), ("gpu-b", 4))))
+    await asyncio.sleep(2 * INTERVAL)
+    merge.add(fanout.RECORD.join(fanout.pack(reading_of(uuid, t)) for uuid, t in (("gpu-a", 6), ("gpu-b", 6))))
+    await asyncio.sleep(2 * INTERVAL)
+    assert sent == [[("gpu-a", "t5")], [("gpu-b", "t4")], [("gpu-a", "t6"), ("gpu-b", "t6")]]
