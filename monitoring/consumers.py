@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TOKEN_EXPIRED = 1013  # "try again later": the agent reconnects with the token it now has
 QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
-MERGE_FRAMES = 8  # frames of one connection one flush may take
+MERGE_FRAMES = 8  # frames of one connection one attribution (and so one write) may take
 
 
 @cache
@@ -59,19 +60,26 @@ def _writers() -> ThreadPoolExecutor:
                               thread_name_prefix="ingest")
 
 
+@cache
+def _readers() -> ThreadPoolExecutor:
+    """The one thread that attributes frames (reads only), so their readings reach the
+    live fan-out while earlier frames are being written."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-read")
+
+
 def close_writer_connections() -> None:
-    """Close the database connection each writer thread holds (tests, shutdown)."""
+    """Close the database connection each ingest thread holds (tests, shutdown)."""
     from django.db import connections
 
-    pool = _writers()
-    barrier = threading.Barrier(pool._max_workers)
+    for pool in (_writers(), _readers()):
+        barrier = threading.Barrier(pool._max_workers)
 
-    def close() -> None:
-        connections.close_all()
-        barrier.wait(timeout=10)  # one task per thread: each waits for the others
+        def close(barrier=barrier) -> None:
+            connections.close_all()
+            barrier.wait(timeout=10)  # one task per thread: each waits for the others
 
-    for future in [pool.submit(close) for _ in range(pool._max_workers)]:
-        future.result()
+        for future in [pool.submit(close) for _ in range(pool._max_workers)]:
+            future.result()
 
 
 def _keeping_connection(func):
@@ -100,20 +108,34 @@ def _write(func):
     return sync_to_async(_keeping_connection(func), thread_sensitive=False, executor=_writers())
 
 
-class Flusher:
-    """This process's sample writes: the frames every agent connection hands over are
-    stored together, one transaction per flush (``ingest.store_many``), and their
-    readings go to the live fan-out as soon as they are attributed, before the write.
+def _read(func):
+    return sync_to_async(_keeping_connection(func), thread_sensitive=False, executor=_readers())
 
-    A flush takes the waiting frames of every connection that has no flush under way, so
-    the frames of one connection are written, and acknowledged, in the order received.
-    As many flushes run at once as there are writer threads.
+
+class Flusher:
+    """This process's sample writes, in two stages.
+
+    1. Attribute (``ingest.prepare``, reads only, on a thread of its own): the frames
+       every agent connection has handed over are attributed together (each reading's
+       device and holder), and their newest readings go to the live fan-out at once,
+       without waiting for writes of earlier frames.
+    2. Write (``ingest.write``, on the writer threads): the attributed frames of every
+       connection that has no write under way are stored in one transaction; the acks
+       follow the commit.
+
+    A connection's frames are attributed, written and acknowledged in the order
+    received. Once a write of a connection fails, its later frames are not written
+    (they fail too: the agent sends them all again on its next connection, and storing
+    a later frame first would make the failed one look like a duplicate).
     """
 
     def __init__(self, concurrency: int):
         self.concurrency = concurrency
-        self.waiting: list[tuple[ingest.Link, frames.Samples, asyncio.Future]] = []
-        self.busy: set[int] = set()  # id() of the links a flush holds
+        self.waiting: list[tuple[ingest.Link, frames.Samples, asyncio.Future]] = []  # to attribute
+        self.attributing = False
+        self.ready: list[tuple[ingest.Prepared, list[asyncio.Future]]] = []  # attributed, to write
+        self.busy: set[int] = set()  # id() of the links a write holds
+        self.failed: weakref.WeakSet = weakref.WeakSet()  # links whose write failed
         self.running = 0
 
     def submit(self, link: ingest.Link, batch: frames.Samples) -> asyncio.Future:
@@ -121,58 +143,88 @@ class Flusher:
         future = asyncio.get_running_loop().create_future()
         self.waiting.append((link, batch, future))
         fanout.writing()
-        self._start()
+        self._attribute_next()
         return future
 
-    def _start(self) -> None:
-        while self.running < self.concurrency and self.waiting:
-            taken, left, per_link = [], [], {}
-            for item in self.waiting:
-                key = id(item[0])
-                if key in self.busy or per_link.get(key, 0) >= MERGE_FRAMES:
-                    left.append(item)
-                    continue
-                per_link[key] = per_link.get(key, 0) + 1
-                taken.append(item)
-            if not taken:
-                return
-            self.waiting = left
-            self.busy.update(per_link)
-            self.running += 1
-            asyncio.ensure_future(self._flush(taken))
+    def _attribute_next(self) -> None:
+        if self.attributing or not self.waiting:
+            return
+        taken, left, per_link = [], [], {}
+        for item in self.waiting:
+            key = id(item[0])
+            if per_link.get(key, 0) >= MERGE_FRAMES:
+                left.append(item)
+                continue
+            per_link[key] = per_link.get(key, 0) + 1
+            taken.append(item)
+        self.waiting = left
+        self.attributing = True
+        asyncio.ensure_future(self._attribute(taken))
 
-    async def _flush(self, taken: list) -> None:
-        loop = asyncio.get_running_loop()
+    async def _attribute(self, taken: list) -> None:
         groups: dict[int, tuple[ingest.Link, list]] = {}
         for link, batch, future in taken:
             groups.setdefault(id(link), (link, []))[1].append((batch, future))
-        published = threading.Event()
-
-        def publish(latest: dict) -> None:  # on the writer thread, before the write
-            published.set()
-            loop.call_soon_threadsafe(self._published, len(taken), latest)
-
+        latest = {}
         try:
-            results = await _write(ingest.store_many)(
-                [(link, [batch for batch, _ in items]) for link, items in groups.values()], publish=publish)
-        except Exception as exc:  # noqa: BLE001 (every connection of the flush hears of it)
-            results = [exc] * len(groups)
-        finally:
-            if not published.is_set():
-                self._published(len(taken), {})
-            self.busy.difference_update(groups)
-            self.running -= 1
-        for (_, items), result in zip(groups.values(), results, strict=True):
-            if isinstance(result, Exception):
-                for _, future in items:
-                    if not future.done():
-                        future.set_exception(result)
-                continue
-            acks = iter(result.acks)
-            for _, future in items:
+            prepared = await _read(ingest.prepare)(
+                [(link, [batch for batch, _ in items]) for link, items in groups.values()])
+        except Exception as exc:  # noqa: BLE001 (every connection of the batch hears of it)
+            for _, _, future in taken:
                 if not future.done():
-                    future.set_result(next(acks))
-        self._start()
+                    future.set_exception(exc)
+        else:
+            for prep, (_, items) in zip(prepared, groups.values(), strict=True):
+                latest.update(prep.latest)
+                self.ready.append((prep, [future for _, future in items]))
+        finally:
+            self.attributing = False
+            self._published(len(taken), latest)
+        self._write_next()
+        self._attribute_next()
+
+    def _write_next(self) -> None:
+        while self.running < self.concurrency and self.ready:
+            taken, left, held = [], [], set(self.busy)
+            for item in self.ready:
+                link = item[0].link
+                if link in self.failed:
+                    self._fail(item[1], RuntimeError("an earlier write of this connection failed"))
+                elif id(link) in held:
+                    left.append(item)  # one write per connection at a time, in order
+                else:
+                    held.add(id(link))
+                    taken.append(item)
+            self.ready = left
+            if not taken:
+                return
+            self.busy.update(id(prep.link) for prep, _ in taken)
+            self.running += 1
+            asyncio.ensure_future(self._write(taken))
+
+    async def _write(self, taken: list) -> None:
+        try:
+            results = await _write(ingest.write)([prep for prep, _ in taken])
+        except Exception as exc:  # noqa: BLE001 (every connection of the write hears of it)
+            results = [exc] * len(taken)
+        finally:
+            self.busy.difference_update(id(prep.link) for prep, _ in taken)
+            self.running -= 1
+        for (prep, futures), result in zip(taken, results, strict=True):
+            if isinstance(result, Exception):
+                self.failed.add(prep.link)
+                self._fail(futures, result)
+                continue
+            for future, ack in zip(futures, result.acks, strict=True):
+                if not future.done():
+                    future.set_result(ack)
+        self._write_next()
+
+    @staticmethod
+    def _fail(futures: list[asyncio.Future], exc: Exception) -> None:
+        for future in futures:
+            if not future.done():
+                future.set_exception(exc)
 
     @staticmethod
     def _published(frames_count: int, latest: dict) -> None:

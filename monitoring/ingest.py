@@ -320,6 +320,12 @@ def store_many(items: list[tuple[Link, list[Samples]]], *, publish=None) -> list
     prepared = prepare(items)
     if publish is not None:
         publish({uuid: entry for p in prepared for uuid, entry in p.latest.items()})
+    return write(prepared)
+
+
+def write(prepared: list[Prepared]) -> list[Stored | Exception]:
+    """``store_many``'s write of frames ``prepare`` read (at most one Prepared per
+    connection): one transaction, then one per connection when it fails."""
     try:
         with transaction.atomic():
             return commit(prepared)

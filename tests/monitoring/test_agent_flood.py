@@ -14,15 +14,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def slow_store(monkeypatch):
-    real = ingest.store_many
+    real = ingest.write
 
-    def store_many(*args, **kwargs):
+    def write(*args, **kwargs):
         import time
 
         time.sleep(0.3)  # a busy database: the writer falls behind the flood
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ingest, "store_many", store_many)
+    monkeypatch.setattr(ingest, "write", write)
 
 
 async def test_a_flooding_agent_is_closed_with_4429(tokens, slow_store):
