@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import itemgetter
 
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
 
 BATCH = 2000
@@ -85,3 +86,20 @@ def insert(model, rows: list[dict]) -> int:
         except KeyError:  # a column left out takes its default
             values.append(pick({**defaults, **row}))
     return copy(model, names, values)
+
+
+def fetch(queryset) -> list[tuple]:
+    """The rows of a ``values_list`` queryset, all at once. On PostgreSQL they come
+    straight from the driver in one fetch (the ORM would fetch a hundred at a time and
+    pass each row through its converters, which none of these columns needs; a SUM
+    of integers comes back as an exact ``Decimal``); elsewhere through the ORM."""
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql":
+        return list(queryset)
+    try:
+        sql, params = queryset.query.sql_with_params()
+    except EmptyResultSet:  # filtered on an empty list
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

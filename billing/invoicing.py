@@ -61,18 +61,30 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
         )
         .annotate(cents=Sum("billed_cents"), secs=Sum("priced_seconds"))
         .order_by()
+        .values_list(
+            "team_id", "instance_id", "reservation_id", "unit_price", "gpu_model_id", "charge_type",
+            "pricing_category", "sku", "cents", "secs",
+        )
     )
     instances = {
         pk: (name, pricing_model)
-        for pk, name, pricing_model in Instance.objects.filter(id__in=charges.values("instance_id"))
-        .order_by().values_list("id", "name", "pricing_model")
+        for pk, name, pricing_model in bulk.fetch(
+            Instance.objects.filter(id__in=charges.values("instance_id")).order_by()
+            .values_list("id", "name", "pricing_model"))
     }
     models = dict(GpuModel.objects.values_list("id", "name"))
     out: dict[int, list[Line]] = defaultdict(list)
-    for row in rows:
-        row["instance__name"], row["instance__pricing_model"] = instances.get(row["instance_id"], (None, None))
-        row["gpu_model__name"] = models[row["gpu_model_id"]]
-        out[row["team_id"]].append(_line(row))
+    no_instance = (None, None)
+    for team_id, instance_id, reservation_id, unit_price, model_id, charge_type, category, sku, cents, secs in (
+        bulk.fetch(rows)
+    ):
+        name, pricing_model = instances.get(instance_id, no_instance)
+        out[team_id].append(_line({
+            "instance_id": instance_id, "reservation_id": reservation_id, "unit_price": unit_price,
+            "charge_type": charge_type, "pricing_category": category, "sku": sku, "cents": int(cents),
+            "secs": int(secs or 0), "instance__name": name, "instance__pricing_model": pricing_model,
+            "gpu_model__name": models[model_id],
+        }))
     for lines in out.values():
         lines.sort(key=lambda line: line.sort)
     return out
@@ -158,7 +170,7 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
     A draft whose lines come out exactly as they are (refreshed again with nothing new
     metered, as when a month is issued right after metering) keeps them."""
     stored = defaultdict(list)
-    for invoice_id, *values in (
+    for invoice_id, *values in bulk.fetch(
         InvoiceLine.objects.filter(invoice__in=[inv for inv, _ in drafts])
         .order_by("invoice_id", "position")
         .values_list("invoice_id", *LINE_FIELDS)

@@ -297,7 +297,7 @@ def _events(ids: list[int], start: datetime, cutoff: datetime) -> list[tuple[Met
         .values_list("instance_id", "time_text", "to_state", "gpu_count", "by_platform", "host_id")
     )
     out, current, events = [], None, []
-    for instance_id, time, to_state, gpus, by_platform, host_id in rows:
+    for instance_id, time, to_state, gpus, by_platform, host_id in bulk.fetch(rows):
         if instance_id != current:
             if events:
                 out.append((metas[current], current, events))
