@@ -72,7 +72,7 @@ def _since_v2(name: str, value: str) -> str:
     return f'"{name}":{_quote(value)},' if value else ""
 
 
-def canonical_text(
+def canonical_str(
     seq,
     time: str,
     actor_type: str,
@@ -90,8 +90,8 @@ def canonical_text(
     target_name: str,
     details_text: str,
 ) -> bytes:
-    """The canonical bytes of one event, with ``details`` already as canonical JSON text
-    and ``time`` already ``iso_time``-formatted; ``seq``/``team_id`` as ints or digits."""
+    """The canonical JSON of one event (text), with ``details`` already as canonical JSON
+    text and ``time`` already ``iso_time``-formatted; ``seq``/``team_id`` as ints or digits."""
     return (
         f'{{"action":{_quote(action)},"actor_id":{_quote(actor_id)},'
         f'"actor_name":{_quote(actor_name)},{_since_v2("actor_role", actor_role)}"actor_type":{_quote(actor_type)},'
@@ -100,7 +100,12 @@ def canonical_text(
         f'"target_id":{_quote(target_id)},{_since_v2("target_name", target_name)}"target_type":{_quote(target_type)},'
         f'"team_id":{"null" if team_id is None else team_id},"time":{_quote(time)},'
         f'"user_agent":{_quote(user_agent)}}}'
-    ).encode()  # fmt: skip
+    )  # fmt: skip
+
+
+def canonical_text(*fields) -> bytes:
+    """The canonical bytes of one event: ``canonical_str`` encoded as UTF-8."""
+    return canonical_str(*fields).encode()
 
 
 def canonical_row(
@@ -134,8 +139,12 @@ def link(canonical: bytes, prev_hash: str) -> str:
 
 
 def row_hash(row: dict, prev_hash: str) -> str:
-    """The hash of an event given as a mapping of FIELDS (time as an ISO string)."""
-    return link(canonical_row(*(row[f] for f in FIELDS)), prev_hash)
+    """The hash of an event given as a mapping of FIELDS (time as an ISO string);
+    ``actor_role`` and ``target_name`` may be absent (empty), as in the canonical form."""
+    return link(canonical_row(*(row.get(f, "") if f in _OPTIONAL else row[f] for f in FIELDS)), prev_hash)
+
+
+_OPTIONAL = ("actor_role", "target_name")
 
 
 # --- spreadsheet-safe cells --------------------------------------------------------

@@ -34,7 +34,7 @@ from . import chain, stream
 COLUMNS = (*chain.FIELDS, "prev_hash", "hash")
 FORMATS = {"csv": "application/zip", "jsonl": "application/x-ndjson; charset=utf-8"}
 EXTENSIONS = {"csv": "zip", "jsonl": "jsonl"}
-BUNDLE_FORMAT = "gpuconsole-audit-bundle/2"
+BUNDLE_FORMAT = "gpuconsole-audit-bundle/3"
 ROWS_PER_CHUNK = 2_000
 CHUNK_BYTES = 256 * 1024
 # Columns a person or a client can influence (the rest are numbers, hashes, enums).
@@ -185,40 +185,14 @@ def _python_csv_body(queryset) -> Iterator[bytes]:
 # --- JSON Lines ----------------------------------------------------------------------
 
 
-def _opt(value) -> str:
-    return "null" if value is None else _quote(value)
-
-
 def jsonl_line(row: list) -> str:
-    (
-        _id,
-        seq,
-        t,
-        at,
-        aid,
-        an,
-        team,
-        action,
-        tt,
-        tid,
-        outcome,
-        ip,
-        ua,
-        req,
-        role,
-        tname,
-        details,
-        prev,
-        digest,
-    ) = row
-    return (
-        f'{{"type":"event","seq":{seq},"time":{_quote(t)},"actor_type":{_quote(at)},"actor_id":{_quote(aid)},'
-        f'"actor_name":{_quote(an)},"team_id":{"null" if team is None else team},"action":{_quote(action)},'
-        f'"target_type":{_quote(tt)},"target_id":{_quote(tid)},"outcome":{_quote(outcome)},'
-        f'"source_ip":{_opt(ip)},"user_agent":{_quote(ua)},"request_id":{_quote(req)},'
-        f'"actor_role":{_quote(role)},"target_name":{_quote(tname)},"details":{details},'
-        f'"prev_hash":{_quote(prev)},"hash":{_quote(digest)}}}'
-    )  # fmt: skip
+    """One event as a JSON line: ``{"type":"event",`` then the event's canonical JSON
+    fields in their canonical order and form (so ``actor_role`` and ``target_name`` only
+    when set), then ``prev_hash`` and ``hash``. The bytes between the first comma and
+    ``,"prev_hash"`` are exactly what the chain hashes, braces aside, so a verifier
+    hashes a slice of the line instead of rebuilding it."""
+    body = chain.canonical_str(*row[1:17])
+    return f'{{"type":"event",{body[1:-1]},"prev_hash":{_quote(row[17])},"hash":{_quote(row[18])}}}'
 
 
 def _json(value: dict) -> str:

@@ -23,6 +23,7 @@ so. Needs Python, the ``cryptography`` package and the ``audit/`` modules ``chai
 from __future__ import annotations
 
 import argparse
+import binascii
 import csv
 import gc
 import io
@@ -173,25 +174,107 @@ def _event_record(line: str, number: int) -> Record:
     return Record(int(row["seq"]), canonical, prev, digest)
 
 
-def _jsonl(handle) -> tuple[dict, Iterator[Record]]:
-    lines = (line for line in handle if line.strip())
-    first = next(lines, None)
-    if first is None:
-        raise ValueError("the file is empty")
-    manifest = json.loads(first)
-    if manifest.get("type") != "manifest":
-        raise ValueError("line 1 is not the bundle's manifest")
-    return manifest, (_event_record(line, number) for number, line in enumerate(lines, 2))
+# An event line as the console writes it (bundle format 3, ``export.jsonl_line``):
+# ``{"type":"event",`` + the canonical JSON's fields + ``,"prev_hash":"…","hash":"…"}``, so
+# the canonical bytes are a slice of the line between two fixed-width ends.
+_LINE_HEAD = b'{"type":"event","action":'
+_PREV_KEY = b',"prev_hash":"'
+_HASH_KEY = b'","hash":"'
+_LINE_TAIL = len(_PREV_KEY) + 64 + len(_HASH_KEY) + 64 + len(b'"}')
+_SEQ_KEY = b'"seq":'
 
 
-def read_bundle(path: str) -> tuple[dict, Iterator[Record]]:
+def _line_parts(line: bytes, number: int) -> tuple[int, bytes, bytes, bytes] | None:
+    """(seq, canonical bytes, prev hash, hash) of one event line, the hashes as the
+    line's ASCII bytes; None for a blank line. A line in the console's own form is
+    sliced, nothing parsed: sound because the slice counts only if it hashes to the
+    record's hash (and ``seq`` is read from that slice, where after the real ``"seq":``
+    only plain strings, numbers and null follow, none of which can hold a bare quote).
+    Any other line goes through ``_event_record``."""
+    end = len(line)
+    if line.endswith(b"\n"):
+        end -= 2 if line.endswith(b"\r\n") else 1
+    tail = end - _LINE_TAIL
+    if (
+        tail > 16
+        and line.startswith(_LINE_HEAD)
+        and line.startswith(_PREV_KEY, tail)
+        and line.startswith(_HASH_KEY, tail + 78)
+        and line.startswith(b'"}', end - 2)
+    ):
+        canonical = b"{" + line[16:tail] + b"}"
+        at = canonical.rfind(_SEQ_KEY)
+        digits = canonical[at + 6 : canonical.find(b",", at)]
+        if at > 0 and digits.isdigit():
+            return int(digits), canonical, line[tail + 14 : tail + 78], line[tail + 88 : end - 2]
+    if not line.strip():
+        return None
+    record = _event_record(line.decode("utf-8"), number)
+    return record.seq, record.canonical, record.prev_hash.encode(), record.hash.encode()
+
+
+def _jsonl_parts(lines) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    """``_line_parts`` of every line, its fast path written out (this is the hot loop)."""
+    head, prev_key, hash_key, seq_key, width = _LINE_HEAD, _PREV_KEY, _HASH_KEY, _SEQ_KEY, _LINE_TAIL
+    for number, line in enumerate(lines, 2):
+        end = len(line) - 1 if line[-1:] == b"\n" else len(line)
+        tail = end - width
+        if (
+            line[end - 1 : end + 1] != b"\r\n"
+            and line.startswith(head)
+            and line.startswith(prev_key, tail)
+            and line.startswith(hash_key, tail + 78)
+            and line.startswith(b'"}', end - 2)
+            and tail > 16
+        ):
+            canonical = b"{" + line[16:tail] + b"}"
+            at = canonical.rfind(seq_key)
+            digits = canonical[at + 6 : canonical.find(b",", at)]
+            if at > 0 and digits.isdigit():
+                yield int(digits), canonical, line[tail + 14 : tail + 78], line[tail + 88 : end - 2]
+                continue
+        row = _line_parts(line, number)
+        if row is not None:
+            yield row
+
+
+def _jsonl_records(lines) -> Iterator[Record]:
+    for seq, canonical, prev, digest in _jsonl_parts(lines):
+        yield Record(seq, canonical, prev.decode("latin-1"), digest.decode("latin-1"))
+
+
+def _csv_parts(rows: Iterator[Record]) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    for seq, canonical, prev, digest in rows:
+        yield seq, canonical, prev.encode(), digest.encode()
+
+
+class Bundle(NamedTuple):
+    manifest: dict
+    kind: str  # "jsonl" (raw lines) or "csv" (Records)
+    rows: Iterator
+
+    def records(self) -> Iterator[Record]:
+        return _jsonl_records(self.rows) if self.kind == "jsonl" else self.rows
+
+    def parts(self) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+        return _jsonl_parts(self.rows) if self.kind == "jsonl" else _csv_parts(self.rows)
+
+
+def read_bundle(path: str) -> Bundle:
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as bundle:
             manifest = json.loads(bundle.read("manifest.json"))
             text = bundle.read("events.csv").decode("utf-8")
-        return manifest, _csv_rows(text)
-    handle = open(path, encoding="utf-8", newline="")  # noqa: SIM115 (read lazily below)
-    return _jsonl(handle)
+        return Bundle(manifest, "csv", _csv_rows(text))
+    handle = open(path, "rb")  # noqa: SIM115 (read lazily below)
+    lines = (line for line in handle if not line.isspace())
+    first = next(lines, None)
+    if first is None:
+        raise ValueError("the file is empty")
+    manifest = json.loads(first)
+    if not isinstance(manifest, dict) or manifest.get("type") != "manifest":
+        raise ValueError("line 1 is not the bundle's manifest")
+    return Bundle(manifest, "jsonl", lines)
 
 
 # --- keys and signatures ---------------------------------------------------------------
@@ -276,12 +359,13 @@ def verify_bundle(path: str, *, public_pem: str | None = None, pin: str | None =
 
 def _verify_bundle(path: str, public_pem: str | None, pin: str | None) -> Result:
     result = Result()
-    manifest, rows = read_bundle(path)
+    bundle = read_bundle(path)
+    manifest = bundle.manifest
     head = result.head = manifest.get("tree_head")
     if manifest.get("complete") and head is not None:
-        _check_complete(result, rows, head)
+        _check_complete(result, bundle.parts(), head)
     else:
-        _check_listed(result, manifest, rows)
+        _check_listed(result, manifest, bundle.records())
     if head is None:
         if result.events:
             result.problem("no signed tree head: the records are not tied to a signature")
@@ -318,35 +402,63 @@ def _check_complete(result: Result, rows, head: dict) -> None:
     """The whole log up to the head: the rows are every leaf, in order, so their hashes
     rebuild the signed root (which proves each one's inclusion at once) and the last one
     is the head's chain hash. Leaves are gathered in blocks of a perfect subtree each,
-    hashed a level at a time, so memory stays flat however long the log."""
+    hashed a level at a time, so memory stays flat however long the log. ``rows`` are
+    (seq, canonical bytes, prev hash, hash), the hashes as ASCII hex bytes. The same
+    checks as ``_check_row``, written out once for the walk's sake."""
     size = int(head["tree_size"])
     tree = merkle.CompactRange()
     block: list[bytes] = []
-    fromhex, prev = bytes.fromhex, None
-    count = 0
-    for row in rows:
-        _check_row(result, row, None, None, prev)
+    sha, unhex, problem = sha256, binascii.unhexlify, result.problem
+    count = events = links = first = 0
+    seq = 0
+    last = b""
+    for seq, canonical, prev, digest in rows:
+        events += 1
+        if events == 1:
+            first = seq
+        chained = sha(canonical + prev)
+        if chained.hexdigest().encode() == digest:
+            raw = chained.digest()
+        else:
+            problem(f"#{seq}: hash mismatch (the record was edited)")
+            try:
+                raw = unhex(digest)
+            except (binascii.Error, ValueError):
+                raw = b""
+            if len(raw) != 32:
+                raw = bytes(32)  # not a hash at all: already named as a mismatch
+        if events > 1:
+            if seq <= count:
+                problem(f"#{seq}: out of order after #{count}")
+            elif seq == count + 1:
+                links += 1
+                if prev != last:
+                    problem(f"#{seq}: does not follow #{count} (broken link)")
         count += 1
-        if row.seq != count:
-            result.problem(
-                f"#{count}: missing from the file (removed)" if row.seq > count else f"#{row.seq}: out of place"
-            )
-            count = row.seq
-        try:
-            block.append(sha256(b"\x00" + fromhex(row.hash)).digest())
-        except ValueError:
-            block.append(bytes(32))  # not hex: already named as a hash mismatch
+        if seq != count:
+            problem(f"#{count}: missing from the file (removed)" if seq > count else f"#{seq}: out of place")
+            count = seq
+        block.append(sha(b"\x00" + raw).digest())
         if len(block) == _LEAVES_PER_BLOCK:
             tree.push_subtree(_LEAVES_PER_BLOCK, merkle.perfect_root(block))
             block = []
-        prev = row
-    for leaf in block:
-        tree.push(leaf)
+        last = digest
+    at = 0
+    for bit in reversed(range(_LEAVES_PER_BLOCK.bit_length())):  # the rest, as perfect subtrees
+        width = 1 << bit
+        if len(block) - at >= width:
+            tree.push_subtree(width, merkle.perfect_root(block[at : at + width]))
+            at += width
+    result.events += events
+    result.links_checked += links
+    if events:
+        result.first_seq = first if result.first_seq is None else result.first_seq
+        result.last_seq = seq
     if tree.size != size:
         result.problem(
             f"the file holds {tree.size} records, the signed tree head {size}: truncated or padded"
         )
-    elif prev is not None and prev.hash != head["chain_hash"]:
+    elif events and last != str(head["chain_hash"]).encode():
         result.problem(
             f"#{size}: its hash differs from the signed tree head's (the record was rewritten)"
         )

@@ -190,3 +190,31 @@ def test_a_line_rewritten_by_another_tool_still_verifies(api, ops, events, tmp_p
     path.write_text("\n".join(lines) + "\n")
     code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
     assert code == 0, out
+
+
+def test_an_exported_line_holds_the_hashed_bytes_between_its_ends(api, ops, events, tmp_path):
+    from audit import chain
+
+    events(2)
+    line = _export(api, ops, tmp_path).read_bytes().splitlines()[2]
+    row = json.loads(line)
+    assert line.startswith(b'{"type":"event","action":')
+    canonical = b"{" + line[len(b'{"type":"event",') : line.index(b',"prev_hash":')] + b"}"
+    assert chain.link(canonical, row["prev_hash"]) == row["hash"] == chain.row_hash(row, row["prev_hash"])
+    assert "actor_role" not in row  # empty optional fields are left out, as in the canonical form
+
+
+def test_windows_line_ends_and_any_changed_byte_of_a_whole_log_line(api, ops, events, tmp_path, capsys):
+    events(4)
+    path = _export(api, ops, tmp_path)
+    original = path.read_bytes()
+    path.write_bytes(original.replace(b"\n", b"\r\n"))
+    assert _run(path, _public_key(api, ops, tmp_path), capsys)[0] == 0
+    line = original.splitlines(keepends=True)[3]  # record #3
+    start = original.index(line)
+    for at in (28, line.index(b'"seq":') + 6, len(line) - 40, len(line) - 100):  # field, seq, hash, prev
+        edited = bytearray(original)
+        edited[start + at] = ord("7") if edited[start + at] != ord("7") else ord("8")
+        path.write_bytes(bytes(edited))
+        code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+        assert code == 1 and ("INVALID #3" in out or "INVALID #4" in out or "INVALID #7" in out), (at, out)
