@@ -49,13 +49,30 @@ def _function_methods(view) -> set[str]:
             source = inspect.getsource(fn)
         except (OSError, TypeError):
             source = ""
-        reads_post = reads_post or bool(
-            re.search(r"request\.(POST|method\s*==\s*['\"]POST)", source)
-        )
+        reads_post = reads_post or _reads_post(source) or _helpers_read_post(fn, source)
         fn = getattr(fn, "__wrapped__", None)
     if found:
         return found & set(MUTATING)
     return {"POST"} if reads_post else set()
+
+
+def _reads_post(source: str) -> bool:
+    return bool(re.search(r"request\.(POST|method\s*==\s*['\"]POST)", source))
+
+
+def _helpers_read_post(fn, source: str) -> bool:
+    """A view that hands its request to a helper of its module (``_form(request, …)``)
+    handles POST if that helper reads it."""
+    module = getattr(fn, "__globals__", {})
+    for name in set(re.findall(r"\b(\w+)\(\s*request\b", source)):
+        helper = module.get(name)
+        if inspect.isfunction(helper) and helper.__module__ == getattr(fn, "__module__", None):
+            try:
+                if _reads_post(inspect.getsource(helper)):
+                    return True
+            except (OSError, TypeError):
+                continue
+    return False
 
 
 def methods_of(callback) -> set[str]:
