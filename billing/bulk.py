@@ -1,17 +1,16 @@
-"""Writing many rows at once: binary COPY on PostgreSQL (an order of magnitude faster
+"""Many rows at once. Writing: binary COPY on PostgreSQL (an order of magnitude faster
 than a multi-row INSERT with tens of thousands of parameters, and binary so that
 timestamps and decimals need no formatting as text), ``bulk_create`` elsewhere.
 Values are ones the database takes as is (int, str, Decimal, aware datetime, date,
 bool, None), so no model instance is built on the fast path.
 
-``copy`` takes rows as tuples in the order of the attribute names given (what metering
-builds, tens of thousands a window); ``insert`` takes dicts, any column left out taking
-its default."""
+Rows are tuples in the order of the attribute names given, every column named (a COPY
+leaves the others to the database, which knows no Django defaults). Reading: ``fetch``,
+a query's rows in one fetch from the driver."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 
 from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -69,23 +68,6 @@ def copy(model, names: Sequence[str], rows: list[tuple]) -> int:
             for row in rows:
                 out.write(row)
     return len(rows)
-
-
-def insert(model, rows: list[dict]) -> int:
-    """Write ``rows`` (dicts of attribute name → value; a column left out takes its
-    default)."""
-    if not rows:
-        return 0
-    names = [f.attname for f in model._meta.concrete_fields if not f.primary_key]
-    defaults = {f.attname: f.get_default() for f in model._meta.concrete_fields if not f.primary_key}
-    pick = itemgetter(*names)
-    values = []
-    for row in rows:
-        try:
-            values.append(pick(row))
-        except KeyError:  # a column left out takes its default
-            values.append(pick({**defaults, **row}))
-    return copy(model, names, values)
 
 
 def fetch(queryset) -> list[tuple]:

@@ -179,17 +179,13 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
     changed, moved, rows = [], [], []
     for invoice, lines in drafts:
         new = [
-            {
-                "invoice_id": invoice.pk, "position": i, "kind": ln.kind, "description": ln.description[:200],
-                "sku": ln.sku, "pricing_category": ln.pricing_category, "instance_id": ln.instance_id,
-                "reservation_id": ln.reservation_id, "refers_to_id": ln.refers_to_id, "quantity": ln.quantity,
-                "unit": ln.unit, "unit_price": ln.unit_price, "amount": ln.amount,
-            }
+            (i, ln.kind, ln.description[:200], ln.sku, ln.pricing_category, ln.instance_id, ln.reservation_id,
+             ln.refers_to_id, ln.quantity, ln.unit, ln.unit_price, ln.amount)
             for i, ln in enumerate(lines, start=1)
         ]
-        if [tuple(row[f] for f in LINE_FIELDS) for row in new] != stored.get(invoice.pk, []):
+        if new != stored.get(invoice.pk, []):
             changed.append(invoice)
-            rows += new
+            rows += [(invoice.pk, *line) for line in new]
         usage = sum((ln.amount for ln in lines if ln.kind in (LineKind.USAGE, LineKind.UNUSED_COMMITMENT)), Decimal("0.00"))
         other = sum((ln.amount for ln in lines if ln.kind in (LineKind.CORRECTION, LineKind.ADJUSTMENT)), Decimal("0.00"))
         if (invoice.subtotal, invoice.adjustments, invoice.total) != (usage, other, usage + other):
@@ -198,7 +194,7 @@ def write(drafts: list[tuple[Invoice, list[Line]]], now) -> None:
         invoice.updated_at = now
     if changed:
         InvoiceLine.objects.filter(invoice__in=changed).delete()
-    bulk.insert(InvoiceLine, rows)
+    bulk.copy(InvoiceLine, ("invoice_id", *LINE_FIELDS), rows)
     # Every draft was refreshed now; only those whose totals moved are written in full.
     Invoice.objects.filter(pk__in=[inv.pk for inv, _ in drafts]).update(updated_at=now)
     Invoice.objects.bulk_update(moved, ["subtotal", "adjustments", "total"], batch_size=500)
