@@ -60,23 +60,25 @@ def _plain(value: str) -> str:
     return value.replace("\x00", "\ufffd")
 
 
-def _scrub_text(value: str) -> str:
+def _scrub_text(value: str, secrets: tuple[str, ...]) -> str:
     value = _plain(value)
-    if any(secret in value for secret in _secret_values()):
+    if any(secret in value for secret in secrets):
         return REDACTED
     return _SECRET_VALUE.sub(lambda m: m.group(1) + REDACTED, value)
 
 
-def scrub(details: Any) -> Any:
+def scrub(details: Any, secrets: tuple[str, ...] | None = None) -> Any:
     """Details as the database will keep them: secrets redacted by key name or by shape,
     at any depth; values turned into plain JSON that survives a jsonb round trip."""
+    if secrets is None:
+        secrets = _secret_values()  # once per call, not once per value
     if isinstance(details, dict):
         return {
-            _scrub_text(str(k)): (REDACTED if _is_secret_key(str(k)) else scrub(v))
+            _scrub_text(str(k), secrets): (REDACTED if _is_secret_key(str(k)) else scrub(v, secrets))
             for k, v in details.items()
         }
     if isinstance(details, list | tuple | set | frozenset):
-        return [scrub(v) for v in details]
+        return [scrub(v, secrets) for v in details]
     if isinstance(details, bool) or details is None or isinstance(details, int):
         return details
     if isinstance(details, float):
@@ -86,7 +88,7 @@ def scrub(details: Any) -> Any:
         return int(details) if details.is_integer() and abs(details) >= 1e15 else details
     if isinstance(details, datetime):
         return details.isoformat()
-    return _scrub_text(str(details))
+    return _scrub_text(str(details), secrets)
 
 
 def clean_text(value: str, limit: int) -> str:
