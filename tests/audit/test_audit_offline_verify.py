@@ -218,3 +218,19 @@ def test_windows_line_ends_and_any_changed_byte_of_a_whole_log_line(api, ops, ev
         path.write_bytes(bytes(edited))
         code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
         assert code == 1 and ("INVALID #3" in out or "INVALID #4" in out or "INVALID #7" in out), (at, out)
+
+
+def test_a_bundle_in_the_earlier_line_form_still_verifies(api, ops, events, tmp_path, capsys):
+    from audit import chain
+
+    events(3)
+    path = _export(api, ops, tmp_path)
+    lines = path.read_text().splitlines()
+    order = ("type", *chain.FIELDS, "prev_hash", "hash")  # format 2: seq first, every field
+    for i in range(1, len(lines)):
+        row = {"actor_role": "", "target_name": "", **json.loads(lines[i])}
+        lines[i] = json.dumps({k: row[k] for k in order}, separators=(",", ":"), ensure_ascii=False)
+    path.write_text("\n".join(lines) + "\n")
+    code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+    assert code == 0, out
+    assert offline_verify._exported_record(lines[1]) is not None  # the earlier fast path
