@@ -135,7 +135,7 @@ class Hello(Struct, tag="hello", tag_field="type", omit_defaults=True):
         return out
 
 
-class Proc(Struct, omit_defaults=True):
+class Proc(Struct, omit_defaults=True, gc=False):
     pid: _int(*PID)
     used_memory: _int(0, SAFE_INT) | UnsetType = UNSET
     sm_util: Annotated[float, Meta(ge=PERCENT[0], le=PERCENT[1])] | UnsetType = UNSET
@@ -156,17 +156,17 @@ def _metric(low: float, high: float, integral: bool):
 # know are ignored when well formed with a finite value (``metric_error``), at most
 # MAX_METRICS in all.
 Metrics = msgspec.defstruct("Metrics", [(name, _metric(*rule), UNSET) for name, rule in METRICS.items()],
-                            module=__name__)
+                            module=__name__, gc=False)
 BIG_METRICS = tuple(name for name, (_, high, _) in METRICS.items() if high > 2**63 - 1)
 
 
-class Event(Struct, omit_defaults=True):
+class Event(Struct, omit_defaults=True, gc=False):
     kind: _text(32, 1)
     code: _int(0, 65535) | None = None
     message: Annotated[str, Meta(max_length=MAX_MESSAGE)] = ""
 
 
-class Record(Struct, omit_defaults=True):
+class Record(Struct, omit_defaults=True, gc=False):
     seq: Seq
     t: Annotated[float, Meta(ge=EARLIEST_T)]
     gpu: _text(96, 4, GPU_UUID)
@@ -181,7 +181,7 @@ class Record(Struct, omit_defaults=True):
         return self.slice or self.gpu
 
 
-class Samples(Struct, tag="samples", tag_field="type"):
+class Samples(Struct, tag="samples", tag_field="type", gc=False):
     boot_id: BootId
     records: Annotated[list[Record], Meta(min_length=1, max_length=MAX_RECORDS_PER_FRAME)]
     v: Literal[1] | UnsetType = UNSET  # required on the wire: a frame without it is refused (4426)
@@ -220,9 +220,11 @@ def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | No
             record.m = {}
         else:
             record.m = m = to_builtins(m)  # the metrics read, as a dict
-            for name in BIG_METRICS:
-                if m.get(name, 0) > U64:
-                    return "bad_field", f"records[{i}].m.{name} must be an integer between 0 and {U64:g}", CLOSE_BAD_FRAME
+            if m and max(m.values()) > U64:
+                for name in BIG_METRICS:
+                    if m.get(name, 0) > U64:
+                        return ("bad_field", f"records[{i}].m.{name} must be an integer between 0 and {U64:g}",
+                                CLOSE_BAD_FRAME)
         if record.procs is UNSET:
             record.procs = None
         record.event = None
