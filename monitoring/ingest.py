@@ -76,10 +76,11 @@ class Device:
     model_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(msgspec.Struct, frozen=True, gc=False):
     """A device and who held it at a reading's time: what the reading's row names.
-    ``ids`` is that row's gpu_id, slice_id, instance_id and team_id as COPY text."""
+    ``ids`` is that row's gpu_id, slice_id, instance_id and team_id as COPY text.
+    (Not tracked by the garbage collector, as the wire structs are not: a flush holds
+    one pair of a record and its holder per reading, and they hold no cycles.)"""
 
     uuid: str
     device: Device
@@ -373,7 +374,7 @@ def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int
     attributed, newest = [], {}
     discarded = 0
     for batch in batches:
-        kept = []
+        kept, present = [], set()
         for record in batch.records:
             uuid = record.slice or record.gpu
             entry = known.get(uuid, False)
@@ -401,17 +402,42 @@ def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int
                 if held is None:
                     held = by_holder[(uuid, *holder)] = Held.of(uuid, entry, *holder)
             kept.append((record, held))
-            if not record.event:
-                last = newest.get(uuid)
-                if last is None or record.t >= last[0].t:
-                    newest[uuid] = (record, held)
+            present.add(uuid)
         attributed.append(kept)
+        _newest(kept, len(present), newest)
     latest = {
         uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=held.device, t=record.t,
                             m=record.m, instance=held.instance_id, team=held.team_id)
         for uuid, (record, held) in newest.items()
     }
     return Prepared(link, batches, attributed, holds.team_ids(), discarded, latest, ahead)
+
+
+def _newest(kept: list[tuple[Record, Held]], devices: int, newest: dict[str, tuple[Record, Held]]) -> None:
+    """Keep in ``newest`` each device's reading with the latest time (the later one of
+    equal times). Readings mostly come in time order: then each of the ``devices``
+    devices' last reading is its newest, found from the end."""
+    times = [record.t for record, _ in kept]
+    if times != sorted(times):
+        found = kept
+    else:
+        found, seen = [], set()
+        for pair in reversed(kept):
+            if len(seen) == devices:
+                break
+            record = pair[0]
+            uuid = record.slice or record.gpu
+            if uuid not in seen and not record.event:
+                seen.add(uuid)
+                found.append(pair)
+        found.reverse()
+    for pair in found:
+        record = pair[0]
+        if not record.event:
+            uuid = record.slice or record.gpu
+            last = newest.get(uuid)
+            if last is None or record.t >= last[0].t:
+                newest[uuid] = pair
 
 
 def commit(prepared: list[Prepared]) -> list[Stored]:
@@ -625,28 +651,35 @@ def copy_readings(found: list[tuple[Record, Held]]) -> None:
 
 def copy_text(found: list[tuple[Record, Held]]) -> tuple[str, set[date]]:
     """COPY text (SAMPLE_COLUMNS order) of the readings, and the days they fall on."""
-    values = [list(map(record.m.get, RAW_METRICS)) for record, _ in found]
+    values = [tuple(map(record.m.get, RAW_METRICS)) for record, _ in found]
     metrics = _encode(values)
     if _LONG_NUMBER in metrics.translate(_DIGITS_AS_0):
         metrics = _encode([_signed(row) for row in values])
     metrics = metrics.decode()[2:-2].replace(",", "\t").replace("null", NULL).split("]\t[")
-    heads, seconds = [], set()
+    heads, seconds, unset = [], set(), msgspec.UNSET
+    append, last, second = heads.append, None, ""
     for record, held in found:
-        sec, us = split_t(record.t)
-        seconds.add(sec // 86_400)
+        t = record.t
+        sec = int(t)  # split_t, inline: this loop runs once per reading
+        us = round((t - sec) * 1e6)
+        if us >= 1_000_000:
+            sec, us = sec + 1, us - 1_000_000
+        if sec != last:  # readings of one tick share their second
+            last, second = sec, _second_text(sec)
+            seconds.add(sec // 86_400)
         procs = record.procs
-        if procs is None or procs is msgspec.UNSET:
+        if procs is None or procs is unset:
             procs = NULL
         else:
             procs = _encode(procs).decode()
             if "\\" in procs:
                 procs = procs.replace("\\", "\\\\")  # JSON never holds raw tabs or newlines
-        heads.append(f"{_second_text(sec)}.{us:06d}+00:00\t{held.ids}\t{procs}")
+        append(f"{second}.{us:06d}+00:00\t{held.ids}\t{procs}")
     days = {date(1970, 1, 1) + timedelta(days=d) for d in seconds}
     return "\n".join(map("\t".join, zip(heads, metrics, strict=True))) + "\n", days
 
 
-def _signed(row: list) -> list:
+def _signed(row) -> list:
     return [to_signed(v) if v is not None and v > _SIGNED_MAX else v for v in row]
 
 
@@ -656,7 +689,7 @@ def _row(record: Record, held: Held) -> tuple:
     return (
         _at(record.t), held.device.gpu_id, held.device.slice_id, held.instance_id, held.team_id,
         None if procs is None or procs is msgspec.UNSET else protocol.encode_procs(procs),
-        *_signed(list(map(record.m.get, RAW_METRICS))),
+        *_signed(map(record.m.get, RAW_METRICS)),
     )
 
 
