@@ -138,14 +138,19 @@ def readings_of(message: dict) -> str:
     return RECORD.join(pack(gpu) for gpu in message.get("gpus", ()))
 
 
+QUIET_S = 0.03  # a burst of agent frames has ended once none came for this long
+
+
 class Coalescer:
     """One event per group per ``interval``; see the module docstring.
 
-    Writers say when a write of samples starts (``writing``) and hand its readings over
-    when it ends (``written``). A flush that could go at once (the leading edge) first
-    waits for the writes already under way, at most ``interval`` in all: agents that
-    sample in step send a burst of frames, and the whole burst then goes out in one
-    event instead of its first frame at once and the rest a full interval later.
+    The ingest says when an agent frame arrives (``writing``) and hands its readings
+    over once they are attributed (``written``). A flush that could go at once (the
+    leading edge) first waits for the burst to end, at most ``interval`` in all: until
+    the frames that arrived are attributed and no other has come for ``QUIET_S``.
+    Agents that sample in step send a burst of frames, which the server reads over tens
+    of milliseconds; the whole burst then goes out in one event instead of its first
+    frames at once and the rest a full interval later.
     """
 
     def __init__(self, interval: float):
@@ -154,12 +159,14 @@ class Coalescer:
         self.task: asyncio.Task | None = None
         self.sent = 0
         self.last_flush = float("-inf")
-        self.busy = 0  # writes under way
+        self.busy = 0  # frames arrived, their readings not yet attributed
+        self.arrived = float("-inf")  # loop time of the last frame's arrival
         self.idle = asyncio.Event()
         self.idle.set()
 
     def writing(self) -> None:
         self.busy += 1
+        self.arrived = asyncio.get_running_loop().time()
         self.idle.clear()
 
     def written(self, latest: dict[str, dict]) -> None:
@@ -187,11 +194,16 @@ class Coalescer:
         deadline = loop.time() + self.interval
         if delay:
             await asyncio.sleep(delay)
-        if not self.idle.is_set() and loop.time() < deadline:
-            try:
-                await asyncio.wait_for(self.idle.wait(), deadline - loop.time())
-            except TimeoutError:
-                pass
+        while (now := loop.time()) < deadline:  # until the burst under way has ended
+            if not self.idle.is_set():
+                try:
+                    await asyncio.wait_for(self.idle.wait(), deadline - now)
+                except TimeoutError:
+                    break
+            elif now - self.arrived < QUIET_S:
+                await asyncio.sleep(min(QUIET_S - (now - self.arrived), deadline - now))
+            else:
+                break
         self.last_flush = loop.time()
         batch, self.pending = self.pending, {}
         out = sends(list(batch.values()))

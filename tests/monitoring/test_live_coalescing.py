@@ -81,7 +81,7 @@ async def test_a_failed_write_counts_as_ended(sent):
     c.writing()
     c.written({})  # failed: no readings
     c.written({"a": entry("a", 1.0)})
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(fanout.QUIET_S + 0.02)
     assert [ts for _, group, ts in sent if group == "fleet"] == [[1.0]]
 
 
@@ -120,3 +120,18 @@ def test_a_message_of_an_earlier_release_is_read_too():
     [(uuid, key, text)] = fanout.unpack(fanout.readings_of(old))
     assert (uuid, key) == ("a", (2.0, True))
     assert json.loads(text) == readings.public({**entry("a", 2.0), "stale": True})
+
+
+async def test_a_burst_read_over_tens_of_milliseconds_goes_out_in_one_event(sent):
+    # The server reads a lockstep burst frame by frame: each is attributed before the
+    # next arrives, so nothing is "under way" between them; the gaps are short.
+    c = fanout.Coalescer(0.5)
+    start = asyncio.get_running_loop().time()
+    for name in "abcdef":
+        c.writing()
+        c.written({name: entry(name, 1.0)})
+        await asyncio.sleep(fanout.QUIET_S / 3)
+    await asyncio.sleep(2 * fanout.QUIET_S)
+    fleet = [(when, ts) for when, group, ts in sent if group == "fleet"]
+    assert [ts for _, ts in fleet] == [[1.0] * 6]
+    assert fleet[0][0] - start < 0.2  # when the burst ended, not an interval later
