@@ -20,7 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chain, context, keys, merkle, signing, stream
+from . import chain, context, keys, merkle, sealer, signing, stream
 from .models import (
     ActorType,
     AuditEvent,
@@ -281,10 +281,13 @@ def _append(event: AuditEvent, details_text: str, user) -> None:
     if event.seq is not None:
         _after_move(head_seq, event.seq)
     # Whoever found the head held left their records pending and counts on its holder to
-    # look again once it lets go: this is that look (one round trip when nothing waits).
-    # Once per transaction; outside one, the statement has committed and it runs now.
-    if not any(hook[1] is seal_pending for hook in connection.run_on_commit):
-        transaction.on_commit(seal_pending, robust=True)
+    # look again once it lets go: this is that look (one round trip when nothing waits),
+    # made at once or, with AUDIT_SEAL_DELAY_MS, by this process's sealer thread a moment
+    # later for every commit meanwhile. Once per transaction; outside one, the statement
+    # has committed and it runs now.
+    look = sealer.sealer.request if sealer.delay_seconds() else seal_pending
+    if not any(hook[1] == look for hook in connection.run_on_commit):
+        transaction.on_commit(look, robust=True)
 
 
 def _move_head(old_seq: int, new_seq: int, new_hash: str) -> None:

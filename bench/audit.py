@@ -9,7 +9,9 @@
    from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
    workers are), beside the same writers committing a plain one-row INSERT (the peer);
    once with the transaction ending at the write, once with ``--caller-ms`` more work in
-   it; then the whole log verified (one gap-free chain, nothing left pending);
+   it; audited writers make the after-commit look through the sealer thread
+   (``--seal-delay-ms``, AUDIT_SEAL_DELAY_MS), and once more with the look made at once;
+   then the whole log verified (one gap-free chain, nothing left pending);
 5. the offline verifier (``audit.offline_verify``, no Django, no database) on a whole-log
    JSON Lines bundle, the same as a zip of CSV rows, and a bundle of every tenth record
    with inclusion proofs, beside hashlib's raw SHA-256 of the same records.
@@ -293,9 +295,12 @@ def _append_worker(env: dict, seconds: float, ready, results, audited: bool, cal
     results.put(count)
 
 
-def append_rate(env: dict, writers: int, seconds: float, audited: bool = True, caller_ms: float = 0) -> dict:
+def append_rate(
+    env: dict, writers: int, seconds: float, audited: bool = True, caller_ms: float = 0, seal_delay_ms: float = 0
+) -> dict:
     import multiprocessing
 
+    env = {**env, "AUDIT_SEAL_DELAY_MS": str(seal_delay_ms)}
     ctx = multiprocessing.get_context("spawn")
     ready, results = ctx.Barrier(writers + 1), ctx.Queue()
     procs = [
@@ -308,13 +313,15 @@ def append_rate(env: dict, writers: int, seconds: float, audited: bool = True, c
     total = sum(results.get(timeout=seconds + 120) for _ in procs)
     for proc in procs:
         proc.join()
-    return {"writers": writers, "seconds": seconds, "caller_ms": caller_ms, "events": total,
-            "events_per_s": round(total / seconds)}
+    return {"writers": writers, "seconds": seconds, "caller_ms": caller_ms, "seal_delay_ms": seal_delay_ms,
+            "events": total, "events_per_s": round(total / seconds)}
 
 
-def append_bench(env: dict, seconds: float, caller_ms: float) -> dict:
+def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: float = 20) -> dict:
     """1 writer vs 8, audited vs a plain one-row INSERT (the peer), with the caller's
-    transaction ending at once and with ``caller_ms`` more work after the write."""
+    transaction ending at once and with ``caller_ms`` more work after the write. Audited
+    writers make the after-commit look through the sealer thread (``seal_delay_ms``);
+    with the caller ending at once, also with the look made at once (``…_look_now``)."""
     from django.db import connection
 
     from audit.models import AuditEvent
@@ -329,7 +336,9 @@ def append_bench(env: dict, seconds: float, caller_ms: float) -> dict:
         for audited in (False, True):
             for writers in (1, 8):
                 name = f"{'audited' if audited else 'plain'}_{writers}_{work:g}ms"
-                runs[name] = append_rate(env, writers, seconds, audited, work)
+                runs[name] = append_rate(env, writers, seconds, audited, work, seal_delay_ms)
+    for writers in (1, 8):
+        runs[f"audited_{writers}_0ms_look_now"] = append_rate(env, writers, seconds, True, 0, 0)
     connection.close()
     pending = AuditEvent.objects.filter(seq__isnull=True).count()
     seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
@@ -342,8 +351,11 @@ def append_bench(env: dict, seconds: float, caller_ms: float) -> dict:
         for writers in (1, 8):
             ratios[f"audited_vs_plain_{writers}_{work:g}ms"] = round(
                 rate[f"audited_{writers}_{work:g}ms"] / rate[f"plain_{writers}_{work:g}ms"], 2)
+    for writers in (1, 8):
+        ratios[f"audited_look_now_vs_plain_{writers}_0ms"] = round(
+            rate[f"audited_{writers}_0ms_look_now"] / rate[f"plain_{writers}_0ms"], 2)
     return {
-        "rates": rate, "ratios": ratios, "runs": runs, "pending_after": pending,
+        "seal_delay_ms": seal_delay_ms, "rates": rate, "ratios": ratios, "runs": runs, "pending_after": pending,
         "gap_free": seqs.count() == seqs.last(), "valid": report.valid, "cpus": os.cpu_count(),
         "load": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
@@ -476,6 +488,10 @@ def main() -> None:
         help="work in the caller's transaction after the audited write (second series)",
     )
     parser.add_argument(
+        "--seal-delay-ms", type=float, default=20.0,
+        help="AUDIT_SEAL_DELAY_MS of the audited writers (the look after commit, by the sealer thread)",
+    )
+    parser.add_argument(
         "--offline", type=int, metavar="N",
         help="only the offline verifier on bundles of N events, beside raw SHA-256 (no database)",
     )
@@ -496,7 +512,7 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        appended = append_bench(env, args.append_seconds, args.caller_ms)
+        appended = append_bench(env, args.append_seconds, args.caller_ms, args.seal_delay_ms)
         _drop(args)
         _print_append(appended)
         print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "append": appended}))
@@ -522,7 +538,7 @@ def main() -> None:
         daphne.terminate()
         daphne.wait(10)
     verified = verify_command(env)
-    appended = append_bench(env, args.append_seconds, args.caller_ms)
+    appended = append_bench(env, args.append_seconds, args.caller_ms, args.seal_delay_ms)
     result = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"), "events": args.events, "export_api_small": small,
         "export_api": full, "copy": copy, "export_vs_copy": round(full["rows_per_s"] / copy["rows_per_s"], 3),

@@ -97,3 +97,28 @@ def test_sealing_continues_the_chain_and_the_tree_head(events):
     assert checkpoint.seq == 5 and seqs("test.pending") == [4, 5]
     assert services.record_event(actor="system", action="test.after").seq == 6
     assert verify().valid
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_a_seal_delay_the_sealer_thread_seals_what_waits(settings):
+    import time
+
+    from audit.sealer import sealer
+
+    settings.AUDIT_SEAL_DELAY_MS = 5
+    try:
+        with head_held():
+            for _ in range(3):
+                with transaction.atomic():
+                    services.record_event(actor="writer", action="test.pending")
+            assert seqs("test.pending") == [None, None, None]
+        # nobody calls anything now: the thread's look, after the holder's commit, seals them
+        for _ in range(200):
+            if None not in seqs("test.pending"):
+                break
+            time.sleep(0.02)
+        assert sorted(seqs("test.pending")) == [2, 3, 4]
+    finally:
+        sealer.stop()
+    assert verify().valid
