@@ -21,7 +21,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +65,10 @@ class Sealer:
                 # ones set the flag again and get a look of their own.
                 wake.clear()
                 try:
-                    close_old_connections()
-                    seal_pending()
+                    seal_pending()  # on this thread's own connection, kept between looks
                 except Exception:  # the next request looks again; each signing seals too
                     logger.exception("audit: sealing pending records failed")
+                    connection.close()  # the next look connects afresh
         finally:
             connection.close()
 
