@@ -64,11 +64,14 @@ class Sealer:
                 # Requests made before this point are covered by the look below; later
                 # ones set the flag again and get a look of their own.
                 wake.clear()
-                try:
-                    seal_pending()  # on this thread's own connection, kept between looks
-                except Exception:  # the next request looks again; each signing seals too
-                    logger.exception("audit: sealing pending records failed")
-                    connection.close()  # the next look connects afresh
+                for attempt in (1, 2):
+                    try:
+                        seal_pending()  # on this thread's own connection, kept between looks
+                        break
+                    except Exception:  # e.g. the server dropped an idle connection
+                        connection.close()  # the next attempt connects afresh
+                        if attempt == 2:  # the next request looks again; each signing seals too
+                            logger.exception("audit: sealing pending records failed")
         finally:
             connection.close()
 
