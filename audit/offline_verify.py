@@ -92,27 +92,42 @@ _TAIL = len(',"prev_hash":"') + 64 + len('","hash":"') + 64 + len('"}')
 
 
 def _csv_rows(text: str) -> Iterator[Record]:
+    for seq, canonical, prev, digest in _csv_cells(text):
+        yield Record(seq, canonical, prev, digest)
+
+
+def _csv_cells(text: str) -> Iterator[tuple[int, bytes, str, str]]:
+    """(seq, canonical bytes, prev hash, hash) of every row of ``events.csv``."""
     reader = csv.reader(io.StringIO(text, newline=""))
     columns = next(reader, None)
     if columns is None or tuple(columns) != _HEADER:
         raise ValueError("events.csv: unexpected header row")
-    width, uncell = len(columns), chain.csv_uncell
+    width, uncell, quote = len(columns), chain.csv_uncell, chain._quote
+    # A spreadsheet-safe cell starts with a quote; the first column is a number, so such a
+    # cell always follows a comma. Without one anywhere, no cell needs undoing.
+    escaped = ",'" in text or ",\"'" in text
     for number, cells in enumerate(reader, 2):
         if len(cells) != width:
             raise ValueError(f"events.csv line {number}: {len(cells)} cells, expected {width}")
-        for i in _CSV_TEXT:
-            if cells[i][:1] == "'":
-                cells[i] = uncell(cells[i])
+        if escaped:
+            for i in _CSV_TEXT:
+                if cells[i][:1] == "'":
+                    cells[i] = uncell(cells[i])
         seq, time, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, role, tname, details, prev, digest = cells  # fmt: skip
         try:
-            number_ = int(seq)
+            seq = int(seq)
         except ValueError:
             raise ValueError(f"events.csv line {number}: seq {seq!r} is not a number") from None
-        canonical = _canonical_text(
-            number_, time, at, aid, an, team or None, action, tt, tid, outcome, ip or None, ua, req,
-            role, tname, details,
-        )  # fmt: skip
-        yield Record(number_, canonical, prev, digest)
+        # chain.canonical_str, written out for the walk's sake
+        canonical = (
+            f'{{"action":{quote(action)},"actor_id":{quote(aid)},"actor_name":{quote(an)},'
+            f'{f""""actor_role":{quote(role)},""" if role else ""}"actor_type":{quote(at)},'
+            f'"details":{details},"outcome":{quote(outcome)},"request_id":{quote(req)},"seq":{seq},'
+            f'"source_ip":{quote(ip) if ip else "null"},"target_id":{quote(tid)},'
+            f'{f""""target_name":{quote(tname)},""" if tname else ""}"target_type":{quote(tt)},'
+            f'"team_id":{team or "null"},"time":{quote(time)},"user_agent":{quote(ua)}}}'
+        ).encode()  # fmt: skip
+        yield seq, canonical, prev, digest
 
 
 # An event line exactly as the console exports it (``export.jsonl_line``): every value is
@@ -243,18 +258,18 @@ def _jsonl_records(lines) -> Iterator[Record]:
         yield Record(seq, canonical, prev.decode("latin-1"), digest.decode("latin-1"))
 
 
-def _csv_parts(rows: Iterator[Record]) -> Iterator[tuple[int, bytes, bytes, bytes]]:
-    for seq, canonical, prev, digest in rows:
+def _csv_parts(text: str) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    for seq, canonical, prev, digest in _csv_cells(text):
         yield seq, canonical, prev.encode(), digest.encode()
 
 
 class Bundle(NamedTuple):
     manifest: dict
-    kind: str  # "jsonl" (raw lines) or "csv" (Records)
-    rows: Iterator
+    kind: str  # "jsonl" (rows: the raw lines) or "csv" (rows: the text of events.csv)
+    rows: Iterator | str
 
     def records(self) -> Iterator[Record]:
-        return _jsonl_records(self.rows) if self.kind == "jsonl" else self.rows
+        return _jsonl_records(self.rows) if self.kind == "jsonl" else _csv_rows(self.rows)
 
     def parts(self) -> Iterator[tuple[int, bytes, bytes, bytes]]:
         return _jsonl_parts(self.rows) if self.kind == "jsonl" else _csv_parts(self.rows)
@@ -265,7 +280,7 @@ def read_bundle(path: str) -> Bundle:
         with zipfile.ZipFile(path) as bundle:
             manifest = json.loads(bundle.read("manifest.json"))
             text = bundle.read("events.csv").decode("utf-8")
-        return Bundle(manifest, "csv", _csv_rows(text))
+        return Bundle(manifest, "csv", text)
     handle = open(path, "rb")  # noqa: SIM115 (read lazily below)
     lines = (line for line in handle if not line.isspace())
     first = next(lines, None)

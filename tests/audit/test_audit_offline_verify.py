@@ -234,3 +234,15 @@ def test_a_bundle_in_the_earlier_line_form_still_verifies(api, ops, events, tmp_
     code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
     assert code == 0, out
     assert offline_verify._exported_record(lines[1]) is not None  # the earlier fast path
+
+
+def test_a_zip_with_spreadsheet_safe_cells_verifies(api, ops, events, tmp_path, capsys):
+    from audit import services
+
+    events(2)
+    services.record_event(actor='=HYPERLINK("x")', action="@SUM(A1)", target_type="+cmd", target_id="'-1")
+    events(1)
+    path = _export(api, ops, tmp_path, "csv")
+    code, out = _run(path, _public_key(api, ops, tmp_path), capsys)
+    assert code == 0, out
+    assert "4 events (#1..#4), the signed root rebuilt from all 4 records" in out
