@@ -1,5 +1,6 @@
 """HTTP through Django; websockets through each app's routing (agents and browsers)."""
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -29,3 +30,8 @@ if settings.INPROCESS_SCHEDULER:
     InProcessScheduler().start()
 
 application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})
+
+# Everything imported so far lives as long as the process: move it out of the cyclic
+# collector's reach, so a full collection (every few seconds under the live fan-out's
+# allocations) walks only what was made since, not all of Django (85-167 ms stalls).
+gc.freeze()
