@@ -137,11 +137,21 @@ class Holds:
     @classmethod
     def read_many(cls, host_ids: set[int], first: datetime, last: datetime) -> dict[int, Holds]:
         """{host id: its holds over [first, last]}: one query for all the hosts of a flush."""
-        rows = (
-            GpuHold.objects.filter(gpu__host_id__in=host_ids, start__lte=last)
-            .filter(Q(end__isnull=True) | Q(end__gt=first))
-            .values_list("gpu__host_id", "gpu_id", "slice_id", "start", "end", "instance_id", "team_id")
-        )
+        if connection.vendor == "postgresql":  # a few parameters however many hosts (see _values)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    'SELECT g.host_id, h.gpu_id, h.slice_id, h.start, h."end", h.instance_id, h.team_id '
+                    f"FROM {GpuHold._meta.db_table} h JOIN {Gpu._meta.db_table} g ON g.id = h.gpu_id "
+                    'WHERE g.host_id = ANY(%s) AND h.start <= %s AND (h."end" IS NULL OR h."end" > %s)',
+                    [sorted(host_ids), last, first],
+                )
+                rows = cursor.fetchall()
+        else:
+            rows = (
+                GpuHold.objects.filter(gpu__host_id__in=host_ids, start__lte=last)
+                .filter(Q(end__isnull=True) | Q(end__gt=first))
+                .values_list("gpu__host_id", "gpu_id", "slice_id", "start", "end", "instance_id", "team_id")
+            )
         by_host: dict[int, list] = {}
         for host_id, *row in rows:
             by_host.setdefault(host_id, []).append(row)
@@ -546,14 +556,17 @@ def _advance_all(prepared: list[Prepared]) -> dict[int, list[tuple[int, int]]]:
     transaction ends, so two connections never store the same record. Connections of
     one host that meet in one flush share the session's mark, in flush order.
     """
+    new = {(p.link.host_id, batch.boot_id) for p in prepared for batch in p.batches if batch.boot_id not in p.link.high}
+    if new:
+        found = _sessions(new)
+        for p in prepared:
+            for batch in p.batches:
+                if batch.boot_id not in p.link.high:
+                    p.link.high[batch.boot_id] = found[(p.link.host_id, batch.boot_id)]
     sessions: dict[int, list[int]] = {}  # session id -> [highest mark a link saw, highest last seq]
     for p in prepared:
         for batch in p.batches:
-            known = p.link.high.get(batch.boot_id)
-            if known is None:
-                session, _ = AgentSession.objects.get_or_create(host_id=p.link.host_id, boot_id=batch.boot_id)
-                known = p.link.high[batch.boot_id] = (session.pk, session.last_seq)
-            session_id, seen = known
+            session_id, seen = p.link.high[batch.boot_id]
             marks = sessions.setdefault(session_id, [seen, 0])
             marks[0] = max(marks[0], seen)
             marks[1] = max(marks[1], batch.last_seq)
@@ -574,12 +587,34 @@ def _advance_all(prepared: list[Prepared]) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+def _sessions(wanted: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[int, int]]:
+    """{(host id, boot_id): (session id, high mark)} of the sessions the links of a flush
+    meet for the first time, made when new: two queries and an insert for all of them."""
+    hosts, boots = {h for h, _ in wanted}, {b for _, b in wanted}
+
+    def read() -> dict:
+        rows = AgentSession.objects.filter(host_id__in=hosts, boot_id__in=boots)
+        return {(h, b): (pk, seq) for h, b, pk, seq in rows.values_list("host_id", "boot_id", "pk", "last_seq")
+                if (h, b) in wanted}
+
+    found = read()
+    if len(found) < len(wanted):
+        AgentSession.objects.bulk_create([AgentSession(host_id=h, boot_id=b) for h, b in sorted(wanted - found.keys())],
+                                         ignore_conflicts=True)  # another connection may make one meanwhile
+        found = read()
+    return found
+
+
 def _values(rows: list[tuple], names: tuple[str, ...], types: tuple[str, ...]) -> tuple[str, list]:
-    """Literal rows as a FROM item named ``v`` with columns ``names``, and its parameters."""
-    params = [x for row in rows for x in row]
+    """Literal rows as a FROM item named ``v`` with columns ``names``, and its parameters.
+
+    On PostgreSQL one array per column (``unnest``): a statement with a few parameters,
+    whose client-side conversion psycopg caches, where a VALUES list would have a
+    parameter per value and be parsed again for every flush."""
     if connection.vendor == "postgresql":
-        one = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
-        return f"(VALUES {', '.join([one] * len(rows))}) AS v ({', '.join(names)})", params
+        arrays = ", ".join(f"%s::{t}[]" for t in types)
+        return f"unnest({arrays}) AS v ({', '.join(names)})", [list(column) for column in zip(*rows, strict=True)]
+    params = [x for row in rows for x in row]
     one = "(" + ", ".join(["%s"] * len(names)) + ")"
     columns = ", ".join(f"column{i + 1} AS {name}" for i, name in enumerate(names))
     return f"(SELECT {columns} FROM (VALUES {', '.join([one] * len(rows))})) AS v", params
@@ -736,11 +771,6 @@ def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
         return
     adapt = connection.ops.adapt_datetimefield_value
     now = adapt(timezone.now())
-    params, groups = [], []
-    for uuid, (host_id, e) in sorted(latest.items()):
-        groups.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s)")
-        params += [uuid, host_id, e["_gpu_id"], e["_slice_id"], e["instance"], e["team"],
-                   adapt(datetime.fromtimestamp(e["_t"], tz=UTC)), now, json.dumps(e["m"])]
     table = "monitoring_gpulatest"
     newer = f"{table}.time <= excluded.time"
     # last_seen is when the reading shown arrived: staleness is judged on this server's
@@ -748,12 +778,31 @@ def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
     # was corrected) turns stale. The agent being alive is AgentState.last_seen_at.
     moving = ("host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics", "last_seen")
     sets = [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE {table}.{c} END" for c in moving]
-    sql = (
-        f"INSERT INTO {table} (uuid, host_id, gpu_id, slice_id, instance_id, team_id, time, last_seen, metrics) "
-        f"VALUES {', '.join(groups)} ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
-    )
+    columns = "uuid, host_id, gpu_id, slice_id, instance_id, team_id, time, last_seen, metrics"
+    rows = [(uuid, host_id, e["_gpu_id"], e["_slice_id"], e["instance"], e["team"], _time_text(e["_t"]), e["m"])
+            for uuid, (host_id, e) in sorted(latest.items())]
+    if connection.vendor == "postgresql":  # every reading in one JSON parameter (see _values)
+        sql = (
+            f"INSERT INTO {table} ({columns}) SELECT uuid, host_id, gpu_id, slice_id, instance_id, team_id, "
+            f"time, %s, metrics FROM jsonb_to_recordset(%s::jsonb) AS v (uuid text, host_id bigint, "
+            f"gpu_id bigint, slice_id bigint, instance_id bigint, team_id bigint, time timestamptz, metrics jsonb) "
+            f"ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
+        )
+        keys = ("uuid", "host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics")
+        params = [now, _encode([dict(zip(keys, row, strict=True)) for row in rows]).decode()]
+    else:
+        groups = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        sql = f"INSERT INTO {table} ({columns}) VALUES {groups} ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
+        params = [x for *head, when, m in rows
+                  for x in (*head, adapt(datetime.fromisoformat(when)), now, json.dumps(m))]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def _time_text(t: float) -> str:
+    """A reading's time as text, rounded to the microsecond as ``datetime.fromtimestamp`` rounds."""
+    sec, us = split_t(t)
+    return f"{_second_text(sec)}.{us:06d}+00:00"
 
 
 def _add_counts(counts: dict[int, list[int]]) -> None:
