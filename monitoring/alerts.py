@@ -291,18 +291,21 @@ class Watch:
                     self.fleet[uuid].append(ref)
         self.loaded_at, self.loaded_teams = time.monotonic(), teams
         self.bases, self.refresh_s = {}, thresholds()["refresh_s"]
-        if not self.resumed:
-            self._resume()
 
     def _resume(self) -> None:
         """After a (re)connect: alerts this host's rules left open are tracked again,
         so they resolve when their condition clears."""
-        refs = {r.id: r for rs in [*self.fleet.values(), *self.teams.values()] for r in rs}
-        active = Alert.objects.filter(host_id=self.host_id, state__in=ACTIVE_STATES, rule_id__in=list(refs))
-        for key, rule_id, uuid, instance_id, team_id in active.values_list(
-            "key", "rule_id", "uuid", "instance_id", "team_id"
-        ):
-            rule = refs[rule_id]
+        _resume_many([self])
+
+    def _refs(self) -> dict[int, RuleRef]:
+        return {r.id: r for rs in [*self.fleet.values(), *self.teams.values()] for r in rs}
+
+    def _track_open(self, rows) -> None:
+        refs = self._refs()
+        for key, rule_id, uuid, instance_id, team_id in rows:
+            rule = refs.get(rule_id)
+            if rule is None:
+                continue
             if rules.METRICS[rule.metric].how != rules.INGEST:
                 continue
             self.tracks.setdefault(uuid, {})[rule_id] = Track(
@@ -457,6 +460,21 @@ def load_many(items: list[tuple[Watch, dict, set[int]]]) -> None:
                                   "team_id", "instance_id", "host_id", "gpu_model_id"))
     for watch, devices, wanted in due:
         watch._assign(devices, wanted, rows)
+    _resume_many([watch for watch, _, _ in due if not watch.resumed])
+
+
+def _resume_many(watches: list[Watch]) -> None:
+    """``Watch._resume`` for many hosts' watches: the alerts their rules left open, in one query."""
+    if not watches:
+        return
+    rule_ids = {rule_id for watch in watches for rule_id in watch._refs()}
+    by_host: dict[int, list] = {}
+    active = Alert.objects.filter(host_id__in={w.host_id for w in watches}, state__in=ACTIVE_STATES,
+                                  rule_id__in=rule_ids)
+    for host_id, *row in active.values_list("host_id", "key", "rule_id", "uuid", "instance_id", "team_id"):
+        by_host.setdefault(host_id, []).append(row)
+    for watch in watches:
+        watch._track_open(by_host.get(watch.host_id, []))
 
 
 def _at(t: float) -> datetime:

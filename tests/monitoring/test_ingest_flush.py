@@ -80,8 +80,10 @@ def test_a_mark_moved_by_another_connection_is_read_again(fleet):
     assert AgentSession.objects.get().last_seq == 4
 
 
-def queries_of_a_flush(fleet, names) -> tuple[int, int]:
-    """Queries of a flush of one frame per host: with every timer fresh, and all due."""
+def queries_of_a_flush(fleet, names) -> tuple[int, int, int]:
+    """Queries of a flush of one frame per host: the first of new connections (sessions
+    made, rules read, alerts left open looked up), then with every timer fresh, and
+    with all due."""
     links = [link(fleet, name) for name in names]
     seq = iter(range(1, 1000))
 
@@ -89,14 +91,15 @@ def queries_of_a_flush(fleet, names) -> tuple[int, int]:
         n = next(seq)
         return read(samples([record(n, gpu=f"GPU-{name}-0", t=NOW + n), record(n + 500, gpu=f"GPU-{name}-1", t=NOW + n)]))
 
-    ingest.store_many([(lk, [frame(name)]) for lk, name in zip(links, names, strict=True)])  # sessions, alert state
+    with CaptureQueriesContext(connection) as new:
+        ingest.store_many([(lk, [frame(name)]) for lk, name in zip(links, names, strict=True)])
     with CaptureQueriesContext(connection) as first:
         ingest.store_many([(lk, [frame(name)]) for lk, name in zip(links, names, strict=True)])
     for lk in links:  # every per-connection timer due again: devices, rules, latest readings and counters
         lk._read_at = lk._kept_at = lk.watch.loaded_at = float("-inf")
     with CaptureQueriesContext(connection) as due:
         ingest.store_many([(lk, [frame(name)]) for lk, name in zip(links, names, strict=True)])
-    return len(first.captured_queries), len(due.captured_queries)
+    return len(new.captured_queries), len(first.captured_queries), len(due.captured_queries)
 
 
 def test_a_flush_costs_the_same_queries_for_one_host_or_three(fleet):
