@@ -105,4 +105,5 @@ def queries_of_a_flush(fleet, names) -> tuple[int, int, int]:
 def test_a_flush_costs_the_same_queries_for_one_host_or_three(fleet):
     one = queries_of_a_flush(fleet, ["h100-a"])
     three = queries_of_a_flush(fleet, ["h100-b", "a100-mig", "h200-a"])
-    assert one == three, (one, three)
+    # The process's first flush also makes or looks up today's partition (PostgreSQL).
+    assert three[0] <= one[0] and three[1:] == one[1:], (one, three)
