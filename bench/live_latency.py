@@ -120,8 +120,7 @@ async def client(url: str, session: str, origin: str, sink: list, counts: list, 
                  losses: list) -> None:
     from websockets.exceptions import ConnectionClosed
 
-    seen: dict[str, list[float]] = {}  # GPU -> the reading times received, in order
-
+    kept: list[tuple[float, str]] = []  # (received, text) of each gpus message in the window
     async with wsclient.browser(url, session, origin) as ws:
         await ws.send(json.dumps({"subscribe": {"kind": "fleet"}}))
         while not window.over():
@@ -131,7 +130,7 @@ async def client(url: str, session: str, origin: str, sink: list, counts: list, 
                 continue
             except ConnectionClosed as exc:
                 closed.append(f"{wsclient.close_code(exc)} at {time.time() - window.opened:.0f} s")
-                return
+                break
             received = time.time()
             if not text.startswith(GPUS_EVENT):
                 continue
@@ -140,13 +139,18 @@ async def client(url: str, session: str, origin: str, sink: list, counts: list, 
                 continue
             if received >= window.until:
                 break
-            # The reading times only: a full json.loads of every message in 20 clients
-            # sharing this process cost more CPU than the server's own fan-out.
-            stamps = [parse_time(t) for t in READING_TIME.findall(text)]
-            counts.append(len(stamps))
-            sink.extend(received - t for t in stamps)
-            for gpu, t in zip(READING_GPU.findall(text), stamps, strict=True):
-                seen.setdefault(gpu, []).append(t)
+            # Read after the window: the 20 clients share this process, and one client
+            # reading its message would delay the others' receipt.
+            kept.append((received, text))
+    seen: dict[str, list[float]] = {}  # GPU -> the reading times received, in order
+    for received, text in kept:
+        # The reading times and GPUs only: a full json.loads of every message in 20
+        # clients sharing this process cost more CPU than the server's own fan-out.
+        stamps = [parse_time(t) for t in READING_TIME.findall(text)]
+        counts.append(len(stamps))
+        sink.extend(received - t for t in stamps)
+        for gpu, t in zip(READING_GPU.findall(text), stamps, strict=True):
+            seen.setdefault(gpu, []).append(t)
     losses.append(missed(seen, window.gpus, window.seconds))
 
 
