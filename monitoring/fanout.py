@@ -201,7 +201,13 @@ class Coalescer:
                 except TimeoutError:
                     break
             elif now - self.arrived < QUIET_S:
-                await asyncio.sleep(min(QUIET_S - (now - self.arrived), deadline - now))
+                wanted = min(QUIET_S - (now - self.arrived), deadline - now)
+                await asyncio.sleep(wanted)
+                if loop.time() - now - wanted > QUIET_S / 3:
+                    # The loop itself stalled (a collection, another thread holding the
+                    # GIL): frames that came meanwhile are not read yet. A quiet spell
+                    # counts only while the loop could have read them.
+                    self.arrived = loop.time()
             else:
                 break
         self.last_flush = loop.time()

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -135,3 +136,26 @@ async def test_a_burst_read_over_tens_of_milliseconds_goes_out_in_one_event(sent
     fleet = [(when, ts) for when, group, ts in sent if group == "fleet"]
     assert [ts for _, ts in fleet] == [[1.0] * 6]
     assert fleet[0][0] - start < 0.2  # when the burst ended, not an interval later
+
+
+async def test_a_stall_of_the_event_loop_is_not_taken_for_the_end_of_a_burst(sent):
+    # A collection or another thread holding the GIL stops the loop; a frame that came
+    # meanwhile reaches the coalescer a few loop turns after its own timer has fired
+    # (the socket is read, then daphne, then the consumer pass it on).
+    loop = asyncio.get_running_loop()
+    c = fanout.Coalescer(0.5)
+    c.writing()
+    c.written({"a": entry("a", 1.0)})
+    await asyncio.sleep(fanout.QUIET_S / 6)  # the flush waits for the quiet spell
+
+    def arrive(turns):
+        if turns:
+            loop.call_soon(arrive, turns - 1)
+        else:
+            c.writing()
+            c.written({"b": entry("b", 1.0)})
+
+    loop.call_later(fanout.QUIET_S / 2, arrive, 3)
+    time.sleep(3 * fanout.QUIET_S)  # the stall: both timers are due when it ends
+    await asyncio.sleep(0.3)
+    assert [ts for _, group, ts in sent if group == "fleet"] == [[1.0, 1.0]]
