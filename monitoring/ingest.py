@@ -250,11 +250,20 @@ def read_devices(links: list[Link]) -> None:
     """Re-read the inventory of the hosts of ``links``: two queries for all of them."""
     ids = {link.host_id for link in links}
     found: dict[int, dict[str, Device]] = {host_id: {} for host_id in ids}
-    gpus = Gpu.objects.filter(host_id__in=ids).values_list("host_id", "uuid", "id", "index", "model_id")
+    if connection.vendor == "postgresql":  # a few parameters however many hosts (see _values)
+        gpu, piece = Gpu._meta.db_table, GpuSlice._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(f'SELECT host_id, uuid, id, "index", model_id FROM {gpu} WHERE host_id = ANY(%s)', [sorted(ids)])
+            gpus = cursor.fetchall()
+            cursor.execute(f'SELECT g.host_id, s.uuid, g.uuid, s.gpu_id, s.id, g."index", g.model_id FROM {piece} s '
+                           f"JOIN {gpu} g ON g.id = s.gpu_id WHERE g.host_id = ANY(%s)", [sorted(ids)])
+            slices = cursor.fetchall()
+    else:
+        gpus = Gpu.objects.filter(host_id__in=ids).values_list("host_id", "uuid", "id", "index", "model_id")
+        slices = GpuSlice.objects.filter(gpu__host_id__in=ids).values_list(
+            "gpu__host_id", "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "gpu__model_id")
     for host_id, uuid, gpu_id, index, model_id in gpus:
         found[host_id][uuid] = Device(uuid, gpu_id, None, index, model_id)
-    slices = GpuSlice.objects.filter(gpu__host_id__in=ids).values_list(
-        "gpu__host_id", "uuid", "gpu__uuid", "gpu_id", "id", "gpu__index", "gpu__model_id")
     for host_id, uuid, gpu_uuid, gpu_id, slice_id, index, model_id in slices:
         found[host_id][uuid] = Device(gpu_uuid, gpu_id, slice_id, index, model_id)
     now = time.monotonic()
