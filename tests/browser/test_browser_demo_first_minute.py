@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import BIN, PASSWORD, ROOT, _api
@@ -79,9 +80,11 @@ def wait_for(check, timeout=60.0, what=""):
 
 def test_the_demos_first_minute(console, sim_fleet, slow_login, screenshot):
     # Free GPUs idle, with no processes; so does the pending instance's.
-    def settled():
+    fleet = json.loads((Path(console.env["GPUCONSOLE_VAR_DIR"]) / "agent-fleet.json").read_text())
+
+    def settled():  # every host of the sim fleet has reported (they need not all store at once)
         rows = latest(console)
-        return rows if len(rows) > 40 else None
+        return rows if len(rows) > 40 and {h["host"] for h in fleet} <= {r["host"] for r in rows.values()} else None
 
     rows = wait_for(settled, what="the sim fleet reports")
     # (A GPU of a MIG or vGPU host is held through its slices: it is not free.)
