@@ -4,45 +4,16 @@ application reads is pushed back instead of buffered."""
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import websockets
-
-ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 512 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from daphne_support import LIMIT, ROOT, serve
 
 
 @pytest.fixture(scope="module")
 def daphne():
-    port = free_port()
-    env = os.environ | {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'console'}"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "asgi_apps.frames:application"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            time.sleep(0.2)
-    yield f"ws://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=20)
+    with serve("asgi_apps.frames:application", ROOT / "tests" / "console") as base:
+        yield base
 
 
 async def exchange(url: str, path: str, size: int):
