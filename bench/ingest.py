@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -38,6 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from monitoring.agent import protocol  # noqa: E402
 from monitoring.agent.backends.sim import SimSource  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wsclient import free_port, free_ports  # noqa: E402,F401  (free_port: bench/outage.py's too)
 
 PYTHON = sys.executable
 REGION = "bench-region"
@@ -70,12 +72,6 @@ for i, (metric, op, threshold) in enumerate([
                          hold_s=5)
 """,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- the database under test -----------------------------------------------------------
@@ -253,7 +249,7 @@ def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str
     TCP load balancer in front of several ASGI workers would spread them)."""
     db.create()
     tokens = db.prepare([h.host for h in sim.fleet], rules)
-    servers = [Server(db, free_port()) for _ in range(workers)]
+    servers = [Server(db, port) for port in free_ports(workers)]
     try:
         for server in servers:
             server.start()

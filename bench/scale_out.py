@@ -84,10 +84,10 @@ def cpu_seconds(pid: int) -> float:
 def run(args, workers: int, workdir: Path) -> dict:
     db = base.Database("postgresql", args.pg, workdir / f"w{workers}")
     sim = base.SimSource.synthetic(args.hosts, args.gpus, prefix="bench-host", seed=1)
-    servers = [base.Server(db, base.free_port()) for _ in range(workers)]
+    port, *ports = base.free_ports(workers + 1)
+    servers = [base.Server(db, p) for p in ports]
     counts = multiprocessing.Array("i", workers)
     ready = multiprocessing.Event()
-    port = base.free_port()
     lb = multiprocessing.Process(target=balancer, args=(port, [s.port for s in servers], counts, ready), daemon=True)
     try:
         db.create()

@@ -25,6 +25,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports: each socket stays bound until all are chosen (one
+    at a time, the system may hand out the port it just took back)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Until ``url`` answers; fails at once if ``proc`` (the server) exits."""
     import urllib.request

@@ -160,7 +160,7 @@ def run(args, env: dict, var: Path) -> list[str]:
     procs: list = []
     failures: list[str] = []
     try:
-        ports = wsclient.free_port(), wsclient.free_port()
+        ports = wsclient.free_ports(2)
         daphne = [str(BIN / "daphne"), "-b", "127.0.0.1", "--websocket-max-message-size", str(512 * 1024)]
         workers = [start(procs, f"daphne-{i}", [*daphne, "-p", str(port), "console.asgi:application"], env, logs)
                    for i, port in enumerate(ports)]
@@ -188,8 +188,9 @@ def run(args, env: dict, var: Path) -> list[str]:
         started = time.monotonic()
         asyncio.run(clients())
         held = time.monotonic() - started
-        if agent.poll() is not None:
-            failures.append(f"the agent exited with {agent.returncode} during the run")
+        for name, proc in procs:  # every server, worker, beat and the agent ran to the end
+            if proc.poll() is not None:
+                failures.append(f"{name} exited with {proc.returncode} during the run")
         agent.terminate()
         agent.wait(timeout=20)
         for client in (live, idle):
