@@ -45,10 +45,7 @@ class LaunchForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)
-        self.fields["image"].queryset = (Image.objects.for_user(user).launchable()
-                                         .select_related("team").prefetch_related("gpu_models"))
-        self.fields["image"].label_from_instance = image_label
+        offer_launch_choices(self, user)
 
     def clean(self):
         data = super().clean()
@@ -56,6 +53,15 @@ class LaunchForm(forms.Form):
         if profile is not None and model is not None and profile.gpu_model_id != model.pk:
             self.add_error("slice_profile", f"{profile} is not a profile of {model}.")
         return data
+
+
+def offer_launch_choices(form: forms.Form, user) -> None:
+    """What a launch-like form (an instance, a job, a scaling group's template) offers
+    ``user``: the teams it may launch for, and the images it may boot, each labelled."""
+    form.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)
+    form.fields["image"].queryset = (Image.objects.for_user(user).launchable()
+                                     .select_related("team").prefetch_related("gpu_models"))
+    form.fields["image"].label_from_instance = image_label
 
 
 def image_label(image: Image) -> str:

@@ -1,9 +1,8 @@
 from django import forms
 
 from console.models import Team
-from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
-from instances.forms import image_label
+from instances.forms import offer_launch_choices
 from instances.models import GpuModel, Image
 
 from .models import MAX_COMMAND_CHARS, Priority
@@ -28,7 +27,4 @@ class SubmitForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)
-        self.fields["image"].queryset = (Image.objects.for_user(user).launchable()
-                                         .select_related("team").prefetch_related("gpu_models"))
-        self.fields["image"].label_from_instance = image_label
+        offer_launch_choices(self, user)

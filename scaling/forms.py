@@ -5,9 +5,8 @@ the values (bounds, min ≤ max, a max price for spot only, the image's rules) i
 from django import forms
 
 from console.models import Team
-from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
-from instances.forms import ImageSelect, image_label
+from instances.forms import ImageSelect, offer_launch_choices
 from instances.models import LAUNCHABLE, GpuModel, Image, PricingModel
 
 from .models import MetricSource
@@ -50,10 +49,7 @@ class ScalingGroupForm(forms.Form):
                 "scale_out_cooldown_s": group.scale_out_cooldown_s, "scale_in_cooldown_s": group.scale_in_cooldown_s,
             })
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = Team.objects.for_user(user, WRITE_ROLES)
-        self.fields["image"].queryset = (Image.objects.for_user(user).launchable()
-                                         .select_related("team").prefetch_related("gpu_models"))
-        self.fields["image"].label_from_instance = image_label
+        offer_launch_choices(self, user)
         if group is not None:  # a group keeps its team and name
             for field in ("team", "name"):
                 self.fields[field].disabled = True
