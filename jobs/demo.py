@@ -78,16 +78,17 @@ def _yield_and_resume(job: Job, at, until, actor) -> None:
     with recorded_at(at):
         instance_services.issue_preemption_notice(actor="system", instance=job.instance, now=at,
                                                   reason=f"capacity needed for {job.gpu_count} × {job.gpu_model.name}")
-    with recorded_at(at + notice):
-        instance_services.preempt_due(now=at + notice)
-    _pass(at + notice)
-    launched = at + notice + timedelta(minutes=1)
-    with recorded_at(launched):
+    launched = at + notice
+    with recorded_at(launched), transaction.atomic():
+        instance_services.preempt_due(now=launched)
+        # The launch that asked for the room takes it as it frees, in the same transaction:
+        # the queue's pass that a preemption triggers (after commit) finds it taken.
         paying = instance_services.launch_instance(
             actor=actor, team=job.team, name="acme-a100-finetune", gpu_model=job.gpu_model, gpu_count=job.gpu_count,
             pricing_model=PricingModel.ON_DEMAND, at=launched, provision=False,
         )
         instance_services.mark_running(instance=paying, at=launched + timedelta(seconds=60))
+    _pass(launched + timedelta(seconds=1))
     with recorded_at(until):
         instance_services.stop_instance(actor=actor, instance=paying, at=until, finish=False)
         instance_services.finish_stop(instance=paying, at=until)

@@ -50,3 +50,22 @@ def _overlapping_holds(instance) -> list:
             others = others.filter(start__lt=hold.end)
         clash += list(others.filter(Q(end__isnull=True) | Q(end__gt=hold.start)))
     return clash
+
+
+
+def test_make_runs_seed_succeeds(tmp_path):
+    """`make run`'s seed, as it runs there (its own process and database, after-commit work
+    run in-process): the queue's pass that a preemption triggers must not give the yielded
+    job back the GPUs its paying launch was waiting for."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["GPUCONSOLE_VAR_DIR"] = str(tmp_path)
+    for step in (["migrate", "--noinput", "-v0"], ["seed_demo"]):
+        done = subprocess.run([sys.executable, str(root / "manage.py"), *step], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
