@@ -7,7 +7,8 @@ per key (a partial unique index), so concurrent ingest writers never open two.
 Rules (models.AlertRule, metrics in rules.py) are evaluated three ways:
 - on ingest, by ``Watch``: each agent connection keeps, per rule and GPU, since when
   the condition holds; the database is written only when an alert opens, every
-  ``ALERT_REFRESH_S`` while it fires, and when it resolves;
+  ``ALERT_REFRESH_S`` while it fires, and when it resolves; it reads the rules again
+  only when they changed (rule_cache);
 - on agent events (XID errors), also by ``Watch``;
 - by the periodic task (``evaluate``): agent silence, idle-but-billed GPUs, stale
   ingest alerts, audit verification failures and spot preemption notices.
@@ -34,7 +35,7 @@ from audit.services import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, publish_on_commit, team_group
 from instances.models import Gpu, GpuSlice, Instance, NoticeStatus, PreemptionNotice, State
 
-from . import notify, rules
+from . import notify, rule_cache, rules
 from .activity import real_activity
 from .models import (
     ACTIVE_STATES,
@@ -58,7 +59,7 @@ def thresholds() -> dict[str, float]:
         "xid_quiet_s": setting("ALERT_XID_QUIET_S", 3600),
         "refresh_s": setting("ALERT_REFRESH_S", 30),
         "stale_s": setting("ALERT_STALE_S", 300),
-        "rules_refresh_s": setting("ALERT_RULES_REFRESH_S", 5),
+        "rules_max_age_s": setting("ALERT_RULES_MAX_AGE_S", 300),
     }
 
 
@@ -253,24 +254,27 @@ class Watch:
     actions: list[tuple] = field(default_factory=list)
     loaded_at: float = -math.inf
     loaded_teams: frozenset = frozenset()
+    version: str | None = None  # of the rules read (rule_cache)
     resumed: bool = False
     bases: dict = field(default_factory=dict)  # (device, instance) -> flops.Basis | None
     refresh_s: float = 30.0
 
     def load(self, devices: dict, teams: set[int]) -> None:
-        """(Re)read the rules that apply to this host's devices, every
-        ALERT_RULES_REFRESH_S, or at once when a team appears among the holders."""
+        """(Re)read the rules that apply to this host's devices when they changed (their
+        version, rule_cache), when a team appears among the holders or the devices
+        change, and every ALERT_RULES_MAX_AGE_S in case a change went unannounced."""
         load_many([(self, devices, teams)])
 
-    def _due(self, devices: dict, teams: set[int]) -> frozenset | None:
+    def _due(self, devices: dict, teams: set[int], version: str, max_age_s: float) -> frozenset | None:
         """The teams to read rules for when this watch must read them again, else None."""
-        fresh = time.monotonic() - self.loaded_at < thresholds()["rules_refresh_s"]
-        if fresh and teams <= self.loaded_teams and devices.keys() == self.fleet.keys():
+        current = version == self.version and time.monotonic() - self.loaded_at < max_age_s
+        if current and teams <= self.loaded_teams and devices.keys() == self.fleet.keys():
             return None
-        return frozenset(teams) | self.loaded_teams if fresh else frozenset(teams)
+        return frozenset(teams) | self.loaded_teams if current else frozenset(teams)
 
-    def _assign(self, devices: dict, teams: frozenset, rows: list[tuple]) -> None:
-        """Keep the rules of ``rows`` that apply to this host (rows as ``load_many`` reads them)."""
+    def _assign(self, devices: dict, teams: frozenset, rows: list[tuple], version: str) -> None:
+        """Keep the rules of ``rows`` that apply to this host (rows as ``load_many`` reads
+        them, after it read ``version``)."""
         models = {device.gpu_id: device.model_id for device in devices.values()}
         present = set(models.values())
         self.fleet = {uuid: [] for uuid in devices}
@@ -289,7 +293,7 @@ class Watch:
             for uuid, device in devices.items():
                 if model_id is None or models.get(device.gpu_id) == model_id:
                     self.fleet[uuid].append(ref)
-        self.loaded_at, self.loaded_teams = time.monotonic(), teams
+        self.loaded_at, self.loaded_teams, self.version = time.monotonic(), teams, version
         self.bases, self.refresh_s = {}, thresholds()["refresh_s"]
 
     def _resume(self) -> None:
@@ -435,16 +439,21 @@ class Watch:
 
     def forget(self) -> None:
         """After a failed write: start again from what the database holds."""
-        self.actions, self.tracks, self.resumed, self.loaded_at = [], {}, False, -math.inf
+        self.actions, self.tracks, self.resumed, self.loaded_at, self.version = [], {}, False, -math.inf, None
 
 
 def load_many(items: list[tuple[Watch, dict, set[int]]]) -> None:
     """``Watch.load`` for the watches of many hosts (one ingest flush): the rules of every
-    watch due a re-read come from one query. ``devices`` maps a device's UUID to what
-    ``ingest.read_devices`` knows of it (``gpu_id`` and ``model_id``)."""
+    watch due a re-read come from one query, and the rules' version is read once for
+    all of them (before the rules, so a change committed meanwhile is read next time).
+    ``devices`` maps a device's UUID to what ``ingest.read_devices`` knows of it
+    (``gpu_id`` and ``model_id``)."""
+    if not items:
+        return
+    version, max_age_s = rule_cache.version(), thresholds()["rules_max_age_s"]
     due = []
     for watch, devices, teams in items:
-        wanted = watch._due(devices, teams)
+        wanted = watch._due(devices, teams, version, max_age_s)
         if wanted is not None:
             due.append((watch, devices, wanted))
     if not due:
@@ -459,7 +468,7 @@ def load_many(items: list[tuple[Watch, dict, set[int]]]) -> None:
     rows = list(found.values_list("id", "name", "metric", "comparison", "threshold", "hold_s", "severity",
                                   "team_id", "instance_id", "host_id", "gpu_model_id"))
     for watch, devices, wanted in due:
-        watch._assign(devices, wanted, rows)
+        watch._assign(devices, wanted, rows, version)
     _resume_many([watch for watch, _, _ in due if not watch.resumed])
 
 

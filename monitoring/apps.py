@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_save
+from django.db.models.signals import post_delete, post_save
 
 
 class MonitoringConfig(AppConfig):
@@ -9,7 +9,14 @@ class MonitoringConfig(AppConfig):
     def ready(self) -> None:
         from console.models import Team
 
+        from . import rule_cache
+        from .models import AlertRule
+
         post_save.connect(_default_rules, sender=Team, dispatch_uid="monitoring.default_rules")
+        # Every saved or deleted rule, cascades (team, instance, host, GPU model) included,
+        # changes the rules' version once committed (rule_cache).
+        post_save.connect(rule_cache.rule_saved_or_deleted, sender=AlertRule, dispatch_uid="monitoring.rule_saved")
+        post_delete.connect(rule_cache.rule_saved_or_deleted, sender=AlertRule, dispatch_uid="monitoring.rule_deleted")
 
 
 def _default_rules(sender, instance, created, raw=False, **kwargs) -> None:

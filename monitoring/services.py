@@ -17,7 +17,7 @@ from audit.services import record_event, record_refusal
 from instances import services as instance_services
 from instances.models import Host, HostKind, Region
 
-from . import alerts
+from . import alerts, rule_cache
 from .models import (
     Alert,
     AlertRule,
@@ -249,6 +249,8 @@ def end_silence(*, actor, silence: Silence, now: datetime | None = None) -> Sile
 
 
 # --- alert rules ------------------------------------------------------------------------
+# Each rule saved or deleted changes the rules' version once committed (rule_cache, by
+# signals), so ingest reads the rules again on its next flush.
 
 RULE_FIELDS = ("name", "metric", "comparison", "threshold", "hold_s", "severity", "enabled")
 MAX_HOLD_S = 7 * 86_400
@@ -350,6 +352,7 @@ def ensure_default_rules(team, *, actor="system", fleet: bool = False, audit: bo
     if made:
         with transaction.atomic():
             AlertRule.objects.bulk_create(made)
+            rule_cache.changed()  # bulk_create sends no post_save
             if audit:
                 record_event(actor=actor, action="alert_rule.defaults", target=owner, team=owner,
                              details={"rules": [r.name for r in made]})

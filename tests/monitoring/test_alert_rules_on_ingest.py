@@ -88,9 +88,7 @@ def test_an_operators_host_rule_watches_that_host_for_operators(feed, gpu, ops, 
     assert alert.rule == rule and alert.team_id is None and alert.severity == "warning"
 
 
-def test_a_handover_opens_a_new_alert_for_the_new_tenant(feed, gpu, acme, acme_instance, globex_instance, ops,
-                                                        settings):
-    settings.ALERT_RULES_REFRESH_S = 0
+def test_a_handover_opens_a_new_alert_for_the_new_tenant(feed, gpu, acme, acme_instance, globex_instance, ops):
     rule = services.create_rule(actor=ops, name="fleet hot", metric="temp_c", threshold=85, hold_s=2)
     t0 = start()
     feed.readings(gpu, t0, [{"temp_c": 91}] * 3)
