@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 
@@ -68,12 +68,45 @@ def message(event: str, data: dict) -> dict:
 CONCURRENT_SENDS = 32
 
 
-async def send_each(sends: Iterable[tuple[str, dict]]) -> None:
+async def watched(layer, groups: list[str]) -> set[str]:
+    """The groups among ``groups`` that have a member now (a socket subscribed to them,
+    in any server process), or all of them when the layer cannot tell. With Redis, one
+    round trip per shard for all of them; in memory, a look at the layer's own dict."""
+    if isinstance(layer, InMemoryChannelLayer):
+        return {group for group in groups if layer.groups.get(group)}
+    try:
+        from channels_redis.core import RedisChannelLayer
+    except ImportError:  # pragma: no cover (a dependency)
+        return set(groups)
+    if not isinstance(layer, RedisChannelLayer):
+        return set(groups)
+    by_shard: dict[int, list[str]] = {}
+    for group in groups:
+        by_shard.setdefault(layer.consistent_hash(group), []).append(group)
+    found = set()
+    for index, names in by_shard.items():
+        pipe = layer.connection(index).pipeline(transaction=False)
+        for name in names:
+            pipe.exists(layer._group_key(name))
+        found.update(name for name, n in zip(names, await pipe.execute(), strict=True) if n)
+    return found
+
+
+async def send_each(sends: Iterable[tuple[str, dict]], *, watched_only: bool = False) -> None:
     """``group_send`` each (group, message), up to ``CONCURRENT_SENDS`` at a time, in
-    order: with Redis each costs a few round trips, an empty group as much as a busy one."""
+    order: with Redis each costs a few round trips, an empty group as much as a busy one.
+
+    ``watched_only``: first ask the layer which groups have members (one round trip) and
+    send to those only; for publishers that reach many groups few watch (the live GPU
+    fan-out names every host's group each time). A socket that joins meanwhile hears
+    from the next message on, as if it had joined a moment later."""
     layer = get_channel_layer()
     if layer is None:
         return
+    if watched_only:
+        sends = list(sends)
+        found = await watched(layer, list(dict.fromkeys(group for group, _ in sends)))
+        sends = [(group, msg) for group, msg in sends if group in found]
     gate = asyncio.Semaphore(CONCURRENT_SENDS)
 
     async def send(group: str, msg: dict) -> None:

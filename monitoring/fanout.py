@@ -5,7 +5,8 @@ Writers hand every stored reading to ``offer``; at most once per ``LIVE_COALESCE
 writes already under way) the newest reading of each GPU goes out as one ``gpus`` event per
 group: ``fleet`` (every GPU), ``host.<id>``, ``team.<id>`` and ``instance.<id>`` (only
 their own GPUs). A browser gets a few messages a second, however many GPUs report.
-The groups are sent together, one ``group_send`` per group, as ``live.gpus`` messages.
+The groups are sent together, one ``group_send`` per group that has a member (most host
+groups have none: nobody has their page open), as ``live.gpus`` messages.
 
 Every server process coalesces the readings its own agents send, so with N ASGI
 workers a group hears from up to N coalescers, and a socket subscribed to a team and
@@ -214,7 +215,7 @@ class Coalescer:
         batch, self.pending = self.pending, {}
         out = sends(list(batch.values()))
         self.sent += len(out)
-        await send_each(out)
+        await send_each(out, watched_only=True)
 
 
 _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -257,7 +258,7 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
         for row in rows.select_related("host", "gpu")
     ]
     if entries:
-        async_to_sync(send_each)(sends(entries))
+        async_to_sync(send_each)(sends(entries), watched_only=True)
     return len(entries)
 
 

@@ -18,7 +18,7 @@ def entry(uuid, t):
 def sent(monkeypatch):
     events = []
 
-    async def fake_send_each(sends):
+    async def fake_send_each(sends, **_):
         for group, message in sends:
             shown = [json.loads(text) for _, _, text in fanout.unpack(message["readings"])]
             events.append((asyncio.get_running_loop().time(), group, [g["t"] for g in shown]))
