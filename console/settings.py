@@ -114,10 +114,14 @@ REDIS_URL = redis_url("REDIS_URL")
 # away still surfaces as an error instead of a hang.
 REDIS_SOCKET_TIMEOUT_S = envint("REDIS_SOCKET_TIMEOUT_S", 30, minimum=10)
 REDIS_CLIENT = {"socket_timeout": REDIS_SOCKET_TIMEOUT_S, "socket_connect_timeout": 5, "socket_keepalive": True}
+# The channel layer's connections per server process, and how long a command waits for
+# one when all are busy (console/channel_layer.py).
+REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", 100, minimum=4)
+REDIS_POOL_WAIT_S = envint("REDIS_POOL_WAIT_S", 20, minimum=1)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "console.channel_layer.RedisChannelLayer",
             "CONFIG": {"hosts": [{"address": REDIS_URL, **REDIS_CLIENT}], "capacity": 5000, "expiry": 30},
         }
     }

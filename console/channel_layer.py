@@ -1,0 +1,27 @@
+"""The Redis channel layer, with a connection pool that waits for a free connection.
+
+redis-py's asyncio pool holds at most ``max_connections`` (100 by default) and refuses
+the next command at once (``MaxConnectionsError``) instead of waiting for one. A server
+process issues a channel-layer command per agent or browser that connects, per group it
+joins and per group send, so a burst (every agent of a large fleet reconnecting after a
+restart) failed connections with "Too many connections". This layer's pool waits for a
+connection instead, up to ``REDIS_POOL_WAIT_S``; the number of connections per process
+stays bounded (``REDIS_MAX_CONNECTIONS``).
+"""
+
+from __future__ import annotations
+
+from channels_redis.core import RedisChannelLayer as BaseRedisChannelLayer
+from django.conf import settings
+from redis.asyncio import BlockingConnectionPool
+
+
+class RedisChannelLayer(BaseRedisChannelLayer):
+    def create_pool(self, index):
+        host = dict(self.hosts[index])
+        address = host.pop("address", None)
+        if address is None:  # sentinels: channels-redis's own pool
+            return super().create_pool(index)
+        return BlockingConnectionPool.from_url(
+            address, max_connections=settings.REDIS_MAX_CONNECTIONS, timeout=settings.REDIS_POOL_WAIT_S, **host
+        )
