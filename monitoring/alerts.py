@@ -324,8 +324,9 @@ class Watch:
             found = found + [r for r in self.teams[team_id] if r.instance_id in (None, instance_id)]
         return found
 
-    def observe(self, device: str, holder, t: float, m: dict, instance_id: int | None, team_id: int | None) -> None:
-        """One reading of ``device`` at ``t`` held by (instance_id, team_id) then."""
+    def observe(self, device: str, holder, t: float, m, instance_id: int | None, team_id: int | None) -> None:
+        """One reading of ``device`` at ``t`` (its metrics ``m``, a ``protocol.Metrics``) held
+        by (instance_id, team_id) then."""
         candidates = self.applicable(device, instance_id, team_id)
         tracks = self.tracks.get(device)
         if tracks:

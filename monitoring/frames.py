@@ -39,6 +39,7 @@ from monitoring.agent.protocol import (  # noqa: F401 (the frames' types, as the
     Event,
     GpuInfo,
     Hello,
+    Metrics,
     Proc,
     Record,
     Samples,

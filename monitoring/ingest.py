@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -28,12 +29,17 @@ from instances.models import Gpu, GpuHold, GpuSlice, Host
 
 from . import alerts, gpu_events, partitions, readings, rollup_marks
 from .agent import protocol
-from .catalog import RAW_METRICS, UNSIGNED_64, to_signed
+from .catalog import RAW_METRICS, to_signed
 from .frames import Hello, Record, Samples
 from .inventory import HelloResult
 from .models import AgentSession, AgentState
 
 SAMPLE_COLUMNS = ("time", "gpu_id", "slice_id", "instance_id", "team_id", "procs", *RAW_METRICS)
+# The columns of a reading's COPY row: its metrics in the wire schema's order, as
+# ``msgspec.structs.astuple`` gives them (the same names as RAW_METRICS).
+READING_COLUMNS = (*SAMPLE_COLUMNS[:6], *protocol.Metrics.__struct_fields__)
+assert sorted(READING_COLUMNS) == sorted(SAMPLE_COLUMNS), "the wire schema's metrics are the stored ones"
+_raw_metrics = operator.attrgetter(*RAW_METRICS)
 
 
 def connected(*, host: Host, hello: Hello, result: HelloResult, peer: str = "") -> None:
@@ -426,7 +432,7 @@ def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int
         _newest(kept, len(present), newest)
     latest = {
         uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=held.device, t=record.t,
-                            m=record.m, instance=held.instance_id, team=held.team_id)
+                            m=msgspec.to_builtins(record.m), instance=held.instance_id, team=held.team_id)
         for uuid, (record, held) in newest.items()
     }
     return Prepared(link, batches, attributed, holds.team_ids(), discarded, latest, ahead)
@@ -659,7 +665,6 @@ def flush(link: Link) -> None:
 # --- rows ----------------------------------------------------------------------------------
 
 SAMPLE_TABLE = "monitoring_sample"
-_UNSIGNED_AT = [6 + RAW_METRICS.index(name) for name in UNSIGNED_64]
 _SIGNED_MAX = 2**63 - 1
 _encode = msgspec.json.Encoder().encode
 _DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")
@@ -688,14 +693,15 @@ def copy_readings(found: list[tuple[Record, Held]]) -> None:
     text, days = copy_text(found)
     if partitions.partitioned(SAMPLE_TABLE):
         partitions.ensure(SAMPLE_TABLE, days)
-    columns = ", ".join(connection.ops.quote_name(c) for c in SAMPLE_COLUMNS)
+    columns = ", ".join(connection.ops.quote_name(c) for c in READING_COLUMNS)
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {SAMPLE_TABLE} ({columns}) FROM STDIN") as copy:
         copy.write(text)
 
 
 def copy_text(found: list[tuple[Record, Held]]) -> tuple[str, set[date]]:
-    """COPY text (SAMPLE_COLUMNS order) of the readings, and the days they fall on."""
-    values = [tuple(map(record.m.get, RAW_METRICS)) for record, _ in found]
+    """COPY text (READING_COLUMNS order) of the readings, and the days they fall on."""
+    astuple = msgspec.structs.astuple
+    values = [astuple(record.m) for record, _ in found]
     metrics = _encode(values)
     if _LONG_NUMBER in metrics.translate(_DIGITS_AS_0):
         metrics = _encode([_signed(row) for row in values])
@@ -733,7 +739,7 @@ def _row(record: Record, held: Held) -> tuple:
     return (
         _at(record.t), held.device.gpu_id, held.device.slice_id, held.instance_id, held.team_id,
         None if procs is None or procs is msgspec.UNSET else protocol.encode_procs(procs),
-        *_signed(map(record.m.get, RAW_METRICS)),
+        *_signed(_raw_metrics(record.m)),
     )
 
 

@@ -82,26 +82,25 @@ def _bits(mask, bits):
     return None if mask is None else (1.0 if int(mask) & bits else 0.0)
 
 
-READERS = {
-    "gpu_util": lambda m: m.get("gpu_util"),
-    "real_activity": lambda m: real_activity(
-        m.get("gpu_util"), m.get("sm_occupancy_pct"), m.get("tensor_active_pct"), m.get("dram_bw_util_pct")
-    ),
-    "tensor_active": lambda m: m.get("tensor_active_pct"),
-    "mem_used_pct": lambda m: _pct(m.get("mem_used"), m.get("mem_total")),
-    "power_pct": lambda m: _pct(m.get("power_mw"), m.get("power_limit_mw")),
-    "temp_c": lambda m: m.get("temp_c"),
-    "throttle_power": lambda m: _bits(m.get("clocks_event_reasons"), POWER_BITS),
-    "throttle_thermal": lambda m: _bits(m.get("clocks_event_reasons"), THERMAL_BITS),
-    "ecc_uncorrected": lambda m: m.get("ecc_uncorrected_volatile"),
+READERS = {  # ``m``: a reading's metrics (``protocol.Metrics``: None when not read)
+    "gpu_util": lambda m: m.gpu_util,
+    "real_activity": lambda m: real_activity(m.gpu_util, m.sm_occupancy_pct, m.tensor_active_pct, m.dram_bw_util_pct),
+    "tensor_active": lambda m: m.tensor_active_pct,
+    "mem_used_pct": lambda m: _pct(m.mem_used, m.mem_total),
+    "power_pct": lambda m: _pct(m.power_mw, m.power_limit_mw),
+    "temp_c": lambda m: m.temp_c,
+    "throttle_power": lambda m: _bits(m.clocks_event_reasons, POWER_BITS),
+    "throttle_thermal": lambda m: _bits(m.clocks_event_reasons, THERMAL_BITS),
+    "ecc_uncorrected": lambda m: m.ecc_uncorrected_volatile,
 }
 
 
-def read(metric: str, m: dict, basis=None) -> float | None:
-    """The figure ``metric`` of one reading ``m``; None when the GPU did not report it.
-    ``tflops_est`` needs the device's estimate basis (flops.Basis) for its holder."""
+def read(metric: str, m, basis=None) -> float | None:
+    """The figure ``metric`` of one reading's metrics ``m`` (``protocol.Metrics``); None
+    when the GPU did not report it. ``tflops_est`` needs the device's estimate basis
+    (flops.Basis) for its holder."""
     if metric == "tflops_est":
-        return estimate(m.get("tensor_active_pct"), m.get("sm_clock_mhz"), basis)
+        return estimate(m.tensor_active_pct, m.sm_clock_mhz, basis)
     return READERS[metric](m)
 
 

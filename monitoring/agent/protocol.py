@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from typing import Annotated, Literal
 
@@ -149,15 +150,20 @@ def _metric(low: float, high: float, integral: bool):
     # msgspec bounds an integer within int64; a counter's top (2**64 - 1) is checked
     # by frame_rules (BIG_METRICS).
     bounds = Meta(ge=low, le=high) if high <= 2**63 - 1 else Meta(ge=low)
-    return Annotated[int if integral else float, bounds] | UnsetType
+    return Annotated[int if integral else float, bounds]
 
 
-# Every metric optional ("absent when not read", never null). Names the schema does not
-# know are ignored when well formed with a finite value (``metric_error``), at most
-# MAX_METRICS in all.
-Metrics = msgspec.defstruct("Metrics", [(name, _metric(*rule), UNSET) for name, rule in METRICS.items()],
-                            module=__name__, gc=False)
+# Every metric optional ("absent when not read", never null on the wire: the type does
+# not admit null). Decoded, a metric not read is None. Names the schema does not know are
+# ignored when well formed with a finite value (``metric_error``), at most MAX_METRICS in
+# all. The server keeps the decoded struct: its fields read as attributes, in one tuple
+# (``msgspec.structs.astuple``, the order of METRICS) or as the dict of those read
+# (``msgspec.to_builtins``, which leaves out the None defaults).
+Metrics = msgspec.defstruct("Metrics", [(name, _metric(*rule), None) for name, rule in METRICS.items()],
+                            module=__name__, gc=False, omit_defaults=True)
+NO_METRICS = Metrics()  # the metrics of an event record, or of one with processes only
 BIG_METRICS = tuple(name for name, (_, high, _) in METRICS.items() if high > 2**63 - 1)
+_big_values = operator.attrgetter(*BIG_METRICS)
 
 
 class Event(Struct, omit_defaults=True, gc=False):
@@ -197,9 +203,8 @@ class Samples(Struct, tag="samples", tag_field="type", gc=False):
 
 def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | None:
     """What a decoded samples frame breaks beyond its types, as (error code, message,
-    close code), or None. It also leaves each record's ``m`` as a dict of the metrics
-    read ({} when none), ``procs`` None when absent and ``event`` None on metrics."""
-    to_builtins = msgspec.to_builtins
+    close code), or None. It also leaves each record's ``m`` a ``Metrics`` (NO_METRICS
+    when none), ``procs`` None when absent and ``event`` None on metrics."""
     previous = 0
     for i, record in enumerate(frame.records):
         if record.seq <= previous:
@@ -212,19 +217,17 @@ def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | No
         if record.event is not UNSET:
             if m is not UNSET or record.procs is not UNSET:
                 return "bad_frame", f"records[{i}] has both an event and metrics", CLOSE_BAD_FRAME
-            record.m, record.procs = {}, None
+            record.m, record.procs = NO_METRICS, None
             continue
         if m is UNSET:
             if record.procs is UNSET:
                 return "bad_frame", f"records[{i}] has neither m, procs nor event", CLOSE_BAD_FRAME
-            record.m = {}
-        else:
-            record.m = m = to_builtins(m)  # the metrics read, as a dict
-            if m and max(m.values()) > U64:
-                for name in BIG_METRICS:
-                    if m.get(name, 0) > U64:
-                        return ("bad_field", f"records[{i}].m.{name} must be an integer between 0 and {U64:g}",
-                                CLOSE_BAD_FRAME)
+            record.m = NO_METRICS
+        elif sum(filter(None, _big_values(m))) > U64:  # each is ≥ 0: one above U64 shows in the sum
+            for name in BIG_METRICS:
+                if (getattr(m, name) or 0) > U64:
+                    return ("bad_field", f"records[{i}].m.{name} must be an integer between 0 and {U64:g}",
+                            CLOSE_BAD_FRAME)
         if record.procs is UNSET:
             record.procs = None
         record.event = None

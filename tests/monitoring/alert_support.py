@@ -6,7 +6,7 @@ import itertools
 import time
 
 from monitoring import ingest
-from monitoring.frames import Event, Record, Samples
+from monitoring.frames import Event, Metrics, Record, Samples
 from monitoring.models import ACTIVE_STATES, Alert
 
 
@@ -20,7 +20,7 @@ class Feed:
         self.boot = "ef" * 16
 
     def readings(self, gpu, start: float, values: list[dict], step: float = 1.0) -> None:
-        records = [Record(seq=next(self.seqs), t=start + i * step, gpu=gpu.uuid, slice=None, m=m)
+        records = [Record(seq=next(self.seqs), t=start + i * step, gpu=gpu.uuid, slice=None, m=Metrics(**m))
                    for i, m in enumerate(values)]
         ingest.store(link=self.link, batches=[Samples(boot_id=self.boot, records=records)])
 

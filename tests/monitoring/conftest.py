@@ -57,10 +57,10 @@ def agent_ingest(ops):
     import secrets
 
     from monitoring import ingest
-    from monitoring.frames import Record, Samples
+    from monitoring.frames import Metrics, Record, Samples
 
     def send(gpu, when, **m):
-        batch = Samples(boot_id=secrets.token_hex(16), records=[Record(seq=1, t=when.timestamp(), gpu=gpu.uuid, slice=None, m=m)])
+        batch = Samples(boot_id=secrets.token_hex(16), records=[Record(seq=1, t=when.timestamp(), gpu=gpu.uuid, slice=None, m=Metrics(**m))])
         return ingest.store(link=ingest.Link(gpu.host_id, gpu.host.name), batches=[batch])
 
     return send

@@ -9,7 +9,7 @@ from django.db.models import Q
 from instances import services as instance_services
 from monitoring import alerts, ingest, services
 from monitoring.agent.protocol import METRICS
-from monitoring.frames import Record, Samples
+from monitoring.frames import Metrics, Record, Samples
 from monitoring.models import Alert, AlertKind, AlertRule
 
 WINDOW_S = 5
@@ -27,7 +27,7 @@ def replayed(trace_lines, launch, bob, acme):
                          hold_s=WINDOW_S)
     gpu = instance.gpus.get()
     records = [
-        Record(seq=i + 1, t=line["t"], gpu=gpu.uuid, slice=None, m={k: v for k, v in line.items() if k in METRICS})
+        Record(seq=i + 1, t=line["t"], gpu=gpu.uuid, slice=None, m=Metrics(**{k: v for k, v in line.items() if k in METRICS}))
         for i, line in enumerate(lines)
     ]
     link = ingest.Link(gpu.host_id, gpu.host.name)

@@ -13,7 +13,7 @@ from django.utils import timezone
 from telemetry_wire import add_samples, utc
 
 from monitoring import ingest, partitions, rollups
-from monitoring.frames import Record, Samples
+from monitoring.frames import Metrics, Record, Samples
 from monitoring.models import AgentSession, Rollup1m, RollupCursor, Sample
 
 pytestmark = pytest.mark.skipif(
@@ -145,7 +145,7 @@ def test_minute_rollups_get_day_partitions_and_leave_by_them(gpu, settings):
 
 
 def store(gpu, boot, records):
-    batch = Samples(boot_id=boot, records=[Record(seq=s, t=t.timestamp(), gpu=gpu.uuid, slice=None, m={"gpu_util": 7})
+    batch = Samples(boot_id=boot, records=[Record(seq=s, t=t.timestamp(), gpu=gpu.uuid, slice=None, m=Metrics(gpu_util=7))
                                            for s, t in records])
     return ingest.store(link=ingest.Link(gpu.host_id, gpu.host.name), batches=[batch])
 
