@@ -56,8 +56,9 @@ def group_list(request):
     now = timezone.now()
     groups = list(services.with_running(_groups(request)))
     group_costs = costs.group_costs(groups, now=now)
+    latest = services.latest_decisions(groups)
     for group in groups:
-        group.latest = group.decisions.first()
+        group.latest = latest.get(group.pk)
         group.cost = group_costs[group.pk]
     may_create = ScalingGroupForm(user=request.user).fields["team"].queryset.exists()
     return render(request, "scaling/list.html", {"groups": groups, "may_create": may_create})

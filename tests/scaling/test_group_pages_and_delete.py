@@ -128,6 +128,27 @@ def test_the_api_list_costs_the_same_queries_for_one_group_or_many(api, fleet, a
     assert queries() == one
 
 
+def test_the_list_page_costs_the_same_queries_for_one_group_or_many(client, fleet, acme, alice):
+    client.force_login(alice)
+
+    def queries():
+        with CaptureQueriesContext(connection) as seen:
+            assert client.get("/scaling-groups/").status_code == 200
+        return len(seen)
+
+    groups = [services.create_group(actor=alice, team=acme, name="g0", gpu_model=fleet["h100"], gpus_per_instance=1,
+                                    max_instances=2, target_per_instance=10)]
+    _grow(groups[0], depth=5)
+    one = queries()
+    for n in range(1, 6):
+        groups.append(services.create_group(actor=alice, team=acme, name=f"g{n}", gpu_model=fleet["h100"],
+                                            gpus_per_instance=1, max_instances=2, target_per_instance=10))
+        _grow(groups[-1], depth=5)
+    assert queries() == one
+    latest = services.latest_decisions(groups)
+    assert {g.pk: latest[g.pk] for g in groups} == {g.pk: g.decisions.first() for g in groups}
+
+
 def test_the_chart_runs_to_now():
     t0 = datetime(2026, 12, 3, 10, tzinfo=UTC)
     rows = [ScalingDecision(pk=1, time=t0, queue_depth=30, desired=3, running=3, action="scale_out",
