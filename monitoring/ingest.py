@@ -706,27 +706,30 @@ def copy_text(found: list[tuple[Record, Held]]) -> tuple[str, set[date]]:
     if _LONG_NUMBER in metrics.translate(_DIGITS_AS_0):
         metrics = _encode([_signed(row) for row in values])
     metrics = metrics.decode()[2:-2].replace(",", "\t").replace("null", NULL).split("]\t[")
-    heads, seconds, unset = [], set(), msgspec.UNSET
-    append, last, second = heads.append, None, ""
-    for record, held in found:
+    lines, seconds, unset = [], set(), msgspec.UNSET
+    append, last_t, last_sec, second, when = lines.append, None, None, "", ""
+    for (record, held), row in zip(found, metrics, strict=True):
         t = record.t
-        sec = int(t)  # split_t, inline: this loop runs once per reading
-        us = round((t - sec) * 1e6)
-        if us >= 1_000_000:
-            sec, us = sec + 1, us - 1_000_000
-        if sec != last:  # readings of one tick share their second
-            last, second = sec, _second_text(sec)
-            seconds.add(sec // 86_400)
+        if t != last_t:  # the readings of one tick share their time
+            last_t = t
+            sec = int(t)  # split_t, inline: this loop runs once per reading
+            us = round((t - sec) * 1e6)
+            if us >= 1_000_000:
+                sec, us = sec + 1, us - 1_000_000
+            if sec != last_sec:
+                last_sec, second = sec, _second_text(sec)
+                seconds.add(sec // 86_400)
+            when = f"{second}.{us:06d}+00:00\t"
         procs = record.procs
         if procs is None or procs is unset:
-            procs = NULL
+            append(f"{when}{held.ids}\t\\N\t{row}")
         else:
             procs = _encode(procs).decode()
             if "\\" in procs:
                 procs = procs.replace("\\", "\\\\")  # JSON never holds raw tabs or newlines
-        append(f"{second}.{us:06d}+00:00\t{held.ids}\t{procs}")
+            append(f"{when}{held.ids}\t{procs}\t{row}")
     days = {date(1970, 1, 1) + timedelta(days=d) for d in seconds}
-    return "\n".join(map("\t".join, zip(heads, metrics, strict=True))) + "\n", days
+    return "\n".join(lines) + "\n", days
 
 
 def _signed(row) -> list:
