@@ -20,6 +20,7 @@ Opening and resolving are audited (``alert.open``, ``alert.resolve``), pushed li
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -228,6 +229,15 @@ class RuleRef:
     instance_id: int | None
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The rules ``Watch.observe`` applies to one device for one holder (``ids``), and of
+    those it checks per reading, each with its reader and comparison."""
+
+    ids: frozenset
+    checks: tuple
+
+
 @dataclass
 class Track:
     """One rule on one device for one holder: since when the condition holds."""
@@ -257,6 +267,7 @@ class Watch:
     version: str | None = None  # of the rules read (rule_cache)
     resumed: bool = False
     bases: dict = field(default_factory=dict)  # (device, instance) -> flops.Basis | None
+    plans: dict = field(default_factory=dict)  # (device, instance, team) -> Plan, made once per rule read
     refresh_s: float = 30.0
 
     def load(self, devices: dict, teams: set[int]) -> None:
@@ -294,7 +305,7 @@ class Watch:
                 if model_id is None or models.get(device.gpu_id) == model_id:
                     self.fleet[uuid].append(ref)
         self.loaded_at, self.loaded_teams, self.version = time.monotonic(), teams, version
-        self.bases, self.refresh_s = {}, thresholds()["refresh_s"]
+        self.bases, self.plans, self.refresh_s = {}, {}, thresholds()["refresh_s"]
 
     def _resume(self) -> None:
         """After a (re)connect: alerts this host's rules left open are tracked again,
@@ -327,20 +338,36 @@ class Watch:
     def observe(self, device: str, holder, t: float, m, instance_id: int | None, team_id: int | None) -> None:
         """One reading of ``device`` at ``t`` (its metrics ``m``, a ``protocol.Metrics``) held
         by (instance_id, team_id) then."""
-        candidates = self.applicable(device, instance_id, team_id)
+        plan = self.plans.get((device, instance_id, team_id))
+        if plan is None:
+            plan = self.plans[(device, instance_id, team_id)] = self._plan(device, holder, instance_id, team_id)
         tracks = self.tracks.get(device)
-        if tracks:
-            self._drop_inapplicable(tracks, candidates, t)
-        for rule in candidates:
-            if rule.metric not in rules.READERS:
-                if rule.metric != "tflops_est":
-                    continue  # evaluated on events or periodically
-                value = rules.read(rule.metric, m, self.basis(device, holder, instance_id))
-            else:
-                value = rules.READERS[rule.metric](m)
+        if tracks and not tracks.keys() <= plan.ids:
+            self._drop_inapplicable(tracks, plan.ids, t)
+        for rule, reader, compare in plan.checks:
+            value = reader(m)
             if value is None:
                 continue
+            if not tracks or rule.id not in tracks:
+                if not compare(value, rule.threshold):
+                    continue  # nothing holds and nothing is tracked: what most readings find
             self._step(device, holder, rule, t, value, instance_id, team_id)
+            tracks = self.tracks.get(device)
+
+    def _plan(self, device: str, holder, instance_id: int | None, team_id: int | None) -> Plan:
+        """What ``observe`` checks of a reading of ``device`` held by (instance, team):
+        the rules that apply, each with its reader and comparison."""
+        candidates = self.applicable(device, instance_id, team_id)
+        checks = []
+        for rule in candidates:
+            if rule.metric in rules.READERS:
+                reader = rules.READERS[rule.metric]
+            elif rule.metric == "tflops_est":
+                reader = functools.partial(rules.read, "tflops_est", basis=self.basis(device, holder, instance_id))
+            else:
+                continue  # evaluated on events or periodically
+            checks.append((rule, reader, rules.COMPARE[rule.comparison]))
+        return Plan(frozenset(r.id for r in candidates), tuple(checks))
 
     def basis(self, device: str, holder, instance_id: int | None):
         """The TFLOP/s estimate's basis of ``device`` at its holder's precision (read once
@@ -355,8 +382,7 @@ class Watch:
             self.bases[key] = device_basis(gpu.model.name, precision or "bf16", piece.profile if piece else None)
         return self.bases[key]
 
-    def _drop_inapplicable(self, tracks: dict[int, Track], candidates: list[RuleRef], t: float) -> None:
-        ids = {r.id for r in candidates}
+    def _drop_inapplicable(self, tracks: dict[int, Track], ids: frozenset, t: float) -> None:
         for rule_id in [r for r in tracks if r not in ids]:
             track = tracks.pop(rule_id)
             if track.firing:
