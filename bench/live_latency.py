@@ -154,7 +154,22 @@ async def client(url: str, session: str, origin: str, sink: list, counts: list, 
     losses.append(missed(seen, window.gpus, window.seconds))
 
 
-async def measure(port: int, sessions: list[str], gpus: int, warmup: float, seconds: float):
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def server_cpu(pids: list[int], window: Window) -> list[float]:
+    """CPU seconds each server process spent within the measured window."""
+    while time.time() < window.start and not window.over():
+        await asyncio.sleep(0.02)
+    before = [cpu_seconds(pid) for pid in pids]
+    while time.time() < window.until and not window.over():
+        await asyncio.sleep(0.02)
+    return [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+
+
+async def measure(port: int, sessions: list[str], gpus: int, warmup: float, seconds: float, pids: list[int]):
     window = Window(gpus, warmup, seconds)
     latencies: list[float] = []
     counts: list[int] = []
@@ -162,8 +177,9 @@ async def measure(port: int, sessions: list[str], gpus: int, warmup: float, seco
     closed: list[str] = []
     origin = f"http://127.0.0.1:{port}"
     url = f"ws://127.0.0.1:{port}/ws/live/"
-    await asyncio.gather(*(client(url, s, origin, latencies, counts, closed, window, losses) for s in sessions))
-    return latencies, counts, closed, window, losses
+    cpu, *_ = await asyncio.gather(
+        server_cpu(pids, window), *(client(url, s, origin, latencies, counts, closed, window, losses) for s in sessions))
+    return latencies, counts, closed, window, losses, cpu
 
 
 def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int]:
@@ -209,8 +225,9 @@ def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, arg
             stdout=open(var / f"agent-{name}.log", "w"),
             stderr=subprocess.STDOUT,
         )
-        latencies, counts, closed, window, losses = asyncio.run(
-            measure(browser_port, data["sessions"], args.gpus, args.warmup, args.seconds)
+        latencies, counts, closed, window, losses, cpu = asyncio.run(
+            measure(browser_port, data["sessions"], args.gpus, args.warmup, args.seconds,
+                    [server.pid for server, _ in servers])
         )
     finally:
         wsclient.stop(agent)
@@ -238,6 +255,9 @@ def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, arg
         "closed": closed,
         "ready_after": window.ready_after,
         "errors": server_errors(var, name),
+        # Server CPU per GPU reading stored and fanned out (µs), each server process:
+        # the agents' worker first (with "memory" it also serves the browsers).
+        "cpu_us": [c / (args.gpus * args.seconds) * 1e6 for c in cpu],
     }
 
 
@@ -374,6 +394,10 @@ def bench(args, env: dict, var: Path) -> int:
             f"{r['messages_per_client_s']:>14.1f} "
             f"{r['gpus_per_message']:>9.0f} {r['p50']:>8.0f} {r['p90']:>8.0f} {r['p99']:>8.0f} {r['max']:>8.0f}"
         )
+    for layer, r in results.items():
+        shares = " + ".join(f"{us:.0f}" for us in r["cpu_us"])
+        print(f"{layer}: server CPU per GPU reading (agents at 1 Hz, 8 GPUs a frame) {shares} µs"
+              + (" (agents' worker + browsers' worker)" if len(r["cpu_us"]) > 1 else " (ingest and fan-out)"))
     for other in ("redis", "redis2"):
         if {"memory", other} <= set(results):
             m, r = results["memory"], results[other]
