@@ -60,7 +60,9 @@ def thresholds() -> dict[str, float]:
         "xid_quiet_s": setting("ALERT_XID_QUIET_S", 3600),
         "refresh_s": setting("ALERT_REFRESH_S", 30),
         "stale_s": setting("ALERT_STALE_S", 300),
-        "rules_max_age_s": setting("ALERT_RULES_MAX_AGE_S", 300),
+        # Only a safety net where the cache is shared; with each process's own cache,
+        # how soon another process's rule change applies here.
+        "rules_max_age_s": setting("ALERT_RULES_MAX_AGE_S", 300 if rule_cache.shared() else 5),
     }
 
 

@@ -24,6 +24,17 @@ KEY = "monitoring:alert_rules:version"
 log = logging.getLogger(__name__)
 
 
+def shared() -> bool:
+    """Whether every server process reads the same cache. The in-process default
+    (LocMemCache, no REDIS_URL) is each process's own: a change made in another
+    process reaches this one only through the readers' safety re-read."""
+    from django.core.cache import caches
+    from django.core.cache.backends.dummy import DummyCache
+    from django.core.cache.backends.locmem import LocMemCache
+
+    return not isinstance(caches["default"], LocMemCache | DummyCache)
+
+
 def version() -> str:
     """The current token; a fresh one when the cache holds none (or cannot be read:
     readers then read the rules again each time)."""

@@ -17,6 +17,19 @@ from monitoring import alerts, rule_cache, services
 from monitoring.models import Alert, AlertRule
 
 
+@pytest.fixture(autouse=True)
+def _shared_cache_interval(settings):
+    """As with a cache every process shares (Redis): the safety re-read is a long way off."""
+    settings.ALERT_RULES_MAX_AGE_S = 300
+
+
+def test_the_safety_interval_follows_the_cache(settings):
+    del settings.ALERT_RULES_MAX_AGE_S
+    assert alerts.thresholds()["rules_max_age_s"] == (300 if rule_cache.shared() else 5)
+    shared_backend = "django.core.cache.backends.redis.RedisCache"
+    assert rule_cache.shared() == (settings.CACHES["default"]["BACKEND"] == shared_backend)
+
+
 @pytest.fixture
 def acme_instance(launch, bob, acme):
     began = timezone.now() - timedelta(hours=1)
