@@ -12,11 +12,25 @@ from datetime import UTC, datetime
 PUBLIC_KEYS = ("uuid", "host", "index", "instance", "team", "t", "m", "stale")
 
 
+_last_time: tuple[float, str] = (float("nan"), "")  # the last reading time as text: a tick's share it
+
+
+def _time_text(t: float | datetime) -> str:
+    global _last_time
+    if isinstance(t, datetime):
+        return t.isoformat()
+    last = _last_time  # one read: another thread may replace it meanwhile
+    if last[0] == t:
+        return last[1]
+    text = datetime.fromtimestamp(t, tz=UTC).isoformat()
+    _last_time = (t, text)
+    return text
+
+
 def current(*, uuid: str, t: float | datetime, m: dict, stale: bool, host: str = "", index: int | None = None,
             instance: int | None = None, team: int | None = None) -> dict:
-    when = t if isinstance(t, datetime) else datetime.fromtimestamp(t, tz=UTC)
     return {"uuid": uuid, "host": host, "index": index, "instance": instance, "team": team,
-            "t": when.isoformat(), "m": m, "stale": stale}
+            "t": _time_text(t), "m": m, "stale": stale}
 
 
 def live(*, uuid: str, host_id: int, host: str, device, t: float, m: dict, instance: int | None,
