@@ -270,6 +270,7 @@ class Watch:
     resumed: bool = False
     bases: dict = field(default_factory=dict)  # (device, instance) -> flops.Basis | None
     plans: dict = field(default_factory=dict)  # (device, instance, team) -> Plan, made once per rule read
+    devices: dict = field(default_factory=dict)  # what the rules were read for: uuid -> ingest.Device
     refresh_s: float = 30.0
 
     def load(self, devices: dict, teams: set[int]) -> None:
@@ -281,7 +282,8 @@ class Watch:
     def _due(self, devices: dict, teams: set[int], version: str, max_age_s: float) -> frozenset | None:
         """The teams to read rules for when this watch must read them again, else None."""
         current = version == self.version and time.monotonic() - self.loaded_at < max_age_s
-        if current and teams <= self.loaded_teams and devices.keys() == self.fleet.keys():
+        same = devices is self.devices or devices == self.devices  # models included
+        if current and teams <= self.loaded_teams and same:
             return None
         return frozenset(teams) | self.loaded_teams if current else frozenset(teams)
 
@@ -307,6 +309,7 @@ class Watch:
                 if model_id is None or models.get(device.gpu_id) == model_id:
                     self.fleet[uuid].append(ref)
         self.loaded_at, self.loaded_teams, self.version = time.monotonic(), teams, version
+        self.devices = devices
         self.bases, self.plans, self.refresh_s = {}, {}, thresholds()["refresh_s"]
 
     def _resume(self) -> None:

@@ -8,6 +8,7 @@ class MonitoringConfig(AppConfig):
 
     def ready(self) -> None:
         from console.models import Team
+        from instances.models import Instance
 
         from . import rule_cache
         from .models import AlertRule
@@ -17,6 +18,9 @@ class MonitoringConfig(AppConfig):
         # changes the rules' version once committed (rule_cache).
         post_save.connect(rule_cache.rule_saved_or_deleted, sender=AlertRule, dispatch_uid="monitoring.rule_saved")
         post_delete.connect(rule_cache.rule_saved_or_deleted, sender=AlertRule, dispatch_uid="monitoring.rule_deleted")
+        # The TFLOP/s estimate's basis (its peak) follows the instance's precision, and
+        # ingest keeps it with the rules.
+        post_save.connect(rule_cache.precision_saved, sender=Instance, dispatch_uid="monitoring.precision_saved")
 
 
 def _default_rules(sender, instance, created, raw=False, **kwargs) -> None:

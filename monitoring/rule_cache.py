@@ -14,8 +14,10 @@ caught by the readers' safety re-read (``ALERT_RULES_MAX_AGE_S``).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
@@ -35,24 +37,77 @@ def shared() -> bool:
     return not isinstance(caches["default"], LocMemCache | DummyCache)
 
 
+# Ingest reads the version inside its write transaction, once per flush: with Redis it
+# does so through a client of its own that gives up after READ_TIMEOUT_S (the shared
+# clients wait REDIS_SOCKET_TIMEOUT_S, long enough to stall every writer), and after a
+# failure it stops asking for RETRY_AFTER_S (reading the rules from the database meanwhile).
+READ_TIMEOUT_S = 0.5
+RETRY_AFTER_S = 5.0
+_client = None
+_down_until = 0.0
+
+
+class _Store:
+    """The token's storage: Redis with short timeouts, or Django's cache in memory."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def get(self) -> str | None:
+        if self.client is None:
+            return cache.get(KEY)
+        found = self.client.get(KEY)
+        return None if found is None else found.decode()
+
+    def add(self, value: str) -> bool:
+        if self.client is None:
+            return cache.add(KEY, value, timeout=None)
+        return bool(self.client.set(KEY, value, nx=True))
+
+    def set(self, value: str) -> None:
+        if self.client is None:
+            cache.set(KEY, value, timeout=None)
+        else:
+            self.client.set(KEY, value)
+
+
+def _store() -> _Store:
+    global _client
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return _Store(None)
+    if _client is None or _client[0] != url:
+        import redis
+
+        _client = (url, redis.Redis.from_url(url, socket_timeout=READ_TIMEOUT_S,
+                                             socket_connect_timeout=READ_TIMEOUT_S))
+    return _Store(_client[1])
+
+
 def version() -> str:
-    """The current token; a fresh one when the cache holds none (or cannot be read:
+    """The current token; a fresh one when none is stored (or it cannot be read:
     readers then read the rules again each time)."""
+    global _down_until
+    if time.monotonic() < _down_until:
+        return uuid.uuid4().hex
     try:
-        found = cache.get(KEY)
+        store = _store()
+        found = store.get()
         if found is None:
             fresh = uuid.uuid4().hex
-            found = fresh if cache.add(KEY, fresh, timeout=None) else (cache.get(KEY) or fresh)
+            found = fresh if store.add(fresh) else (store.get() or fresh)
         return found
-    except Exception:  # the cache is down: re-reading the rules is the safe answer
-        log.warning("alert rules version unreadable; reading the rules again", exc_info=True)
+    except Exception:  # unreachable: re-reading the rules is the safe answer
+        _down_until = time.monotonic() + RETRY_AFTER_S
+        log.warning("alert rules version unreadable; reading the rules from the database for %.0f s",
+                    RETRY_AFTER_S, exc_info=True)
         return uuid.uuid4().hex
 
 
 def bump() -> None:
     """A new token now (call it after the commit: see ``changed``)."""
     try:
-        cache.set(KEY, uuid.uuid4().hex, timeout=None)
+        _store().set(uuid.uuid4().hex)
     except Exception:  # lost: readers re-read within ALERT_RULES_MAX_AGE_S anyway
         log.warning("alert rules version not bumped", exc_info=True)
 
@@ -66,3 +121,10 @@ def changed(using: str | None = None) -> None:
 def rule_saved_or_deleted(sender, instance, using=None, **kwargs) -> None:
     """post_save / post_delete receiver for ``AlertRule``."""
     changed(using)
+
+
+def precision_saved(sender, instance, using=None, update_fields=None, created=False, raw=False, **kwargs) -> None:
+    """post_save receiver for ``Instance``: a new precision changes the TFLOP/s basis
+    ingest keeps with the rules (``instances.services.set_precision`` names the field)."""
+    if not created and not raw and (update_fields is None or "precision" in update_fields):
+        changed(using)

@@ -193,3 +193,40 @@ def test_one_flush_reads_the_version_once_for_every_connection(fleet, monkeypatc
     alerts.load_many(items)
     alerts.load_many(items)
     assert len(reads) == 2 and len(feeds) > 1
+
+
+def test_a_new_precision_applies_to_tflops_rules_on_the_next_frame(clock, acme_instance, alice, acme,
+                                                                      django_capture_on_commit_callbacks):
+    rule = services.create_rule(actor=alice, team=acme, name="slow", metric="tflops_est", comparison="<",
+                                threshold=100, hold_s=0)
+    busy = {"tensor_active_pct": 8, "sm_clock_mhz": 1980}  # bf16: 0.08 × 989.4 × 0.98 ≈ 77.6 TFLOP/s
+    clock.read(**busy)
+    assert [a.value for a in active(rule=rule)] == [pytest.approx(77.57, abs=0.1)]
+    with django_capture_on_commit_callbacks(execute=True):
+        instance_services.set_precision(actor=alice, instance=acme_instance, precision="fp8")
+    clock.read(**busy)  # fp8's peak is twice bf16's: ≈ 155 TFLOP/s, no longer under 100
+    assert active(rule=rule) == []
+
+
+def test_a_device_whose_model_changed_reads_its_rules_again():
+    from monitoring.ingest import Device
+
+    watch = alerts.Watch(host_id=1, host_name="h")
+    before = {"GPU-a": Device("GPU-a", 1, None, 0, model_id=1)}
+    watch._assign(before, frozenset(), [], "v1")
+    assert watch._due(dict(before), set(), "v1", 300) is None  # an equal list: nothing to read
+    after = {"GPU-a": Device("GPU-a", 1, None, 0, model_id=2)}
+    assert watch._due(after, set(), "v1", 300) is not None
+
+
+def test_an_unreachable_redis_costs_a_flush_at_most_a_short_timeout(settings, monkeypatch):
+    import time as clock_time
+
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens there
+    monkeypatch.setattr(rule_cache, "_client", None)
+    monkeypatch.setattr(rule_cache, "_down_until", 0.0)
+    started = clock_time.monotonic()
+    first = rule_cache.version()
+    assert clock_time.monotonic() - started < rule_cache.READ_TIMEOUT_S * 4
+    monkeypatch.setattr(rule_cache, "_store", lambda: pytest.fail("asked again during the back-off"))
+    assert rule_cache.version() != first  # a fresh token: the rules are read from the database
