@@ -168,3 +168,16 @@ def test_backslashes_and_del_where_allowed_pass():
     procs = [{"pid": 1, "name": "a\\b", "cmd": 'say "hi"\x7f'}]
     batch = frames.read(json.dumps(samples([{**record(1, t=NOW), "procs": procs}]), ensure_ascii=False), now=NOW)
     assert msgspec.to_builtins(batch.records[0].procs) == procs
+
+
+def test_a_counter_past_64_bits_is_refused_by_name():
+    with pytest.raises(frames.FrameError) as refused:
+        frames.read(json.dumps(with_metric("energy_mj", 2**64)), now=time.time())
+    assert (refused.value.code, refused.value.close_code) == ("bad_field", 4400)
+    assert refused.value.message.startswith("records[1].m.energy_mj must be an integer between 0 and ")
+
+
+def test_counters_at_their_top_are_kept_whatever_their_sum():
+    text = json.dumps(samples([GOOD, record(2, t=NOW, energy_mj=2**64 - 1, pcie_tx_bytes=2**64 - 1)]))
+    m = frames.read(text, now=time.time()).records[1].m
+    assert (m.energy_mj, m.pcie_tx_bytes) == (2**64 - 1, 2**64 - 1)
