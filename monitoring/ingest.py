@@ -712,10 +712,7 @@ def copy_text(found: list[tuple[Record, Held]]) -> tuple[str, set[date]]:
         t = record.t
         if t != last_t:  # the readings of one tick share their time
             last_t = t
-            sec = int(t)  # split_t, inline: this loop runs once per reading
-            us = round((t - sec) * 1e6)
-            if us >= 1_000_000:
-                sec, us = sec + 1, us - 1_000_000
+            sec, us = split_t(t)
             if sec != last_sec:
                 last_sec, second = sec, _second_text(sec)
                 seconds.add(sec // 86_400)
