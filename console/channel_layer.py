@@ -7,6 +7,9 @@ joins and per group send, so a burst (every agent of a large fleet reconnecting 
 restart) failed connections with "Too many connections". This layer's pool waits for a
 connection instead, up to ``REDIS_POOL_WAIT_S``; the number of connections per process
 stays bounded (``REDIS_MAX_CONNECTIONS``).
+
+It also tells which groups have a member (``watched``), so the live fan-out sends
+only to those (console/live.py).
 """
 
 from __future__ import annotations
@@ -25,3 +28,17 @@ class RedisChannelLayer(BaseRedisChannelLayer):
         return BlockingConnectionPool.from_url(
             address, max_connections=settings.REDIS_MAX_CONNECTIONS, timeout=settings.REDIS_POOL_WAIT_S, **host
         )
+
+    async def watched(self, groups: list[str]) -> set[str]:
+        """The groups among ``groups`` whose member set exists (a group's key goes with
+        its last member): one pipelined ``EXISTS`` per shard for all of them."""
+        by_shard: dict[int, list[str]] = {}
+        for group in groups:
+            by_shard.setdefault(self.consistent_hash(group), []).append(group)
+        found = set()
+        for index, names in by_shard.items():
+            pipe = self.connection(index).pipeline(transaction=False)
+            for name in names:
+                pipe.exists(self._group_key(name))
+            found.update(name for name, n in zip(names, await pipe.execute(), strict=True) if n)
+        return found

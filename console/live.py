@@ -70,26 +70,13 @@ CONCURRENT_SENDS = 32
 
 async def watched(layer, groups: list[str]) -> set[str]:
     """The groups among ``groups`` that have a member now (a socket subscribed to them,
-    in any server process), or all of them when the layer cannot tell. With Redis, one
-    round trip per shard for all of them; in memory, a look at the layer's own dict."""
+    in any server process), or all of them when the layer cannot tell: in memory, a
+    look at the layer's own dict; with Redis, the layer's ``watched``
+    (console/channel_layer.py, one round trip per shard)."""
     if isinstance(layer, InMemoryChannelLayer):
         return {group for group in groups if layer.groups.get(group)}
-    try:
-        from channels_redis.core import RedisChannelLayer
-    except ImportError:  # pragma: no cover (a dependency)
-        return set(groups)
-    if not isinstance(layer, RedisChannelLayer):
-        return set(groups)
-    by_shard: dict[int, list[str]] = {}
-    for group in groups:
-        by_shard.setdefault(layer.consistent_hash(group), []).append(group)
-    found = set()
-    for index, names in by_shard.items():
-        pipe = layer.connection(index).pipeline(transaction=False)
-        for name in names:
-            pipe.exists(layer._group_key(name))
-        found.update(name for name, n in zip(names, await pipe.execute(), strict=True) if n)
-    return found
+    ask = getattr(layer, "watched", None)
+    return await ask(groups) if ask is not None else set(groups)
 
 
 async def send_each(sends: Iterable[tuple[str, dict]], *, watched_only: bool = False) -> None:

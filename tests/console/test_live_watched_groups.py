@@ -33,7 +33,7 @@ class Recording:
 
 
 def redis_layer():
-    from channels_redis.core import RedisChannelLayer
+    from console.channel_layer import RedisChannelLayer
 
     config = {**settings.CHANNEL_LAYERS["default"]["CONFIG"], "prefix": f"test-{secrets.token_hex(4)}"}
     return RedisChannelLayer(**config)
