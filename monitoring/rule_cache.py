@@ -1,7 +1,7 @@
 """The alert rules' version: what lets ingest keep its rules until one changes.
 
-A token in Django's cache (Redis when REDIS_URL is set, so every worker shares it; the
-process's memory otherwise) that every change of an alert rule replaces once its
+A token in Redis when REDIS_URL is set (every worker shares it; read with a short
+timeout), else in Django's cache (the process's memory), that every change of an alert rule replaces once its
 transaction commits: a reader that sees the new token reads the committed rules. Saves
 and deletes of ``AlertRule`` (cascades included) change it through signals (apps.py);
 writes that send no signals (``bulk_create``, ``QuerySet.update``) call ``changed()``.
@@ -27,14 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def shared() -> bool:
-    """Whether every server process reads the same cache. The in-process default
-    (LocMemCache, no REDIS_URL) is each process's own: a change made in another
-    process reaches this one only through the readers' safety re-read."""
-    from django.core.cache import caches
-    from django.core.cache.backends.dummy import DummyCache
-    from django.core.cache.backends.locmem import LocMemCache
-
-    return not isinstance(caches["default"], LocMemCache | DummyCache)
+    """Whether every server process reads the same version: Redis. Without REDIS_URL it
+    lives in each process's own cache, and a change made in another process reaches
+    this one only through the readers' safety re-read."""
+    return bool(settings.REDIS_URL)
 
 
 # Ingest reads the version inside its write transaction, once per flush: with Redis it
@@ -43,45 +39,43 @@ def shared() -> bool:
 # failure it stops asking for RETRY_AFTER_S (reading the rules from the database meanwhile).
 READ_TIMEOUT_S = 0.5
 RETRY_AFTER_S = 5.0
-_client = None
+_client = None  # (url, redis.Redis)
 _down_until = 0.0
 
 
-class _Store:
-    """The token's storage: Redis with short timeouts, or Django's cache in memory."""
-
-    def __init__(self, client):
-        self.client = client
-
-    def get(self) -> str | None:
-        if self.client is None:
-            return cache.get(KEY)
-        found = self.client.get(KEY)
-        return None if found is None else found.decode()
-
-    def add(self, value: str) -> bool:
-        if self.client is None:
-            return cache.add(KEY, value, timeout=None)
-        return bool(self.client.set(KEY, value, nx=True))
-
-    def set(self, value: str) -> None:
-        if self.client is None:
-            cache.set(KEY, value, timeout=None)
-        else:
-            self.client.set(KEY, value)
-
-
-def _store() -> _Store:
+def _redis():
+    """The version's Redis client (short timeouts), or None without REDIS_URL."""
     global _client
-    url = getattr(settings, "REDIS_URL", "")
+    url = settings.REDIS_URL
     if not url:
-        return _Store(None)
+        return None
     if _client is None or _client[0] != url:
         import redis
 
         _client = (url, redis.Redis.from_url(url, socket_timeout=READ_TIMEOUT_S,
                                              socket_connect_timeout=READ_TIMEOUT_S))
-    return _Store(_client[1])
+    return _client[1]
+
+
+def _get() -> str | None:
+    client = _redis()
+    if client is None:
+        return cache.get(KEY)
+    found = client.get(KEY)
+    return None if found is None else found.decode()
+
+
+def _add(value: str) -> bool:
+    client = _redis()
+    return cache.add(KEY, value, timeout=None) if client is None else bool(client.set(KEY, value, nx=True))
+
+
+def _set(value: str) -> None:
+    client = _redis()
+    if client is None:
+        cache.set(KEY, value, timeout=None)
+    else:
+        client.set(KEY, value)
 
 
 def version() -> str:
@@ -91,11 +85,10 @@ def version() -> str:
     if time.monotonic() < _down_until:
         return uuid.uuid4().hex
     try:
-        store = _store()
-        found = store.get()
+        found = _get()
         if found is None:
             fresh = uuid.uuid4().hex
-            found = fresh if store.add(fresh) else (store.get() or fresh)
+            found = fresh if _add(fresh) else (_get() or fresh)
         return found
     except Exception:  # unreachable: re-reading the rules is the safe answer
         _down_until = time.monotonic() + RETRY_AFTER_S
@@ -107,7 +100,7 @@ def version() -> str:
 def bump() -> None:
     """A new token now (call it after the commit: see ``changed``)."""
     try:
-        _store().set(uuid.uuid4().hex)
+        _set(uuid.uuid4().hex)
     except Exception:  # lost: readers re-read within ALERT_RULES_MAX_AGE_S anyway
         log.warning("alert rules version not bumped", exc_info=True)
 

@@ -228,5 +228,5 @@ def test_an_unreachable_redis_costs_a_flush_at_most_a_short_timeout(settings, mo
     started = clock_time.monotonic()
     first = rule_cache.version()
     assert clock_time.monotonic() - started < rule_cache.READ_TIMEOUT_S * 4
-    monkeypatch.setattr(rule_cache, "_store", lambda: pytest.fail("asked again during the back-off"))
+    monkeypatch.setattr(rule_cache, "_redis", lambda: pytest.fail("asked again during the back-off"))
     assert rule_cache.version() != first  # a fresh token: the rules are read from the database
