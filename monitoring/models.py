@@ -334,6 +334,7 @@ class Category(models.TextChoices):
     BUDGET = "budget", "Budget"
     BILLING = "billing", "Billing"
     AUDIT = "audit", "Audit"
+    CAPACITY = "capacity", "Capacity"
 
 
 class Severity(models.TextChoices):

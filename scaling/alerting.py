@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from monitoring import alerts
-from monitoring.models import AlertKind, Severity
+from monitoring.models import AlertKind, Category, Severity
 
 from .models import Reason, ScalingDecision
 
@@ -33,7 +33,8 @@ def at_max(decision: ScalingDecision) -> bool:
 def conditions(decisions: list[ScalingDecision]) -> list[alerts.Condition]:
     return [
         alerts.Condition(
-            key=key(d.group_id), team_id=d.group.team_id, severity=Severity.WARNING, value=d.queue_depth,
+            key=key(d.group_id), team_id=d.group.team_id, severity=Severity.WARNING, category=Category.CAPACITY,
+            value=d.queue_depth,
             threshold=d.group.max_instances * d.group.target_per_instance,
             message=f"Scaling group {d.group.name} is at its maximum of {d.group.max_instances} instances with "
                     f"{d.queue_depth} items queued ({waiting(d)} more than its maximum works through at "
