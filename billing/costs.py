@@ -391,6 +391,31 @@ def idle_cost_by_gpu(qs, start: datetime, end: datetime) -> list[IdleGpu]:
 
 
 @dataclass(frozen=True)
+class FirstRows:
+    """The first ``limit`` of ``rows`` as a page shows them, and what was left out:
+    how many and their idle cost."""
+
+    rows: list
+    total: int
+    rest_idle_cost: Decimal
+
+    @property
+    def left_out(self) -> int:
+        return self.total - len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def first_rows(rows: list[IdleGpu], limit: int) -> FirstRows:
+    rest = rows[limit:]
+    return FirstRows(rows[:limit], len(rows), sum((g.idle_cost for g in rest), Decimal("0.00")))
+
+
+@dataclass(frozen=True)
 class IdleBilledGpu:
     """A GPU billed now whose last ``window`` was mostly idle."""
 

@@ -62,6 +62,10 @@ def _sees_bill(user, team) -> bool:
     return is_operator(user) or has_role(user, team.pk, BILL_ROLES)
 
 
+# The idle GPUs one page lists, most idle cost first; the API (costs/idle-gpus/) has all.
+IDLE_GPU_ROWS = 20
+
+
 @login_required
 def cost_explorer(request):
     now = timezone.now()
@@ -105,7 +109,7 @@ def cost_explorer(request):
     context = {
         "team": team, "teams": teams, "month": month, "months": _months(charges, now), "current": current,
         "spent": figure.month_to_date, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
-        "idle_gpus": costs.idle_cost_by_gpu(charges, start, end)[:20],
+        "idle_gpus": costs.first_rows(costs.idle_cost_by_gpu(charges, start, end), IDLE_GPU_ROWS),
         "flops_costs": costs.cost_per_pflop_hour(charges, start, end),
         "idle_now": costs.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
         if current else [],

@@ -49,3 +49,17 @@ def test_the_cost_explorer_lists_idle_gpus(half_idle, client, alice):
     client.force_login(alice)
     page = client.get("/costs/").content.decode()
     assert 'id="idle-now"' in page and half_idle[1][1].uuid in page
+
+
+def test_the_cost_explorer_says_when_it_lists_only_the_most_idle_gpus(half_idle, client, alice, monkeypatch):
+    from billing import views
+
+    job, gpus = half_idle
+    client.force_login(alice)
+    whole = client.get("/costs/").content.decode()
+    assert 'id="idle-by-gpu-cut"' not in whole
+    monkeypatch.setattr(views, "IDLE_GPU_ROWS", 1)
+    cut = client.get("/costs/").content.decode()
+    table = cut.split('id="idle-by-gpu"')[1].split("</table>")[0]
+    assert gpus[1].uuid in table and gpus[0].uuid not in table
+    assert "listed, of 2; the other 1 add 0.00" in cut
