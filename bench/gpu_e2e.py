@@ -12,6 +12,7 @@ raw samples). It checks what must hold and writes a markdown table and JSON to -
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -68,27 +69,57 @@ def prepare() -> tuple[str, str]:
     return api_token, host_token
 
 
-def pin_instance(uuid: str) -> int:
-    """A team's running instance holding the GPU, so samples are attributed and idle is judged."""
+# The idle rule looks back over its hold time (30 min by default); the run's hold phase
+# lasts 60 s, so the team's rule is shortened the way a team admin would.
+IDLE_HOLD_S = 30
+ON_DEMAND_HOURLY = "3.50"
+
+
+def pin_instance(uuid: str, *, idle_hold_s: int = IDLE_HOLD_S, at: datetime | None = None) -> int:
+    """A team's running on-demand instance holding the GPU, so samples are attributed and
+    idle is judged: the GPU's model is priced from ``at`` (as an operator sets a price)
+    and the team's idle rule looks back ``idle_hold_s``."""
     from django.contrib.auth.models import User
+    from django.utils import timezone
 
     from console import services as console_services
     from console.models import Team
     from instances import services
     from instances.models import Gpu
 
+    at = at or timezone.now()
     ops = User.objects.get(username="e2e-ops")
-    team = Team.objects.filter(name="Lab").first() or console_services.create_team(actor=ops, name="Lab")
     gpu = Gpu.objects.select_related("host", "model").get(uuid=uuid)
+    price_model(ops, gpu.model.name, at)
+    team = Team.objects.filter(name="Lab").first() or console_services.create_team(actor=ops, name="Lab")
+    shorten_idle_rule(ops, team, idle_hold_s)
     instance = services.launch_instance(
         actor=ops, team=team, name="e2e-job", gpu_model=gpu.model, gpu_count=1, pricing_model="on_demand",
-        host=gpu.host, provision=False,
+        host=gpu.host, provision=False, at=at,
     )
-    services.mark_running(instance=instance)
+    services.mark_running(instance=instance, at=at)
     return instance.pk
 
 
-def api(path: str, token: str, **params) -> dict:
+def price_model(ops, sku: str, at: datetime) -> None:
+    """An on-demand price for ``sku`` in effect from ``at``, unless one already is."""
+    from billing import services as billing_services
+
+    if billing_services.price_in_effect(sku, "on_demand", at) is None:
+        billing_services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=ON_DEMAND_HOURLY,
+                                   effective_from=at, now=at)
+
+
+def shorten_idle_rule(ops, team, hold_s: int) -> None:
+    from monitoring import services as monitoring_services
+    from monitoring.models import AlertRule
+
+    monitoring_services.ensure_default_rules(team, actor=ops)
+    for rule in AlertRule.objects.filter(team=team, metric="idle_billed"):
+        monitoring_services.update_rule(actor=ops, rule=rule, hold_s=hold_s)
+
+
+def api(path: str, *, token: str, **params) -> dict:
     query = urllib.parse.urlencode(params, doseq=True)
     req = urllib.request.Request(f"{BASE}{path}?{query}", headers={"Authorization": f"Token {token}"})
     try:
@@ -116,9 +147,10 @@ def mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def phase_row(token: str, uuid: str, phase: dict) -> dict:
+def phase_row(get, uuid: str, phase: dict) -> dict:
+    """The phase's means through the metrics API; ``get(path, **params)`` answers its JSON."""
     start, end = phase["start"] + 2.0, phase["end"] - 1.0  # leave out the transitions
-    body = api(f"/api/v1/gpus/{uuid}/metrics/", token, metric=METRICS, start=f"{start:.3f}", end=f"{end:.3f}")
+    body = get(f"/api/v1/gpus/{uuid}/metrics/", metric=METRICS, start=f"{start:.3f}", end=f"{end:.3f}")
     series = body["series"]
     row = {"phase": phase["phase"], "seconds": round(phase["end"] - phase["start"], 1), "tier": body["tier"]}
     for name in METRICS:
@@ -166,12 +198,22 @@ def replay_phases(trace: Path, uuid: str, dest: Path) -> None:
     """Wait out the replayed trace and write its phases, placed where the replay put them."""
     from monitoring.models import Sample
 
-    lines = [json.loads(line) for line in trace.read_text().splitlines()[1:] if line.strip()]
+    lines = trace_lines(trace)
     first = wait_for(lambda: Sample.objects.filter(gpu__uuid=uuid).order_by("time").values_list("time", flat=True).first(),
                      "the first replayed sample")
     offset = first.timestamp() - lines[0]["t"]
     log(f"replaying {lines[-1]['t'] - lines[0]['t']:.0f} s of trace")
     time.sleep(max(0.0, lines[-1]["t"] + offset - time.time()) + 2)
+    dest.write_text(json.dumps(trace_phases(lines, offset)))
+
+
+def trace_lines(trace: Path) -> list[dict]:
+    return [json.loads(line) for line in trace.read_text().splitlines()[1:] if line.strip()]
+
+
+def trace_phases(lines: list[dict], offset: float) -> list[dict]:
+    """[{phase, start, end}] of a recorded trace's lines, moved by ``offset`` seconds; a
+    phase that comes back gets a "2" ("idle2")."""
     phases: dict[str, dict] = {}
     for line in lines:
         name = line["phase"] if line["phase"] not in phases or phases[line["phase"]]["open"] else line["phase"] + "2"
@@ -180,7 +222,7 @@ def replay_phases(trace: Path, uuid: str, dest: Path) -> None:
                 other["open"] = False
         entry = phases.setdefault(name, {"phase": name, "start": line["t"] + offset, "open": True})
         entry["end"] = line["t"] + offset
-    dest.write_text(json.dumps([{k: v for k, v in p.items() if k != "open"} for p in phases.values()]))
+    return [{k: v for k, v in p.items() if k != "open"} for p in phases.values()]
 
 
 def fmt(value, scale=1.0, digits=0) -> str:
@@ -244,11 +286,10 @@ def main() -> int:
     var = Path(os.environ.setdefault("GPUCONSOLE_VAR_DIR", "/tmp/gpc-e2e-var"))
     var.mkdir(parents=True, exist_ok=True)
     env = os.environ | {
-        "INPROCESS_SCHEDULER": "true", "IDLE_WINDOW_S": "30", "ALERT_WINDOW_S": "10",
+        "INPROCESS_SCHEDULER": "true",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
         "PYTHONUNBUFFERED": "1",
     }
-    os.environ.update({k: env[k] for k in ("IDLE_WINDOW_S", "ALERT_WINDOW_S")})
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     setup_django(var)
     api_token, host_token = prepare()
@@ -272,7 +313,7 @@ def main() -> int:
             cwd=ROOT, env=env, stdout=open(out / "agent.log", "w"), stderr=subprocess.STDOUT,
         )
         procs.append(agent)
-        gpus = wait_for(lambda: api("/api/v1/gpus/", api_token, host__name=HOST)["results"], "the agent's hello")
+        gpus = wait_for(lambda: api("/api/v1/gpus/", token=api_token, host__name=HOST)["results"], "the agent's hello")
         uuid = gpus[0]["uuid"]
         log(f"GPU {uuid} ({gpus[0]['model']}) registered; pinning an instance to it")
         pin_instance(uuid)
@@ -289,8 +330,9 @@ def main() -> int:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
         phases = {p["phase"]: p for p in json.loads((out / "phases.json").read_text())}
-        rows = [phase_row(api_token, uuid, p) for p in phases.values() if p["end"] - p["start"] >= 5]
-        alerts = api("/api/v1/alerts/", api_token, kind="idle", page_size=100)["results"]
+        rows = [phase_row(functools.partial(api, token=api_token), uuid, p)
+                for p in phases.values() if p["end"] - p["start"] >= 5]
+        alerts = api("/api/v1/alerts/", token=api_token, kind="idle", page_size=100)["results"]
         facts = integrity(uuid)
         results = checks(rows, alerts, phases, facts)
     finally:

@@ -63,6 +63,7 @@ MIDDLEWARE = [
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "console.sessions.SessionLimitsMiddleware",
+    "console.sessions.SecondFactorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: answers a sign-in that django-axes refused (AXES_* below).
     "axes.middleware.AxesMiddleware",
@@ -329,19 +330,15 @@ RAW_RETENTION_HOURS = envint("RAW_RETENTION_HOURS", 48, minimum=1)
 TELEMETRY_STALE_AFTER_S = envint("TELEMETRY_STALE_AFTER_S", 15, minimum=1)
 # Live GPU updates go out at most once per this many milliseconds per group.
 LIVE_COALESCE_S = envint("LIVE_COALESCE_MS", 250, minimum=10) / 1000
-# Alerts: thresholds and how long a condition must hold.
+# Alerts: what a rule watches, its threshold and hold time are its own (AlertRule);
+# this draws the temperature chart's threshold line.
 ALERT_TEMP_C = envint("ALERT_TEMP_C", 85, minimum=1)
-ALERT_POWER_PCT = envint("ALERT_POWER_PCT", 98, minimum=1)
-ALERT_WINDOW_S = envint("ALERT_WINDOW_S", 60, minimum=1)
-ALERT_AGENT_SILENT_S = envint("ALERT_AGENT_SILENT_S", 60, minimum=5)
 # Notifications: webhook targets on private/loopback addresses only for these hosts
 # (names, IPs or CIDRs, comma-separated); grouping and retries (monitoring/notify.py).
 ALERT_WEBHOOK_ALLOW_HOSTS = envlist("ALERT_WEBHOOK_ALLOW_HOSTS", [])
 ALERT_GROUP_WAIT_S = envint("ALERT_GROUP_WAIT_S", 5, minimum=0)
 ALERT_GROUP_INTERVAL_S = envint("ALERT_GROUP_INTERVAL_S", 300, minimum=0)
 ALERT_DELIVERY_ATTEMPTS = envint("ALERT_DELIVERY_ATTEMPTS", 5, minimum=1)
-IDLE_THRESHOLD_PCT = envint("IDLE_THRESHOLD_PCT", 10, minimum=0)
-IDLE_WINDOW_S = envint("IDLE_WINDOW_S", 1800, minimum=10)
 
 LOGGING = {
     "version": 1,
