@@ -1,3 +1,5 @@
+from collections.abc import Iterable
+
 from django.db import models
 from django.utils import timezone
 
@@ -84,6 +86,34 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+def nvlink_groups(host_group: str, gpus: Iterable[tuple[int, str]]) -> dict[str, list[int]]:
+    """{NVLink group: its GPU indexes} of one host from its group and its GPUs' (index,
+    group): as placement pools them (``services.nvlink_group``): a GPU's own group, else
+    the host's; on a host whose GPUs name groups a GPU in none is a group of one; {} when
+    the host has no NVLink group at all."""
+    gpus = sorted(gpus)
+    grouped = any(group for _, group in gpus)
+    if not grouped and not host_group:
+        return {}
+    out: dict[str, list[int]] = {}
+    for index, group in gpus:
+        out.setdefault(group or host_group or f"gpu{index}", []).append(index)
+    return out
+
+
+def nvlink_text(groups: dict[str, list[int]]) -> str:
+    """The NVLink groups of a host in a few words: "h-nvl (8 GPUs)", "4 groups of 2 GPUs",
+    "3 groups (2, 2, 1 GPUs)"; "" when it has none."""
+    if not groups:
+        return ""
+    sizes = sorted((len(v) for v in groups.values()), reverse=True)
+    if len(groups) == 1:
+        return f"{next(iter(groups))} ({sizes[0]} GPU{'s' if sizes[0] != 1 else ''})"
+    if len(set(sizes)) == 1:
+        return f"{len(groups)} groups of {sizes[0]} GPU{'s' if sizes[0] != 1 else ''}"
+    return f"{len(groups)} groups ({', '.join(map(str, sizes))} GPUs)"
 
 
 class GpuQuerySet(TeamScopedQuerySet):

@@ -13,7 +13,19 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from . import catalog, images, services
 from .forms import ImageForm, LaunchForm
-from .models import HOLDING_STATES, GpuModel, Host, Image, Instance, Precision, State, gpu_used_q
+from .models import (
+    HOLDING_STATES,
+    Gpu,
+    GpuModel,
+    Host,
+    Image,
+    Instance,
+    Precision,
+    State,
+    gpu_used_q,
+    nvlink_groups,
+    nvlink_text,
+)
 
 ACTIONS = {
     "start": services.start_instance,
@@ -182,4 +194,10 @@ def host_list(request):
         gpu_count=Count("gpus", distinct=True),
         gpus_used=Count("gpus", filter=gpu_used_q("gpus__"), distinct=True),
     )
+    hosts = list(hosts)
+    gpus: dict[int, list[tuple[int, str]]] = {}
+    for host_id, index, group in Gpu.objects.filter(host__in=hosts).values_list("host_id", "index", "nvlink_group"):
+        gpus.setdefault(host_id, []).append((index, group))
+    for host in hosts:
+        host.nvlink_text = nvlink_text(nvlink_groups(host.nvlink_group, gpus.get(host.pk, [])))
     return render(request, "instances/hosts.html", {"hosts": hosts})

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.models import Gpu, GpuSlice, Host, Instance, gpu_used_q
+from instances.models import Gpu, GpuSlice, Host, Instance, gpu_used_q, nvlink_groups
 
 from . import charts, figures, queries, readings, services
 from .models import (
@@ -404,8 +404,11 @@ def host_detail(request, pk):
         GpuSlice.objects.filter(gpu__host=host).select_related("profile", "gpu", "instance", "team")
     )
     devices = [gpu_device(g, latest.get(g.uuid), now) | {"gpu": g} for g in gpus]
+    nvlink = nvlink_groups(host.nvlink_group, [(g.index, g.nvlink_group) for g in gpus])
     context = {
         "host": host,
+        "nvlink": nvlink,
+        "nvlink_most": max(map(len, nvlink.values()), default=0),
         "agent": AgentState.objects.filter(host=host).first(),
         "devices": devices,
         "slices": [
