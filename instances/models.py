@@ -243,6 +243,38 @@ class Precision(models.TextChoices):
     FP8 = "fp8", "fp8"
 
 
+class PrecisionSource(models.TextChoices):
+    """Who said which precision was in force: only a workload's own declaration is
+    more than an assumption."""
+
+    DEFAULT = "default", "the default, never set"
+    TEAM = "team", "set by the team"
+    WORKLOAD = "workload", "declared by the workload"
+
+
+class PrecisionPeriod(models.Model):
+    """The precision an instance's TFLOP/s estimate used over [start, end); ``end`` is
+    empty while in force. A change closes one period and opens the next, so the
+    estimate of any past window is read at the precision of its time. An instance
+    without periods has had its launch precision throughout."""
+
+    instance = models.ForeignKey("Instance", on_delete=models.CASCADE, related_name="precision_periods")
+    team = models.ForeignKey("console.Team", on_delete=models.PROTECT, related_name="+")
+    precision = models.CharField(max_length=8, choices=Precision.choices)
+    source = models.CharField(max_length=16, choices=PrecisionSource.choices)
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamScopedQuerySet.as_manager(team_path="team")
+
+    class Meta:
+        ordering = ["start", "id"]
+        indexes = [models.Index(fields=["instance", "start"], name="precision_instance_start")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} {self.precision} ({self.source}) from {self.start:%Y-%m-%d %H:%M:%S}"
+
+
 class ImageVisibility(models.TextChoices):
     PUBLIC = "public", "Public"
     PRIVATE = "private", "Private to a team"
