@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('console', '0006_token_second_factor'),
+        ('console', '0005_external_identities'),
         ('instances', '0007_pricing_model_idle'),
     ]
 
