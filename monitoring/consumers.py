@@ -46,7 +46,6 @@ from . import fanout, frames, ingest, inventory, services
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
-CLOSE_TOKEN_EXPIRED = 1013  # "try again later": the agent reconnects with the token it now has
 QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
 MERGE_FRAMES = 8  # frames of one connection one attribution (and so one write) may take
 
@@ -297,7 +296,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(HELLO_TIMEOUT_S, self._hello_late)
         # A token that expires (a rotated one, after its grace period) ends its connection;
-        # 1013 makes the agent reconnect, reading its token file again.
+        # 4440 makes the agent reconnect, reading its token file again.
         self._expire_at(token.expires_at.timestamp())
         # services.revoke_host_token / rotate_host_token reach this connection here.
         self.token_group = services.token_group(token.pk)
@@ -311,7 +310,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     def _token_expired(self):
         if not self.closing:
             asyncio.ensure_future(
-                self.refuse(CLOSE_TOKEN_EXPIRED, "token_expired", "the host token expired; connect with its replacement")
+                self.refuse(p.CLOSE_TOKEN_EXPIRED, "token_expired", "the host token expired; connect with its replacement")
             )
 
     async def agent_token(self, message):
@@ -372,7 +371,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.refuse(exc.close_code, exc.code, exc.message)
         except Exception:
             log.exception("agent connection of %s failed", self.host.name)
-            await self.refuse(1011, "server_error", "the server failed; try again later")
+            await self.refuse(p.CLOSE_SERVER_ERROR, "server_error", "the server failed; try again later")
 
     async def on_hello(self, hello: frames.Hello):
         if hello.host != self.host.name:
@@ -403,7 +402,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self.send_frame({"type": "error", "code": "server_error",
                                        "message": "the server could not store this batch; send it again"})
                 self.closing = True
-                await self.close(code=1011)
+                await self.close(code=p.CLOSE_SERVER_ERROR)
                 return
             self.unacked.popleft()
             if not self.unacked:

@@ -261,6 +261,8 @@ CLOSE_SEQ = 4409
 CLOSE_TOO_LARGE = 4413
 CLOSE_VERSION = 4426
 CLOSE_FLOOD = 4429
+CLOSE_TOKEN_EXPIRED = 4440  # retried: the agent reads its token file again first
+CLOSE_SERVER_ERROR = 4500  # retried; the batch in flight stays spooled
 
 # What the agent does about a close code: retry, drop the batch in flight, or stop.
 RETRY, DROP, FATAL = "retry", "drop", "fatal"
@@ -288,6 +290,8 @@ CLOSE_MEANING = {
     CLOSE_TOO_LARGE: "frame too large",
     CLOSE_VERSION: "unsupported protocol version",
     CLOSE_FLOOD: "frames sent without waiting for acks",
+    CLOSE_TOKEN_EXPIRED: "the host token expired",
+    CLOSE_SERVER_ERROR: "server error",
 }
 
 

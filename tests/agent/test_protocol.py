@@ -45,6 +45,8 @@ def test_a_samples_frame_is_valid_json():
 
 def test_which_close_codes_the_agent_retries():
     assert protocol.close_action(1011) == protocol.RETRY
+    assert protocol.close_action(4440) == protocol.RETRY  # token_expired
+    assert protocol.close_action(4500) == protocol.RETRY  # server_error
     assert protocol.close_action(1006) == protocol.RETRY
     assert protocol.close_action(4408) == protocol.RETRY
     assert protocol.close_action(4400) == protocol.DROP

@@ -1,5 +1,5 @@
 """Revoking (or rotating) a host token takes effect on the agent already connected with
-it: revoked, the connection closes with 4401 at once; rotated, with 1013 when the grace
+it: revoked, the connection closes with 4401 at once; rotated, with 4440 when the grace
 period that the rotation set ends, not at the token's original expiry."""
 
 import asyncio
@@ -48,4 +48,4 @@ async def test_a_rotated_token_closes_its_agent_when_the_grace_ends(tokens, ops)
         assert (await a.recv())["type"] == "ack"  # still inside the grace
         await asyncio.sleep(1)
         assert (await a.recv(timeout=5))["code"] == "token_expired"
-        assert await a.closed() == 1013  # try again later: with the replacement token
+        assert await a.closed() == 4440  # token_expired: reconnect with the replacement token

@@ -117,4 +117,4 @@ async def test_a_connection_ends_when_its_token_expires(agent, ops, h100a_token)
         await a.hello()
         error = await a.recv(timeout=5)
         assert error == {"type": "error", "code": "token_expired", "message": error["message"]}
-        assert await a.closed() == 1013  # the agent reconnects, rereading its token file
+        assert await a.closed() == 4440  # the agent reconnects, rereading its token file

@@ -83,7 +83,7 @@ async def test_after_a_failed_write_the_connection_writes_nothing_more(tokens, o
         await until(lambda: len(offered) == 2)
         held_write["release"].set()
         assert (await a.recv())["code"] == "server_error"
-        assert await a.closed() == 1011
+        assert await a.closed() == 4500
     assert held_write["started"] == 1  # the second frame was never written ahead of the first
     assert await Sample.objects.acount() == 0
     assert not await AgentSession.objects.filter(last_seq__gt=0).aexists()
