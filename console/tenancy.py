@@ -21,7 +21,10 @@ AUDIT_ROLES = ("admin", "auditor")
 
 
 def is_operator(user) -> bool:
-    return bool(user and user.is_authenticated and user.is_active and user.is_staff)
+    """Staff acting for the whole fleet. A request made with an API token limited to some
+    teams is not, even a staff member's: it reaches those teams' objects through
+    ``for_user`` and nothing fleet-wide (hosts, prices, /metrics of other teams)."""
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff and token_teams(user) is None)
 
 
 def team_ids(user, roles: Iterable[str] = READ_ROLES):

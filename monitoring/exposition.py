@@ -104,11 +104,13 @@ def rows():
     )
 
 
-def render(now=None) -> str:
-    """The whole exposition, in a fixed number of queries."""
+def render(now=None, *, teams: list[int] | None = None) -> str:
+    """The whole exposition, in a fixed number of queries; with ``teams``, only the
+    GPUs and slices those teams hold now and their alerts (no host-wide agent series)."""
     now = now or timezone.now()
     after = stale_after_s()
-    readings = [(row, gpu_labels(row), row.is_stale(now, after)) for row in rows()]
+    found = rows() if teams is None else rows().filter(team_id__in=teams)
+    readings = [(row, gpu_labels(row), row.is_stale(now, after)) for row in found]
     out: list[str] = []
     for field in FIELDS:
         series = [
@@ -118,11 +120,11 @@ def render(now=None) -> str:
         ]
         if series:
             out += [f"# HELP {field.name} {field.help}", f"# TYPE {field.name} {field.kind}", *series]
-    out += _console_series(readings, now)
+    out += _console_series(readings, now, teams)
     return "\n".join(out) + "\n"
 
 
-def _console_series(readings, now) -> list[str]:
+def _console_series(readings, now, teams) -> list[str]:
     out = ["# HELP gpuconsole_gpu_stale 1 when the GPU's agent has sent nothing recently.",
            "# TYPE gpuconsole_gpu_stale gauge"]
     out += [f"gpuconsole_gpu_stale{labels(pairs)} {int(stale)}" for _, pairs, stale in readings]
@@ -130,7 +132,7 @@ def _console_series(readings, now) -> list[str]:
             "# TYPE gpuconsole_gpu_last_seen_seconds gauge"]
     out += [f"gpuconsole_gpu_last_seen_seconds{labels(pairs)} {(now - row.last_seen).total_seconds():.1f}"
             for row, pairs, _ in readings]
-    agents = list(AgentState.objects.select_related("host").order_by("host__name"))
+    agents = [] if teams is not None else list(AgentState.objects.select_related("host").order_by("host__name"))
     for name, kind, help_, attr in [
         ("gpuconsole_agent_connected", "gauge", "1 while the host's agent is connected.", "connected"),
         ("gpuconsole_agent_samples_total", "counter", "Samples stored from the host's agent.", "samples"),
@@ -139,7 +141,10 @@ def _console_series(readings, now) -> list[str]:
     ]:
         out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         out += [f'{name}{{Hostname="{escape(a.host.name)}"}} {int(getattr(a, attr))}' for a in agents]
-    counts = Alert.objects.filter(state__in=ACTIVE_STATES).values("kind").annotate(n=Count("id")).order_by("kind")
+    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
+    if teams is not None:
+        alerts = alerts.filter(team_id__in=teams)
+    counts = alerts.values("kind").annotate(n=Count("id")).order_by("kind")
     out += ["# HELP gpuconsole_alerts_active Open or acknowledged alerts.", "# TYPE gpuconsole_alerts_active gauge"]
     out += [f'gpuconsole_alerts_active{{kind="{row["kind"]}"}} {row["n"]}' for row in counts]
     return out

@@ -12,7 +12,7 @@ from rest_framework import exceptions
 from audit.models import Outcome
 from audit.services import record_event
 from console.auth import ApiTokenAuthentication
-from console.tenancy import is_operator
+from console.tenancy import is_operator, token_teams
 from console.validators import plain_name
 from instances.models import Host
 
@@ -36,11 +36,13 @@ def metrics(request):
             return _plain(403, "This API token lacks the 'read' scope.\n")
     if user is None:
         return _plain(401, "Send an operator's API token: Authorization: Token <key>\n", {"WWW-Authenticate": "Token"})
-    if not is_operator(user):
+    teams = token_teams(user)
+    if not (is_operator(user) or (user.is_staff and teams is not None)):
         record_event(actor=user, action="api.denied", outcome=Outcome.DENIED,
                      details={"method": request.method, "path": request.path, "reason": "metrics are for operators"})
         return _plain(403, "Only operators can read /metrics.\n")
-    return HttpResponse(exposition.render(), content_type=CONTENT_TYPE)
+    # An operator's token limited to some teams reads only the GPUs those teams hold.
+    return HttpResponse(exposition.render(teams=teams), content_type=CONTENT_TYPE)
 
 
 def _plain(status: int, text: str, headers: dict | None = None) -> HttpResponse:
