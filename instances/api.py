@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, Prefetch
 from django.http import Http404
 from django.urls import path
 from django.utils import timezone
@@ -27,6 +27,7 @@ from .models import (
     PreemptionNotice,
     Region,
     SliceProfile,
+    gpu_free_q,
 )
 from .serializers import (
     DefaultImageRequest,
@@ -68,7 +69,7 @@ class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModel
     """Fleet hosts (operators). PATCH state to drain a host or mark it down."""
 
     queryset = Host.objects.select_related("region").annotate(
-        gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=Q(gpus__instance__isnull=True))
+        gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=gpu_free_q("gpus__"))
     ).order_by("region__name", "name")
     serializer_class = HostSerializer
     filterset_fields = ["region__name", "kind", "state"]

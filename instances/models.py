@@ -227,10 +227,19 @@ HOLDING_STATES = (State.PENDING, State.RUNNING, State.STOPPING)
 # - "running" instances are those in state RUNNING (pending and stopping ones hold GPUs
 #   but are not running);
 # - a GPU is "used" when an instance holds it whole or holds any of its MIG/vGPU slices;
-#   every other GPU is "free".
+# - a GPU is "free" when a whole-GPU launch could take it now: not held, on an active
+#   passthrough host. GPUs of MIG and vGPU hosts are offered as slices, never whole, and
+#   draining or down hosts take nothing new, so an unused GPU is not always free.
 def gpu_used_q(prefix: str = "") -> models.Q:
     """Q for a used GPU; ``prefix`` reaches the GPU from another model (e.g. "gpus__")."""
     return models.Q(**{f"{prefix}instance__isnull": False}) | models.Q(**{f"{prefix}slices__instance__isnull": False})
+
+
+def gpu_free_q(prefix: str = "") -> models.Q:
+    """Q for a free GPU (see above): the one definition the launch form, placement and
+    the fleet's capacity count with."""
+    return models.Q(**{f"{prefix}instance__isnull": True, f"{prefix}host__state": HostState.ACTIVE,
+                       f"{prefix}host__kind": HostKind.PASSTHROUGH})
 
 
 class Precision(models.TextChoices):

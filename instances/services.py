@@ -38,6 +38,7 @@ from .models import (
     Region,
     SliceProfile,
     State,
+    gpu_free_q,
 )
 
 MAX_GPUS_PER_INSTANCE = 16
@@ -147,10 +148,7 @@ class Placement:
 
 
 def _free_whole_gpus(model: GpuModel):
-    # MIG and vGPU hosts hand out slices; whole GPUs come from passthrough hosts.
-    return Gpu.objects.filter(
-        model=model, instance__isnull=True, host__state=HostState.ACTIVE, host__kind=HostKind.PASSTHROUGH
-    )
+    return Gpu.objects.filter(gpu_free_q(), model=model)
 
 
 def place(

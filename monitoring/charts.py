@@ -683,9 +683,9 @@ def heatmap_figure(
 
 
 def capacity_figure(rows: Sequence[dict]) -> dict:
-    """Used and free GPUs per model as stacked horizontal bars.
+    """Used, free and other GPUs per model as stacked horizontal bars.
 
-    ``rows`` is ``[{"model", "used", "free"}, …]``.
+    ``rows`` is ``[{"model", "used", "free", "other"}, …]``.
     """
     models = [r["model"] for r in rows]
     bar = {"type": "bar", "orientation": "h", "y": models}
@@ -703,6 +703,13 @@ def capacity_figure(rows: Sequence[dict]) -> dict:
             "x": [r["free"] for r in rows],
             "marker": {"color": PALETTE["grid"]},
             "hovertemplate": "%{y}: %{x} free<extra></extra>",
+        },
+        bar
+        | {
+            "name": "Other",
+            "x": [r["other"] for r in rows],
+            "marker": {"color": PALETTE["muted"], "opacity": 0.5},
+            "hovertemplate": "%{y}: %{x} not free whole (MIG/vGPU mode or host not active)<extra></extra>",
         },
     ]
     fig_layout = layout("Capacity by GPU model", "GPU model", height=max(160, 90 + 34 * len(rows)))

@@ -5,7 +5,8 @@ what its screen shows: the totals below, plus the one page of hosts (operators) 
 instances (team members) it draws. The overview page and the API
 (``/api/v1/overview/``) both read these functions: one definition per figure.
 
-A GPU is *used* when it or any of its slices is held (``gpu_used_q``). A reading is
+A GPU is *used* when it or any of its slices is held (``gpu_used_q``), *free* when a
+whole-GPU launch could take it now (``gpu_free_q``). A reading is
 *fresh* while it is at most ``TELEMETRY_STALE_AFTER_S`` old; the mean utilization
 is over fresh readings that report one.
 """
@@ -18,7 +19,16 @@ from django.db.models import Avg, Count, FloatField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from instances.models import HOLDING_STATES, Gpu, GpuSlice, Host, Instance, State, gpu_used_q
+from instances.models import (
+    HOLDING_STATES,
+    Gpu,
+    GpuSlice,
+    Host,
+    Instance,
+    State,
+    gpu_free_q,
+    gpu_used_q,
+)
 
 from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, stale_after_s
 
@@ -36,14 +46,18 @@ def fresh_since(now: datetime) -> datetime:
 
 
 def capacity() -> list[dict]:
-    """Used and free GPUs per model, by model name."""
+    """Used, free and other GPUs per model, by model name: free as the launch form counts
+    it (``gpu_free_q``); other: unused but not launchable whole (in MIG/vGPU mode, whose
+    slices are offered instead, or on a draining or down host)."""
     rows = (
         Gpu.objects.order_by()
         .values("model__name")
-        .annotate(total=Count("id", distinct=True), used=Count("id", filter=gpu_used_q(), distinct=True))
+        .annotate(total=Count("id", distinct=True), used=Count("id", filter=gpu_used_q(), distinct=True),
+                  free=Count("id", filter=gpu_free_q(), distinct=True))
         .order_by("model__name")
     )
-    return [{"model": r["model__name"], "used": r["used"], "free": r["total"] - r["used"]} for r in rows]
+    return [{"model": r["model__name"], "used": r["used"], "free": r["free"],
+             "other": r["total"] - r["used"] - r["free"], "total": r["total"]} for r in rows]
 
 
 def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int | None = None) -> dict:
@@ -55,7 +69,7 @@ def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int 
     )
     return {
         "hosts": Host.objects.count() if hosts is None else hosts,
-        "gpus": sum(r["used"] + r["free"] for r in models),
+        "gpus": sum(r["total"] for r in models),
         "used": sum(r["used"] for r in models),
         "reporting": live["reporting"],
         "mean_util": _mean(live["mean"]),

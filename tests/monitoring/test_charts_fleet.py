@@ -18,11 +18,12 @@ def test_heatmap_grows_with_the_number_of_hosts():
     assert big > small
 
 
-def test_capacity_stacks_used_and_free_per_model():
+def test_capacity_stacks_used_free_and_other_per_model():
     fig = charts.capacity_figure(
-        [{"model": "A100-80GB", "used": 6, "free": 2}, {"model": "H100-80GB", "used": 1, "free": 7}]
+        [{"model": "A100-80GB", "used": 6, "free": 2, "other": 3}, {"model": "H100-80GB", "used": 1, "free": 7, "other": 0}]
     )
-    used, free = fig["data"]
+    used, free, other = fig["data"]
     assert (used["name"], used["x"]) == ("Used", [6, 1])
     assert (free["name"], free["x"]) == ("Free", [2, 7])
+    assert (other["name"], other["x"]) == ("Other", [3, 0])
     assert fig["layout"]["barmode"] == "stack"

@@ -24,7 +24,8 @@ def test_fleet_and_hosts_count_a_gpu_with_a_held_slice_as_used(ops, launch, char
     assert (fleet_hosts["a100-mig"]["used"], fleet_hosts["a100-mig"]["gpus"]) == (1, 2)
     assert (hosts["a100-mig"].gpus_used, hosts["a100-mig"].gpu_count) == (1, 2)
     capacity = {r["model"]: r for r in page(ops, "/")["capacity"]}
-    assert (capacity["A100-80GB"]["used"], capacity["A100-80GB"]["free"]) == (1, 1)
+    # The other GPU is unused but in MIG mode: not a free whole GPU (test_free_capacity_agrees).
+    assert (capacity["A100-80GB"]["used"], capacity["A100-80GB"]["free"], capacity["A100-80GB"]["other"]) == (1, 0, 1)
 
 
 def test_running_instances_leave_out_pending_and_stopping(bob, acme, launch, acme_instance):
