@@ -44,10 +44,13 @@ import json
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
+from django_otp import DEVICE_ID_SESSION_KEY
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from instances.models import GpuModel, Host, Region
 from instances.services import add_gpu
 from monitoring import services
 ops = User.objects.create_user("ops", is_staff=True)
+device = TOTPDevice.objects.create(user=ops, name="authenticator", confirmed=True)  # the operator's second factor
 region = Region.objects.create(name="bench-1")
 model = GpuModel.objects.create(name="H100-80GB", memory_gb=80, power_limit_w=700)
 fleet = []
@@ -65,6 +68,7 @@ for _ in range({clients}):
     s[SESSION_KEY] = str(ops.pk)
     s[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
     s[HASH_SESSION_KEY] = ops.get_session_auth_hash()
+    s[DEVICE_ID_SESSION_KEY] = device.persistent_id
     s.create()
     sessions.append(s.session_key)
 json.dump({{"fleet": fleet, "sessions": sessions}}, open({out!r}, "w"))

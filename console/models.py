@@ -84,6 +84,8 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     last_used_ip = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Made by someone who had passed a second factor (a code, or a token that had).
+    second_factor = models.BooleanField(default=False)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -135,8 +137,8 @@ INVITE_PREFIX = "gpi_"
 
 
 class Invitation(models.Model):
-    """A one-time link that makes whoever opens it a member of ``team`` with ``role``,
-    until it expires. Only the link's SHA-256 is kept."""
+    """A one-time link that makes the holder of ``email`` a member of ``team`` with
+    ``role``, until it expires. Only the link's SHA-256 is kept."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
     email = models.EmailField()

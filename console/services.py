@@ -12,8 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from audit.models import Outcome
 from audit.services import record_event
 
+from . import twofactor
 from .live import end_user_sockets
 from .models import ApiToken, Invitation, Membership, Role, Scope, Team, UserSession, hash_secret
 from .tenancy import AUDIT_ROLES, is_operator
@@ -28,11 +30,42 @@ def create_team(*, actor, name: str) -> Team:
 
 @transaction.atomic
 def add_member(*, actor, team: Team, user: User, role: str = Role.MEMBER) -> Membership:
+    """A membership grants more than the member's credentials were made for: their other
+    sessions and live sockets end (they sign in again, with the second factor the new
+    role may need), and their API tokens keep the teams they had reached until now."""
+    pinned, revoked = _keep_token_teams(user)
     membership = Membership.objects.create(team=team, user=user, role=role)
+    ended = _end_sessions_of(user, actor)
     record_event(
-        actor=actor, action="member.add", target=membership, team=team, details={"user": user.username, "role": role}
+        actor=actor, action="member.add", target=membership, team=team,
+        details={
+            "user": user.username, "role": role, "signed_out": ended,
+            # API token prefixes ("token" in a key would be redacted as a secret)
+            "api_kept_to_their_teams": pinned, "api_revoked": revoked,
+        },
     )
+    if user != actor:
+        end_user_sockets(user.pk)
     return membership
+
+
+def _keep_token_teams(user: User) -> tuple[list[str], list[str]]:
+    """Limit the user's live tokens that reach every team of theirs to the teams they
+    belong to now, so that a membership added later does not widen them; a token of a
+    user with no team yet is revoked. Returns the prefixes (limited, revoked)."""
+    if user.is_staff:  # an operator's token reaches every team anyway
+        return [], []
+    current = list(Team.objects.filter(memberships__user=user))
+    pinned, revoked = [], []
+    for token in ApiToken.objects.live().filter(user=user, teams__isnull=True):
+        if current:
+            token.teams.set(current)
+            pinned.append(token.prefix)
+        else:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            revoked.append(token.prefix)
+    return pinned, revoked
 
 
 @transaction.atomic
@@ -102,6 +135,15 @@ def _end_sessions_of(user: User, actor) -> int:
 class InvitationRefused(Exception):
     """An invitation link that cannot be used (unknown, used, cancelled or expired)."""
 
+    status = 410
+
+
+class InvitationNotYours(InvitationRefused):
+    """An invitation opened by an account of another address, or a sign-up for an
+    address that already has an account."""
+
+    status = 403
+
 
 @transaction.atomic
 def invite_member(*, actor, team: Team, email: str, role: str, accept_url) -> tuple[Invitation, str]:
@@ -144,9 +186,29 @@ def find_invitation(raw: str) -> Invitation:
     return invitation
 
 
-@transaction.atomic
+def same_address(a: str, b: str) -> bool:
+    return bool(a) and a.strip().casefold() == b.strip().casefold()
+
+
 def accept_invitation(*, raw: str, user: User) -> Membership:
+    """Join with the link: only the account of the invited address may (its email is the
+    one it signed up with from an invitation, or that the identity provider verified);
+    anyone else is refused, and that is audited."""
     invitation = find_invitation(raw)
+    if not same_address(user.email, invitation.email):
+        record_event(
+            actor=user, action="member.accept_invite", target=invitation, team=invitation.team,
+            outcome=Outcome.DENIED, details={"user": user.username, "reason": "another address"},
+        )
+        raise InvitationNotYours(
+            "This invitation was sent to another email address: open it signed in as that address's account "
+            "(or signed out, to make the account)."
+        )
+    return _accept(invitation, user)
+
+
+@transaction.atomic
+def _accept(invitation: Invitation, user: User) -> Membership:
     invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
     if invitation.accepted_at is not None:  # a second tab won the race
         raise InvitationRefused("This invitation link was already used.")
@@ -175,7 +237,10 @@ def cancel_invitation(*, actor, invitation: Invitation) -> Invitation:
 
 @transaction.atomic
 def sign_up(*, username: str, email: str, password: str) -> User:
-    """A new account from an invitation link (the password passed the validators)."""
+    """A new account from an invitation link (the password passed the validators), for
+    an address that has none yet."""
+    if User.objects.filter(email__iexact=email.strip()).exists():
+        raise InvitationNotYours("An account with this email address exists: sign in with it, then open the link again.")
     user = User.objects.create_user(username=username, email=email, password=password)
     record_event(actor=user, action="auth.sign_up", target=user, details={"username": username, "email": email})
     return user
@@ -200,6 +265,11 @@ def authenticate_api_token(raw: str, *, source_ip: str | None = None) -> ApiToke
     if stale or token.last_used_ip != source_ip:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_ip=source_ip)
         token.last_used_at, token.last_used_ip = now, source_ip
+    if not twofactor.satisfied(token.user, second_factor=token.second_factor):
+        raise TokenRefused(
+            "This API token was made without a second factor, which your role now requires: "
+            "make a new one with your two-factor code (POST /api/v1/auth/token/ with otp, or the tokens page)."
+        )
     team_ids = [t.pk for t in token.teams.all()]
     if team_ids:
         token.user.token_team_ids = team_ids  # read by console.tenancy: the token's teams only
@@ -249,22 +319,27 @@ def check_token_request(
 @transaction.atomic
 def create_api_token(
     *, actor, user: User, name: str, scopes: Iterable[str] = (Scope.READ, Scope.WRITE), teams: Iterable[Team] = (),
-    expires_at: datetime | None = None, parent: ApiToken | None = None,
+    expires_at: datetime | None = None, parent: ApiToken | None = None, second_factor: bool = False,
 ) -> tuple[ApiToken, str]:
-    """Returns the token row and the raw key, which is never stored and shown once."""
+    """Returns the token row and the raw key, which is never stored and shown once.
+    ``second_factor``: the request that asks for it passed one (a token made with a
+    token inherits that token's)."""
     scopes, teams, expires_at = check_token_request(
         user=user, scopes=scopes, teams=teams, expires_at=expires_at, parent=parent
     )
     raw = ApiToken.generate()
+    if parent is not None:
+        second_factor = parent.second_factor
     token = ApiToken.objects.create(
-        user=user, name=name, key_hash=hash_secret(raw), prefix=raw[:10], scopes=scopes, expires_at=expires_at
+        user=user, name=name, key_hash=hash_secret(raw), prefix=raw[:10], scopes=scopes, expires_at=expires_at,
+        second_factor=second_factor,
     )
     token.teams.set(teams)
     record_event(
         actor=actor, action="api_token.create", target=token,
         details={
             "name": name, "prefix": token.prefix, "scopes": scopes, "teams": [t.name for t in teams],
-            "expires_at": expires_at.isoformat(),
+            "expires_at": expires_at.isoformat(), "second_factor": second_factor,
         },
     )
     return token, raw

@@ -252,5 +252,7 @@ class CallbackView(OIDCAuthenticationCallbackView):
             return begin_second_factor(self.request, user, self.success_url)
         self.request.login_via = "sso"
         response = super().login_success()
+        if settings.OIDC_IDP_ENFORCES_MFA:
+            self.request.session[twofactor.PROVIDER_MFA] = True
         services.record_login(user=user, success=True, via="sso")
         return response

@@ -1,6 +1,11 @@
 """Two-factor sign-in: TOTP (an authenticator app) with one-time recovery codes, on
 django-otp's devices. Required for the roles in ``REQUIRE_2FA_ROLES``; optional for
-everyone else. Each verb is audited in its transaction."""
+everyone else. Each verb is audited in its transaction.
+
+The rule holds for every request, not only at sign-in: a session remembers the device
+that verified it (django-otp) or that the identity provider vouched for a second factor,
+and an API token whether it was made with one (``ApiToken.second_factor``). A session or
+token without one, of a user whose role now needs it, is refused (``satisfied``)."""
 
 from __future__ import annotations
 
@@ -9,8 +14,13 @@ import secrets
 
 import qrcode
 import qrcode.image.svg
+from channels.db import database_sync_to_async
+from channels.middleware import BaseMiddleware
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
+from django_otp import DEVICE_ID_SESSION_KEY
+from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
@@ -20,6 +30,8 @@ from audit.services import record_event
 from .models import Membership
 
 RECOVERY_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i
+# Set on a session signed in through an identity provider that enforces its own MFA.
+PROVIDER_MFA = "_second_factor_by_provider"
 
 
 class TwoFactorError(ValueError):
@@ -37,6 +49,66 @@ def required_for(user) -> bool:
     """Whether this deployment requires a second factor of ``user`` (by role)."""
     wanted = set(settings.REQUIRE_2FA_ROLES)
     return bool(wanted and roles_of(user) & wanted)
+
+
+def session_second_factor(user, session) -> bool:
+    """Did this signed-in session pass a second factor (a device of ``user`` verified it,
+    or the identity provider vouched for one)?"""
+    if session is None:
+        return False
+    if session.get(PROVIDER_MFA):
+        return True
+    persistent_id = session.get(DEVICE_ID_SESSION_KEY)
+    device = Device.from_persistent_id(persistent_id) if persistent_id else None
+    return device is not None and device.user_id == user.pk
+
+
+def request_second_factor(request) -> bool:
+    """Did this request's credential pass a second factor: its API token, else its session."""
+    from .models import ApiToken
+
+    auth = getattr(request, "auth", None)
+    if isinstance(auth, ApiToken):
+        return auth.second_factor
+    verified = getattr(request.user, "is_verified", None)  # set by django-otp's middleware
+    if verified is not None:
+        return bool(verified() or request.session.get(PROVIDER_MFA))
+    return session_second_factor(request.user, getattr(request, "session", None))
+
+
+def satisfied(user, *, second_factor: bool) -> bool:
+    """May a credential with (or without) a second factor act for ``user`` now? Asked
+    on every request, so a rule that changes applies to credentials made before it."""
+    return second_factor or not required_for(user)
+
+
+def refusal_text(user) -> str:
+    if enrolled(user):
+        return "Your role requires two-factor sign-in: sign in again with your authenticator code."
+    return "Your role requires two-factor sign-in: set up an authenticator to go on."
+
+
+class SecondFactorGuard(BaseMiddleware):
+    """Browser websockets: a session without the second factor its user's role needs
+    reaches the consumer as anonymous (closed with 4401), like a signed-out one."""
+
+    async def __call__(self, scope, receive, send):
+        user = scope.get("user")
+        if user is not None and user.is_authenticated:
+            ok = await database_sync_to_async(_socket_allowed)(user, scope.get("session"))
+            if not ok:
+                scope = dict(scope, user=AnonymousUser())
+        return await super().__call__(scope, receive, send)
+
+
+def _socket_allowed(user, session) -> bool:
+    if satisfied(user, second_factor=session_second_factor(user, session)):
+        return True
+    record_event(
+        actor=user, action="auth.2fa_required", target=user, outcome=Outcome.DENIED,
+        details={"via": "websocket"},
+    )
+    return False
 
 
 def totp_device(user) -> TOTPDevice | None:

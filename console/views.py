@@ -83,6 +83,7 @@ def _pending(request):
 
 def _finish_sign_in(request, user, pending, device) -> None:
     del request.session[PENDING]
+    request.login_via = "password+2fa"
     auth_login(request, user, backend=pending["backend"])
     otp_login(request, device)
     services.record_login(user=user, success=True, via="page+2fa")
@@ -262,6 +263,7 @@ def tokens(request):
                 _, raw = services.create_api_token(
                     actor=request.user, user=request.user, name=data["name"], scopes=data["scopes"],
                     teams=data["teams"], expires_at=form.expires_at,
+                    second_factor=twofactor.request_second_factor(request),
                 )
             except ValidationError as exc:
                 for field, errors in exc.message_dict.items():
@@ -387,7 +389,7 @@ def accept_invite(request, key):
                 auth_login(request, user)
                 services.record_login(user=user, success=True, via="invitation")
         except services.InvitationRefused as exc:
-            return render(request, "console/invite.html", {"refused": str(exc)}, status=410)
+            return render(request, "console/invite.html", {"refused": str(exc)}, status=exc.status)
         messages.success(request, f"Welcome to {membership.team.name}: you are {membership.role}.")
         return redirect("home")
     return render(request, "console/invite.html", {"invitation": invitation, "form": form})

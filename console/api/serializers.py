@@ -73,7 +73,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         model = ApiToken
         fields = [
             "id", "name", "prefix", "scopes", "teams", "created_at", "expires_at", "last_used_at", "last_used_ip",
-            "revoked_at", "status",
+            "revoked_at", "status", "second_factor",
         ]  # fmt: skip
 
 

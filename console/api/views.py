@@ -49,7 +49,9 @@ class ObtainTokenView(APIView):
             return refusal
         with transaction.atomic():
             services.record_login(user=user, success=True, via="api")
-            token, raw = services.create_api_token(actor=user, user=user, name=data["name"], scopes=data["scopes"])
+            token, raw = services.create_api_token(
+                actor=user, user=user, name=data["name"], scopes=data["scopes"], second_factor=twofactor.enrolled(user)
+            )
         body = NewApiTokenSerializer(token).data | {"token": raw}
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -91,6 +93,7 @@ class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         token, raw = services.create_api_token(
             actor=request.user, user=request.user, name=data["name"], scopes=data["scopes"],
             teams=data.get("teams", []), expires_at=data.get("expires_at"), parent=parent,
+            second_factor=twofactor.request_second_factor(request),
         )
         return Response(NewApiTokenSerializer(token).data | {"token": raw}, status=status.HTTP_201_CREATED)
 

@@ -79,7 +79,7 @@ def test_a_weak_password_is_refused_at_sign_up(alice, acme):
 
 
 def test_a_signed_in_user_joins_with_their_account(alice, acme, charlie):
-    _, raw = services.invite_member(actor=alice, team=acme, email="c@example.com", role="member", accept_url=str)
+    _, raw = services.invite_member(actor=alice, team=acme, email="Charlie@Example.com", role="member", accept_url=str)
     theirs = Client()
     theirs.force_login(charlie)
     theirs.post(f"/invite/{raw}/")

@@ -1,5 +1,5 @@
 import pytest
-from twofactor_support import code, enrol
+from twofactor_support import code, enrol, login_with_device
 
 from audit.models import AuditEvent
 from console import twofactor
@@ -42,7 +42,7 @@ def test_removal_needs_a_current_code_and_is_audited(client, bob):
 def test_a_required_role_cannot_remove_it(client, alice, settings):
     settings.REQUIRE_2FA_ROLES = ["admin"]
     device, _ = enrol(alice)
-    client.force_login(alice)
+    login_with_device(client, alice, device)
     response = client.post("/account/two-factor/", {"action": "remove", "code": code(device, steps_ahead=1)}, follow=True)
     assert "cannot be removed" in response.content.decode()
     assert twofactor.enrolled(alice)

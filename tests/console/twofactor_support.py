@@ -1,5 +1,6 @@
 import time
 
+from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.oath import TOTP
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
@@ -25,3 +26,11 @@ def password_step(client, username, password="demo-password"):
 
 def signed_in(client) -> bool:
     return client.get("/account/").status_code == 200
+
+
+def login_with_device(client, user, device):
+    """A session signed in with ``device`` as its second factor."""
+    client.force_login(user)
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = device.persistent_id
+    session.save()

@@ -55,11 +55,14 @@ import json
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
+from django_otp import DEVICE_ID_SESSION_KEY
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from console.models import Team
 from instances.models import GpuModel, Region
 from instances.services import register_host
 from monitoring import services
 ops = User.objects.create_user("ops", is_staff=True)
+device = TOTPDevice.objects.create(user=ops, name="authenticator", confirmed=True)  # the operator's second factor
 region = Region.objects.create(name="prod-1")
 GpuModel.objects.get_or_create(name="H200", defaults=dict(memory_gb=141, power_limit_w=700))
 host = register_host(actor=ops, name="{HOST}", region=region)
@@ -71,6 +74,7 @@ for _ in range(2):
     s[SESSION_KEY] = str(ops.pk)
     s[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
     s[HASH_SESSION_KEY] = ops.get_session_auth_hash()
+    s[DEVICE_ID_SESSION_KEY] = device.persistent_id
     s.create()
     sessions.append(s.session_key)
 print(json.dumps({{"token": token, "sessions": sessions, "host": host.pk, "idle_team": idle.pk}}))
