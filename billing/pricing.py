@@ -135,6 +135,16 @@ def seconds(start: datetime, end: datetime) -> int:
     return d.days * 86400 + d.seconds + (end.microsecond < start.microsecond)
 
 
+def so_far(metered: Decimal, price_per_hour: Decimal | None, since: datetime | None, now: datetime) -> Decimal:
+    """What an instance has cost this month at ``now``: its metered charges, plus its
+    price per hour over the whole seconds from ``since`` (where metering stopped, or its
+    run began if later) to ``now``, rated as metering rates a run still going (per
+    second, one rounding step). The instance pages' ticker counts the same way."""
+    if price_per_hour is None or since is None or now <= since:
+        return metered
+    return metered + to_cents(price_per_hour * seconds(since, now))
+
+
 def day_segments(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime, datetime]]:
     """(day, segment start, segment end) for each UTC day that [start, end) touches."""
     day = floor_day(start)

@@ -262,10 +262,28 @@ class BillingPriceBook:
             .values("instance_id").annotate(c=Sum("billed_cents")).values_list("instance_id", "c")
         )
         as_of = metered_until(now)
-        return {
-            i.pk: InstanceCost(
-                price_per_hour=rate.instances.get(i.pk), month_to_date=pricing.from_cents(spent.get(i.pk)), as_of=as_of,
-                note=rate.notes.get(i.pk, ""),
+        runs = _run_starts(instances, now)
+        out = {}
+        for i in instances:
+            price, metered = rate.instances.get(i.pk), pricing.from_cents(spent.get(i.pk))
+            since = unmetered_since(as_of, runs.get(i.pk), now)
+            out[i.pk] = InstanceCost(
+                price_per_hour=price, month_to_date=metered, as_of=as_of, note=rate.notes.get(i.pk, ""),
+                since=since if price is not None else None, so_far=pricing.so_far(metered, price, since, now),
             )
-            for i in instances
-        }
+        return out
+
+
+def _run_starts(instances: list, now: datetime) -> dict[int, datetime]:
+    """{instance id: when its latest run began} (the last time it became running)."""
+    return dict(
+        LifecycleEvent.objects.filter(instance__in=[i.pk for i in instances], to_state=State.RUNNING, time__lte=now)
+        .order_by().values("instance_id").annotate(t=Max("time")).values_list("instance_id", "t")
+    )
+
+
+def unmetered_since(as_of: datetime | None, run_start: datetime | None, now: datetime) -> datetime:
+    """From when an instance's usage this month is not metered yet: where metering
+    stopped, or where its run began if that is later (a run that began after the last
+    metering has cost nothing before it began)."""
+    return max(t for t in (pricing.month_start(now), as_of, run_start) if t is not None)

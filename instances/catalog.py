@@ -19,12 +19,16 @@ from typing import Protocol
 @dataclass(frozen=True)
 class InstanceCost:
     """``price_per_hour``: what the instance costs per hour now (None: not billed now);
-    ``month_to_date``: its metered cost this month, up to ``as_of``."""
+    ``month_to_date``: its metered cost this month, up to ``as_of``; ``so_far``: what it
+    has cost this month at the moment asked, billing's figure (metered, plus the price
+    per hour from ``since``: where metering stopped, or its run began if later)."""
 
     price_per_hour: Decimal | None
     month_to_date: Decimal
     as_of: datetime | None
     note: str = ""  # how the price is made up, where that is not obvious (reserved)
+    since: datetime | None = None
+    so_far: Decimal | None = None
 
 
 @dataclass(frozen=True)

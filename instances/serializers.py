@@ -44,11 +44,15 @@ class CostListSerializer(serializers.ListSerializer):
 
 class CostFields(serializers.Serializer):
     """``price_per_hour`` (null: not billed now), ``cost_month_to_date`` (metered, up to
-    ``cost_as_of``) and ``stuck`` (stopping past the grace: billing stopped there)."""
+    ``cost_as_of``), ``cost_so_far`` (this month up to the response: billing's figure,
+    the metered part plus the price per hour since ``cost_since``) and ``stuck``
+    (stopping past the grace: billing stopped there)."""
 
     price_per_hour = serializers.SerializerMethodField()
     cost_month_to_date = serializers.SerializerMethodField()
     cost_as_of = serializers.SerializerMethodField()
+    cost_so_far = serializers.SerializerMethodField()
+    cost_since = serializers.SerializerMethodField()
     stuck = serializers.SerializerMethodField()
 
     def _cost(self, obj):
@@ -71,6 +75,16 @@ class CostFields(serializers.Serializer):
     def get_cost_as_of(self, obj):
         cost = self._cost(obj)
         return None if cost is None or cost.as_of is None else cost.as_of.isoformat()
+
+    @extend_schema_field(serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True))
+    def get_cost_so_far(self, obj) -> str | None:
+        cost = self._cost(obj)
+        return None if cost is None or cost.so_far is None else str(cost.so_far)
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_cost_since(self, obj):
+        cost = self._cost(obj)
+        return None if cost is None or cost.since is None else cost.since.isoformat()
 
     def get_stuck(self, obj) -> bool:
         return is_stuck(obj)
@@ -248,7 +262,7 @@ class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSe
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
             "image", "max_price",
             "state", "host", "gpus", "labels", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
-            "cost_as_of", "stuck",
+            "cost_as_of", "cost_so_far", "cost_since", "stuck",
         ]
         read_only_fields = ["state", "created_at", "state_changed_at"]
         list_serializer_class = CostListSerializer
