@@ -33,6 +33,8 @@ from .models import (
     LifecycleEvent,
     NoticeStatus,
     Precision,
+    PrecisionPeriod,
+    PrecisionSource,
     PreemptionNotice,
     PricingModel,
     Region,
@@ -565,16 +567,38 @@ def force_stop(*, actor, instance: Instance, at: datetime | None = None) -> Inst
 
 
 @transaction.atomic
-def set_precision(*, actor, instance: Instance, precision: str) -> Instance:
-    """The number format the instance's achieved-TFLOP/s estimate assumes."""
+def set_precision(
+    *, actor, instance: Instance, precision: str, source: str = PrecisionSource.TEAM, at: datetime | None = None
+) -> Instance:
+    """The number format the instance's achieved-TFLOP/s estimate assumes from ``at`` on
+    (``source``: the team set it, or the workload declared it). The period in force ends
+    there; the past keeps the precision of its time. The same precision from the same
+    source changes nothing."""
     if precision not in Precision.values:
         raise LifecycleError(f"Unknown precision {precision!r}; choose one of {', '.join(Precision.values)}.")
+    if source not in PrecisionSource.values:
+        raise LifecycleError(f"Unknown precision source {source!r}; choose one of {', '.join(PrecisionSource.values)}.")
     instance = _locked(instance)
+    at = at or timezone.now()
+    current = PrecisionPeriod.objects.select_for_update().filter(instance=instance, end__isnull=True).last()
+    if current is None:
+        first = PrecisionSource.DEFAULT if instance.precision == Precision.BF16 else PrecisionSource.TEAM
+        current = PrecisionPeriod(instance=instance, team_id=instance.team_id, precision=instance.precision,
+                                  source=first, start=instance.created_at)
+    elif (current.precision, current.source) == (precision, source):
+        return instance
+    if at <= current.start:
+        raise LifecycleError(f"The precision in force began at {current.start:%Y-%m-%d %H:%M:%S} UTC; "
+                             "a change must come after it.")
+    current.end = at
+    current.save()
+    PrecisionPeriod.objects.create(instance=instance, team_id=instance.team_id, precision=precision, source=source,
+                                   start=at)
     before = instance.precision
     instance.precision = precision
     instance.save(update_fields=["precision"])
     record_event(actor=actor, action="instance.precision", target=instance, team=instance.team_id,
-                 details={"from": before, "to": precision})
+                 details={"from": before, "to": precision, "source": source})
     return instance
 
 

@@ -93,22 +93,24 @@ def activity_by_gpu(
 
 def pflop_hours_by_instance(instance_ids: list[int], start: datetime, end: datetime) -> dict[int, float]:
     """{instance id: effective PFLOP-hours} over the whole hours of [start, end): the
-    achieved-TFLOP/s estimate (flops.py, at each instance's precision) of every hour its
-    devices reported tensor activity, times the seconds observed. Instances without such
-    telemetry are left out (unknown, not zero)."""
-    from instances.models import Instance
+    achieved-TFLOP/s estimate (flops.py, at the precision each instance had in force at
+    the hour's start) of every hour its devices reported tensor activity, times the
+    seconds observed. Instances without such telemetry are left out (unknown, not zero)."""
+    from instances.precision import spans
 
     from . import flops
     from .models import Rollup1h
 
-    precision = dict(Instance.objects.filter(pk__in=instance_ids).values_list("pk", "precision"))
+    periods = spans(instance_ids, start, end)
     rows = Rollup1h.objects.filter(
         instance_id__in=instance_ids, bucket__gte=start, bucket__lt=end, tensor_active_pct_avg__isnull=False
-    ).values_list("instance_id", "gpu__model__name", "slice__profile__name", "slice__profile__kind",
+    ).values_list("instance_id", "bucket", "gpu__model__name", "slice__profile__name", "slice__profile__kind",
                   "tensor_active_pct_avg", "sm_clock_mhz_avg", "observed_s")
     out: dict[int, float] = {}
-    for iid, model, profile, kind, tensor, clock, observed in rows:
-        basis = flops.basis(model, precision.get(iid, flops.DEFAULT_PRECISION), share=flops.slice_share(profile, kind))
+    for iid, bucket, model, profile, kind, tensor, clock, observed in rows:
+        in_force = [p for p in periods.get(iid, []) if p.start <= bucket] or periods.get(iid, [])[:1]
+        precision = in_force[-1].precision if in_force else flops.DEFAULT_PRECISION
+        basis = flops.basis(model, precision, share=flops.slice_share(profile, kind))
         tflops = flops.estimate(tensor, clock, basis)
         if tflops is not None:
             out[iid] = out.get(iid, 0.0) + tflops * observed / 3600 / 1000

@@ -57,23 +57,24 @@ class GpuMetricsView(APIView):
     @extend_schema(parameters=WINDOW_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request, uuid):
         window = _window(request)
-        gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).select_related("model", "instance").first()
+        gpu = Gpu.objects.for_user(request.user).filter(uuid=uuid).select_related("model").first()
         if gpu is not None:
-            gpu_id, slice_id, profile, holder = gpu.pk, None, None, gpu.instance
+            gpu_id, slice_id, profile = gpu.pk, None, None
         else:
             piece = (
-                GpuSlice.objects.for_user(request.user).filter(uuid=uuid)
-                .select_related("gpu__model", "profile", "instance").first()
+                GpuSlice.objects.for_user(request.user).filter(uuid=uuid).select_related("gpu__model", "profile").first()
             )
             if piece is None:
                 raise NotFound("No such GPU.")
-            gpu, gpu_id, slice_id, profile, holder = piece.gpu, piece.gpu_id, piece.pk, piece.profile, piece.instance
-        # The estimate assumes the current holder's precision (bf16 when free).
-        basis = queries.device_basis(gpu.model.name, holder.precision if holder else "bf16", profile)
-        tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id, basis=basis)
+            gpu, gpu_id, slice_id, profile = piece.gpu, piece.gpu_id, piece.pk, piece.profile
+        # Each reading is estimated at its holder's precision of the time (bf16 when free).
+        timeline = queries.device_timeline(gpu.model.name, profile, gpu_id=gpu_id, slice_id=slice_id, window=window)
+        tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id, basis=timeline)
+        basis = queries.basis_at_end(timeline, window)
         return Response(
             {"gpu": uuid, "tier": tier, "start": queries.iso(window.start), "end": queries.iso(window.end),
-             "series": series, "tflops_basis": basis.as_dict() if basis else None}
+             "series": series, "tflops_basis": basis.as_dict() if basis else None,
+             "tflops_bases": queries.bases_text(timeline, window)}
         )
 
 
@@ -88,10 +89,12 @@ class InstanceMetricsView(APIView):
             raise NotFound("No such instance.")
         bases = queries.instance_bases(instance)
         tier, gpus = queries.instance_series(request.user, window, instance_id=instance.pk, bases=bases)
+        at_end = {uuid: queries.basis_at_end(timeline, window) for uuid, timeline in bases.items()}
         return Response(
             {"instance": instance.pk, "tier": tier, "start": queries.iso(window.start),
              "end": queries.iso(window.end), "gpus": gpus, "precision": instance.precision,
-             "tflops_basis": {uuid: b.as_dict() if b else None for uuid, b in bases.items()}}
+             "tflops_basis": {uuid: b.as_dict() if b else None for uuid, b in at_end.items()},
+             "tflops_bases": {uuid: queries.bases_text(timeline, window) for uuid, timeline in bases.items()}}
         )
 
 

@@ -6,8 +6,12 @@
 The datasheet peaks assume the top boost clock; a GPU at its power limit runs slower
 (an H200 doing bf16 8192³ matrix products sat at 1,470-1,485 MHz of 1,980), and GPM's
 activity counts cycles, so the clock ratio is what turns activity into work. GPM cannot
-tell tf32 from bf16 (one tensor pipe serves both), so the precision is the user's to
-set per instance (default bf16); a wrong one is off by the ratio of the peaks. Measured
+tell tf32 from bf16 (one tensor pipe serves both), so the precision is declared: by the
+workload itself (GPUCONSOLE_PRECISION, docs/telemetry.md) or set by the team per instance
+(default bf16). A wrong one is off by the ratio of the peaks: half or double (tf32 read
+as bf16 doubles, fp8 read as bf16 halves). The precision in force is kept per interval
+(instances.models.PrecisionPeriod), so each reading is estimated at the precision of its
+time (``Timeline``) and a change today never rewrites the past. Measured
 on one H200 (bench/tflops_calibration.py, docs/benchmarks.md): with factor 0.98 the
 estimate was within ±5% for large bf16, fp16, tf32 and fp8 matrix products, and -7% to
 0% for 1024³ ones. It is an estimate: every figure carries its ``basis``.
@@ -16,6 +20,7 @@ estimate was within ±5% for large bf16, fp16, tf32 and fp8 matrix products, and
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
@@ -64,28 +69,68 @@ class Basis:
     max_clock_mhz: int
     factor: float
     source: str
+    declared: str = "default"  # who said the precision: "workload", "team", "default" (never set)
+
+    @property
+    def doubtful(self) -> bool:
+        """Only the workload knows its precision; anything else is an assumption."""
+        return self.declared != "workload"
+
+    def precision_text(self) -> str:
+        if not self.doubtful:
+            return f"{self.precision}, declared by the workload"
+        who = "set by the team" if self.declared == "team" else "assumed (never set)"
+        return f"{self.precision}, {who}: not declared by the workload, so off by up to 2× if it runs another precision"
 
     def describe(self) -> str:
         return (
             f"Estimate: GPM tensor activity × {self.peak_tflops:.1f} TFLOP/s ({self.family} dense {self.precision} peak"
             f"{'' if self.peak_tflops == PEAK_TFLOPS[self.family][self.precision] else ', this slice’s share'})"
-            f" × SM clock / {self.max_clock_mhz} MHz × {self.factor:g} ({self.source})."
+            f" × SM clock / {self.max_clock_mhz} MHz × {self.factor:g} ({self.source}). "
+            f"Precision {self.precision_text()}."
         )
 
     def as_dict(self) -> dict:
         return {"family": self.family, "precision": self.precision, "peak_tflops": round(self.peak_tflops, 1),
                 "max_clock_mhz": self.max_clock_mhz, "factor": self.factor, "source": self.source,
+                "declared": self.declared, "doubtful": self.doubtful, "precision_text": self.precision_text(),
                 "text": self.describe()}
 
 
-def basis(model_name: str, precision: str = DEFAULT_PRECISION, *, share: float | None = 1.0) -> Basis | None:
+class Timeline:
+    """The basis in force over time: steps of (start in Unix seconds, basis), each in
+    force until the next; the first also covers anything before it."""
+
+    def __init__(self, steps: list[tuple[float, Basis | None]]):
+        self.steps = sorted(steps, key=lambda step: step[0]) or [(float("-inf"), None)]
+        self._starts = [start for start, _ in self.steps]
+
+    @classmethod
+    def constant(cls, b: Basis | None) -> Timeline:
+        return cls([(float("-inf"), b)])
+
+    def at(self, t: float) -> Basis | None:
+        return self.steps[max(0, bisect_right(self._starts, t) - 1)][1]
+
+    @property
+    def current(self) -> Basis | None:
+        return self.steps[-1][1]
+
+    def within(self, start: float, end: float) -> list[tuple[float, Basis | None]]:
+        """The steps in force during [start, end), the first clipped to ``start``."""
+        first = max(0, bisect_right(self._starts, start) - 1)
+        return [(start, self.steps[first][1])] + [(s, b) for s, b in self.steps[first + 1:] if s < end]
+
+
+def basis(model_name: str, precision: str = DEFAULT_PRECISION, *, share: float | None = 1.0,
+          declared: str = "default") -> Basis | None:
     """None when the model is not in the table, it has no such precision (fp8 on an
     A100), or the device is a vGPU."""
     fam = family(model_name)
     if fam is None or share is None or precision not in PEAK_TFLOPS[fam]:
         return None
     factor, source = CALIBRATION[fam]
-    return Basis(fam, precision, PEAK_TFLOPS[fam][precision] * share, MAX_SM_CLOCK_MHZ[fam], factor, source)
+    return Basis(fam, precision, PEAK_TFLOPS[fam][precision] * share, MAX_SM_CLOCK_MHZ[fam], factor, source, declared)
 
 
 def estimate(tensor_active_pct: float | None, sm_clock_mhz: float | None, b: Basis | None) -> float | None:

@@ -303,7 +303,8 @@ def instance_devices(user, instance: Instance) -> list[dict]:
         devices = held_before(instance)
     bases = queries.instance_bases(instance)
     for device in devices:
-        device["basis"] = bases.get(device["uuid"])
+        device["timeline"] = bases.get(device["uuid"])
+        device["basis"] = device["timeline"].current if device["timeline"] else None
         device["tflops_basis"] = device["basis"].as_dict() if device["basis"] else None
     return devices
 

@@ -105,7 +105,7 @@ def first_instance_body(user, instance, devices: list[dict]) -> dict:
 
 
 def instance_body(user, instance, devices: list[dict], window: queries.Window, *, wanted: str, live: bool) -> dict:
-    bases = {d["uuid"]: d["basis"] for d in devices}
+    bases = {d["uuid"]: d.get("timeline") or d["basis"] for d in devices}
     tier, by_uuid = queries.instance_series(user, window, instance_id=instance.pk, bases=bases)
     if not devices:
         return _answer(window, tier, [], {})

@@ -192,13 +192,18 @@ def bucket_rows(qs: QuerySet, window: Window, *, group: tuple[str, ...] = ()) ->
     return tier, list(rows)
 
 
-def to_series(rows: list[dict], metrics: tuple[str, ...], basis: flops.Basis | None = None) -> dict:
+Bases = flops.Basis | flops.Timeline | None
+
+
+def to_series(rows: list[dict], metrics: tuple[str, ...], basis: Bases = None) -> dict:
     """{metric: {"t": [iso…], "avg": […], "min": […], "max": […]}}, skipping empty buckets.
-    ``tflops_est`` needs the device's ``basis``; without one its series is empty."""
+    ``tflops_est`` needs the device's ``basis`` (or the Timeline of its bases: each bucket
+    is estimated at the basis in force at its first reading); without one it is empty."""
     out = {}
     for metric in metrics:
         if metric == "tflops_est":
-            out[metric] = _tflops_series(rows, basis)
+            timeline = basis if isinstance(basis, flops.Timeline) else flops.Timeline.constant(basis)
+            out[metric] = _tflops_series(rows, timeline)
             continue
         series = {"t": [], "avg": [], "min": [], "max": []}
         for row in rows:
@@ -213,11 +218,12 @@ def to_series(rows: list[dict], metrics: tuple[str, ...], basis: flops.Basis | N
     return out
 
 
-def _tflops_series(rows: list[dict], basis: flops.Basis | None) -> dict:
+def _tflops_series(rows: list[dict], timeline: flops.Timeline) -> dict:
     series = {"t": [], "avg": [], "min": [], "max": []}
-    if basis is None:
-        return series
     for row in rows:
+        basis = timeline.at(row["t"].timestamp())
+        if basis is None:
+            continue
         clock = row["sm_clock_mhz__avg"]
         avg = flops.estimate(row["tensor_active_pct__avg"], clock, basis)
         if avg is None:
@@ -235,7 +241,7 @@ def scoped(tier: str, user) -> QuerySet:
 
 
 def gpu_series(
-    user, window: Window, *, gpu_id: int, slice_id: int | None, basis: flops.Basis | None = None
+    user, window: Window, *, gpu_id: int, slice_id: int | None, basis: Bases = None
 ) -> tuple[str, dict]:
     """Series of one GPU (``slice_id`` None: the whole GPU), as far as ``user`` may see it."""
     qs = scoped(window.tier, user).filter(gpu_id=gpu_id)
@@ -245,7 +251,7 @@ def gpu_series(
 
 
 def instance_series(
-    user, window: Window, *, instance_id: int, bases: dict[str, flops.Basis | None] | None = None
+    user, window: Window, *, instance_id: int, bases: dict[str, Bases] | None = None
 ) -> tuple[str, dict]:
     """{uuid: series} for every GPU or slice that reported while held by the instance."""
     qs = scoped(window.tier, user).filter(instance_id=instance_id)
@@ -263,20 +269,61 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def device_basis(model_name: str, precision: str, profile=None) -> flops.Basis | None:
+def device_basis(model_name: str, precision: str, profile=None, declared: str = "default") -> flops.Basis | None:
     """The TFLOP/s estimate's basis for a GPU, or a slice of ``profile``."""
     share = flops.slice_share(profile.name, profile.kind) if profile is not None else 1.0
-    return flops.basis(model_name, precision, share=share)
+    return flops.basis(model_name, precision, share=share, declared=declared)
 
 
-def instance_bases(instance) -> dict[str, flops.Basis | None]:
-    """{uuid: basis} of every GPU and slice the instance ever held, at its precision."""
+def instance_bases(instance) -> dict[str, flops.Timeline]:
+    """{uuid: the Timeline of its bases} of every GPU and slice the instance ever held,
+    at the precision in force at each time (instances.precision)."""
     from instances.models import GpuHold
+    from instances.precision import spans
 
+    periods = spans([instance.pk])[instance.pk]
     holds = GpuHold.objects.filter(instance=instance).select_related("gpu__model", "slice__profile")
     return {
-        (h.slice.uuid if h.slice else h.gpu.uuid): device_basis(
-            h.gpu.model.name, instance.precision, h.slice.profile if h.slice else None
-        )
+        (h.slice.uuid if h.slice else h.gpu.uuid): flops.Timeline([
+            (p.start.timestamp(), device_basis(h.gpu.model.name, p.precision, h.slice.profile if h.slice else None,
+                                               p.source))
+            for p in periods
+        ])
         for h in holds
     }
+
+
+def device_timeline(model_name: str, profile, *, gpu_id: int, slice_id: int | None, window: Window) -> flops.Timeline:
+    """The bases of one GPU or slice over ``window``: each holder's precision of its time
+    while it held the device, the default (bf16, no holder) while none did."""
+    from instances.models import GpuHold
+    from instances.precision import spans
+
+    free = device_basis(model_name, flops.DEFAULT_PRECISION, profile, declared="default")
+    holds = list(
+        GpuHold.objects.filter(gpu_id=gpu_id, slice_id=slice_id, start__lt=window.end)
+        .exclude(end__lte=window.start).order_by("start")
+    )
+    periods = spans({h.instance_id for h in holds}, window.start, window.end)
+    steps: list[tuple[float, flops.Basis | None]] = [(float("-inf"), free)]
+    for hold in holds:
+        for p in periods.get(hold.instance_id, []):
+            if p.end is not None and p.end <= hold.start or hold.end is not None and p.start >= hold.end:
+                continue
+            steps.append((max(p.start, hold.start).timestamp(), device_basis(model_name, p.precision, profile, p.source)))
+        if hold.end is not None:
+            steps.append((hold.end.timestamp(), free))
+    return flops.Timeline(steps)
+
+
+def basis_at_end(timeline: flops.Timeline, window: Window) -> flops.Basis | None:
+    """The basis of the window's last moment ([start, end): not of ``end`` itself)."""
+    return timeline.within(window.start.timestamp(), window.end.timestamp())[-1][1]
+
+
+def bases_text(timeline: flops.Timeline, window: Window) -> list[dict]:
+    """The bases in force during ``window``, each with when it began (clipped to the start)."""
+    return [
+        {"from": iso(datetime.fromtimestamp(start, UTC)), **(b.as_dict() if b else {"precision": None})}
+        for start, b in timeline.within(window.start.timestamp(), window.end.timestamp())
+    ]

@@ -33,13 +33,16 @@ def test_it_divides_cost_by_the_estimated_pflop_hours(two_jobs):
     assert rows[0].per_pflop_hour == (Decimal("20.00") / Decimal(str(round(pflop_h, 3)))).quantize(Decimal("0.01"))
 
 
-def test_the_precision_changes_the_estimate(two_jobs, bob):
+def test_each_hour_is_estimated_at_the_precision_of_its_time(two_jobs, bob):
     from instances import services as instance_services
 
     busy, _ = two_jobs
-    instance_services.set_precision(actor=bob, instance=busy, precision="tf32")
+    instance_services.set_precision(actor=bob, instance=busy, precision="tf32", at=at(3, 5))
     assert costs.cost_per_pflop_hour(Charge.objects.all(), NOV, DEC)[0].pflop_hours == round(
-        10 * 0.5 * 494.7 * 0.98 / 1000, 3)
+        5 * 0.5 * 989.4 * 0.98 / 1000 + 5 * 0.5 * 494.7 * 0.98 / 1000, 3)
+    instance_services.set_precision(actor=bob, instance=busy, precision="fp8")  # today: the past stays
+    assert costs.cost_per_pflop_hour(Charge.objects.all(), NOV, DEC)[0].pflop_hours == round(
+        5 * 0.5 * 989.4 * 0.98 / 1000 + 5 * 0.5 * 494.7 * 0.98 / 1000, 3)
 
 
 def test_the_cost_explorer_shows_it_as_an_estimate(two_jobs, alice):

@@ -1,5 +1,6 @@
 """tflops_est: GPM tensor activity × the precision's dense peak × clock ratio × the
-model's calibration factor, labelled with its basis; the precision is the instance's."""
+model's calibration factor, labelled with its basis; the precision is the instance's
+(test_precision_history.py: the one in force at each reading's time)."""
 
 from datetime import timedelta
 
@@ -55,8 +56,11 @@ def test_the_metrics_api_serves_tflops_est_at_the_instances_precision(api, bob, 
     assert values == [pytest.approx(0.5 * 989.4 * 0.98, abs=0.01)] * 3
     assert body["precision"] == "bf16"
     assert body["tflops_basis"][gpu.uuid]["text"].startswith("Estimate: GPM tensor activity × 989.4")
+    assert "set by the team" not in body["tflops_basis"][gpu.uuid]["text"]
     instance_services.set_precision(actor=bob, instance=instance, precision="tf32")
-    assert series(api, bob, instance, gpu)[1] == [pytest.approx(0.5 * 494.7 * 0.98, abs=0.01)] * 3
+    body, values = series(api, bob, instance, gpu)
+    assert values == [pytest.approx(0.5 * 989.4 * 0.98, abs=0.01)] * 3  # readings before the change keep bf16
+    assert body["precision"] == "tf32"
 
 
 def test_an_unknown_precision_is_refused(bob, acme_instance):
