@@ -273,6 +273,8 @@ BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
 SPOT_MARKET_SIMULATION = envbool("SPOT_MARKET_SIMULATION", False)
 # A `stopping` longer than this is flagged as stuck and no longer billed.
 STOPPING_GRACE_SECONDS = envint("STOPPING_GRACE_SECONDS", 600, minimum=0)
+# A `pending` (placed, not yet running) longer than this is flagged as stuck.
+PENDING_GRACE_SECONDS = envint("PENDING_GRACE_SECONDS", 600, minimum=0)
 
 # Identity: API and host tokens, two-factor sign-in, sessions, single sign-on.
 API_TOKEN_DEFAULT_DAYS = envint("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)

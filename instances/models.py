@@ -208,18 +208,23 @@ class State(models.TextChoices):
     STOPPED = "stopped", "Stopped"
     TERMINATED = "terminated", "Terminated"
     PREEMPTED = "preempted", "Preempted"
+    FAILED = "failed", "Failed"
 
 
-# state -> states it may move to
+# state -> states it may move to. Nothing leaves a final state, and nothing goes back:
+# a stopped instance starts again as itself, but a preempted or ended one never runs
+# again (a requeued job gets a new instance). docs/instances.md draws it.
 TRANSITIONS: dict[str, tuple[str, ...]] = {
-    State.PENDING: (State.RUNNING, State.STOPPED, State.TERMINATED),
+    State.PENDING: (State.RUNNING, State.STOPPED, State.TERMINATED, State.FAILED),
     State.RUNNING: (State.STOPPING, State.TERMINATED, State.PREEMPTED),
     State.STOPPING: (State.STOPPED, State.TERMINATED),
     State.STOPPED: (State.PENDING, State.TERMINATED),
-    State.TERMINATED: (),
     State.PREEMPTED: (State.TERMINATED,),
+    State.TERMINATED: (),
+    State.FAILED: (),
 }
-# States in which the instance holds its GPUs (and is billed).
+FINAL_STATES = (State.TERMINATED, State.FAILED)
+# States in which the instance holds its GPUs (running and stopping ones are billed).
 HOLDING_STATES = (State.PENDING, State.RUNNING, State.STOPPING)
 
 

@@ -19,6 +19,7 @@ from audit.services import record_event
 
 from . import catalog, images
 from .models import (
+    FINAL_STATES,
     HOLDING_STATES,
     PREEMPTIBLE,
     Gpu,
@@ -131,8 +132,36 @@ def stopping_grace() -> timedelta:
     return timedelta(seconds=getattr(settings, "STOPPING_GRACE_SECONDS", 600))
 
 
+def pending_grace() -> timedelta:
+    """How long ``pending`` (placed, booting, not billed) may last before it is flagged as stuck."""
+    return timedelta(seconds=getattr(settings, "PENDING_GRACE_SECONDS", 600))
+
+
 def is_stuck(instance: Instance, now: datetime | None = None) -> bool:
-    return instance.state == State.STOPPING and (now or timezone.now()) - instance.state_changed_at > stopping_grace()
+    """Stopping past the stopping grace, or pending past the pending grace."""
+    grace = {State.STOPPING: stopping_grace(), State.PENDING: pending_grace()}.get(instance.state)
+    return grace is not None and (now or timezone.now()) - instance.state_changed_at > grace
+
+
+def state_note(instance: Instance, now: datetime | None = None) -> str:
+    """Why an instance that holds GPUs without running is where it is, in words ('' otherwise)."""
+    now = now or timezone.now()
+    since = f"since {instance.state_changed_at:%Y-%m-%d %H:%M} UTC"
+    where = f" on {instance.host.name}" if instance.host_id else ""
+    if instance.state == State.PENDING:
+        text = (f"Placed{where} and booting {since}: its GPUs are held for it, and it is not billed until the host "
+                "reports it running.")
+        if is_stuck(instance, now):
+            text += (f" Stuck: the host has not confirmed the boot within {int(pending_grace().total_seconds() // 60)}"
+                     " minutes; terminate it to give the GPUs back.")
+        return text
+    if instance.state == State.STOPPING:
+        text = f"Stopping{where} {since}: waiting for the host to confirm."
+        if is_stuck(instance, now):
+            text += (f" Stuck: not confirmed within {int(stopping_grace().total_seconds() // 60)} minutes; "
+                     "billing stopped at the grace.")
+        return text
+    return ""
 
 
 def _require_price(gpu_model: GpuModel, slice_profile: SliceProfile | None, pricing_model: str, at: datetime) -> None:
@@ -302,11 +331,20 @@ def _transition(
     at: datetime | None = None,
     details: dict | None = None,
 ) -> Instance:
+    if instance.state in FINAL_STATES:
+        raise LifecycleError(f"Instance {instance.name} is {instance.state}, which is final; it cannot become {to_state}.")
     if not instance.can_move_to(to_state):
         raise LifecycleError(
             f"Instance {instance.name} is {instance.state}; it cannot become {to_state}."
         )
     at = at or timezone.now()
+    # Metering reads the events in time order: one dated before the last would reorder
+    # the instance's history (an end before its start bills it for ever).
+    if at < instance.state_changed_at:
+        raise LifecycleError(
+            f"Instance {instance.name} became {instance.state} at {instance.state_changed_at:%Y-%m-%d %H:%M:%S} UTC; "
+            f"a change to {to_state} cannot be dated before that ({at:%Y-%m-%d %H:%M:%S} UTC)."
+        )
     from_state = instance.state
     instance.state = to_state
     instance.state_changed_at = at
@@ -535,6 +573,19 @@ def terminate_instance(*, actor, instance: Instance, at: datetime | None = None)
     at = at or timezone.now()
     _release(instance, at)
     return _transition(instance, State.TERMINATED, actor=actor, action="instance.terminate", at=at)
+
+
+@transaction.atomic
+def fail_instance(*, actor="system", instance: Instance, reason: str, at: datetime | None = None) -> Instance:
+    """A pending instance whose host could not boot it: its GPUs are given back and it is
+    never billed. ``failed`` is final."""
+    instance = _locked(instance)
+    if instance.state != State.PENDING:
+        raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a pending instance can fail to start.")
+    at = at or timezone.now()
+    _release(instance, at)
+    return _transition(instance, State.FAILED, actor=actor, action="instance.fail", reason=reason, by_platform=True,
+                       at=at)
 
 
 @transaction.atomic

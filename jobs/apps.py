@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 
 # Lifecycle states in which an instance has given its GPUs back.
-RELEASED = ("stopped", "terminated", "preempted")
+RELEASED = ("stopped", "terminated", "preempted", "failed")
 
 
 class JobsConfig(AppConfig):
