@@ -60,19 +60,48 @@ def capacity() -> list[dict]:
              "other": r["total"] - r["used"] - r["free"], "total": r["total"]} for r in rows]
 
 
+def sliced_util(now: datetime, gpu_ids: list[int] | None = None) -> dict[int, float]:
+    """{GPU id: its utilization from its slices' fresh readings} for the GPUs (of
+    ``gpu_ids``, or all) whose own fresh reading has none: in MIG mode NVML reports no
+    utilization of the whole GPU, only of each slice. Each slice counts by its share of
+    the GPU (1 / slices per GPU of its profile), over the slices that report."""
+    since = fresh_since(now)
+    slices = GpuLatest.objects.filter(slice__isnull=False, last_seen__gte=since, metrics__has_key="gpu_util")
+    if gpu_ids is not None:
+        slices = slices.filter(gpu_id__in=gpu_ids)
+    shares: dict[int, list[tuple[float, float]]] = {}
+    for gpu_id, metrics, per_gpu in slices.values_list("gpu_id", "metrics", "slice__profile__slices_per_gpu"):
+        if metrics.get("gpu_util") is not None:
+            shares.setdefault(gpu_id, []).append((float(metrics["gpu_util"]), 1.0 / max(1, per_gpu or 1)))
+    own = set(
+        GpuLatest.objects.filter(slice__isnull=True, last_seen__gte=since, gpu_id__in=list(shares))
+        .filter(metrics__has_key="gpu_util").values_list("gpu_id", flat=True)
+    )
+    return {
+        gpu_id: sum(u * w for u, w in rows) / sum(w for _, w in rows)
+        for gpu_id, rows in shares.items() if gpu_id not in own
+    }
+
+
 def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int | None = None) -> dict:
     """The operator's figures over the whole fleet. ``models`` (``capacity()``) and
-    ``hosts`` may be passed when the caller has them already."""
+    ``hosts`` may be passed when the caller has them already. A GPU in MIG mode reports
+    through its slices (``sliced_util``)."""
     models = capacity() if models is None else models
     live = GpuLatest.objects.filter(slice__isnull=True, last_seen__gte=fresh_since(now)).aggregate(
         reporting=Count(_util()), mean=Avg(_util())
     )
+    sliced = sliced_util(now)
+    reporting = live["reporting"] + len(sliced)
+    mean = None
+    if reporting:
+        mean = ((live["mean"] or 0) * live["reporting"] + sum(sliced.values())) / reporting
     return {
         "hosts": Host.objects.count() if hosts is None else hosts,
         "gpus": sum(r["total"] for r in models),
         "used": sum(r["used"] for r in models),
-        "reporting": live["reporting"],
-        "mean_util": _mean(live["mean"]),
+        "reporting": reporting,
+        "mean_util": _mean(mean),
         "agents_up": AgentState.objects.filter(connected=True).count(),
         "alerts": Alert.objects.filter(state__in=ACTIVE_STATES).count(),
     }

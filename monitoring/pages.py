@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.models import Gpu, GpuSlice, Host, Instance, gpu_used_q, nvlink_groups
+from instances.models import Gpu, GpuSlice, Host, HostKind, Instance, gpu_used_q, nvlink_groups
 
 from . import charts, figures, queries, readings, services
 from .models import (
@@ -73,8 +73,11 @@ def alert_temp_c() -> float:
 # --- devices and tiles --------------------------------------------------------------
 
 
-def gpu_device(gpu: Gpu, latest: GpuLatest | None, now) -> dict:
+def gpu_device(gpu: Gpu, latest: GpuLatest | None, now, sliced_util: float | None = None) -> dict:
+    """``sliced_util``: in MIG mode, the utilization of its slices (``figures.sliced_util``)."""
     metrics = latest.metrics if latest else {}
+    if sliced_util is not None and metrics.get("gpu_util") is None:
+        metrics = {**metrics, "gpu_util": sliced_util}
     reading = readings.of_latest(latest, now=now) if latest else {"t": None, "stale": True}
     limit = metrics.get("power_limit_mw") or gpu.model.power_limit_w * 1000
     return {
@@ -201,14 +204,17 @@ def fleet_context(user, *, page=None) -> dict:
         for a in AgentState.objects.filter(host_id__in=host_ids).values("host_id", "connected", "last_seen_at")
     }
     after = stale_after_s()
+    sliced = figures.sliced_util(now, [g["id"] for g in gpus])
     by_host: dict[int, list[dict]] = {h.pk: [] for h in hosts}
     for gpu in gpus:
         row = latest.get(gpu["id"])
         metrics = row["metrics"] if row else {}
         stale = row is None or (now - row["last_seen"]).total_seconds() > after
+        if gpu["id"] in sliced:  # MIG mode: its utilization is its slices'
+            metrics, stale = {**metrics, "gpu_util": sliced[gpu["id"]]}, False
         by_host[gpu["host_id"]].append({"gpu": gpu, "m": metrics, "stale": stale, "used": gpu["used"] > 0})
     regions: dict[str, dict] = {}
-    heat_rows, heat_index = [], {}
+    heat_rows, heat_index, slice_index = [], {}, {}
     for host in hosts:
         cells = sorted(by_host[host.pk], key=lambda c: c["gpu"]["index"])
         summary = host_summary(host, cells, agents.get(host.pk), now)
@@ -221,6 +227,9 @@ def fleet_context(user, *, page=None) -> dict:
             values[cell["gpu"]["index"]] = None if cell["stale"] else cell["m"].get("gpu_util")
             heat_index[cell["gpu"]["uuid"]] = [len(heat_rows), cell["gpu"]["index"]]
         heat_rows.append((host.name, values))
+    for piece in GpuSlice.objects.filter(gpu_id__in=list(sliced)).values("uuid", "gpu__uuid", "profile__slices_per_gpu"):
+        slice_index[piece["uuid"]] = [*heat_index[piece["gpu__uuid"]], 1 / max(1, piece["profile__slices_per_gpu"]),
+                                      piece["gpu__uuid"]]
     capacity_rows = figures.capacity()
     totals = figures.fleet_totals(now, models=capacity_rows, hosts=shown.paginator.count)
     title = "GPU utilization"
@@ -239,6 +248,7 @@ def fleet_context(user, *, page=None) -> dict:
         "live": {
             "subscribe": [{"kind": "fleet", "id": None}],
             "heat_index": heat_index,
+            "slice_index": slice_index,  # a slice's cell is its GPU's: [row, column, share, GPU uuid]
             "host_urls": {h.name: reverse("host-detail", args=[h.pk]) for h in hosts},
             "stale_after_s": after,
             "client": charts.client_settings(),
@@ -402,9 +412,15 @@ def host_detail(request, pk):
     gpus = list(host.gpus.select_related("model", "instance", "team").order_by("index"))
     latest = latest_by_uuid(GpuLatest.objects.filter(host=host))
     pieces = list(
-        GpuSlice.objects.filter(gpu__host=host).select_related("profile", "gpu", "instance", "team")
+        GpuSlice.objects.filter(gpu__host=host).select_related("profile__gpu_model", "gpu", "instance", "team")
+        .order_by("gpu__index", "gpu_instance_id")
     )
-    devices = [gpu_device(g, latest.get(g.uuid), now) | {"gpu": g} for g in gpus]
+    sliced = figures.sliced_util(now, [g.pk for g in gpus])
+    devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g} for g in gpus]
+    # The charts offer every slice too; on a MIG host first, as its GPUs report no
+    # utilization of their own.
+    slice_devices = [slice_device(s, latest.get(s.uuid), now) for s in pieces]
+    charted = slice_devices + devices if host.kind == HostKind.MIG else devices + slice_devices
     nvlink = nvlink_groups(host.nvlink_group, [(g.index, g.nvlink_group) for g in gpus])
     context = {
         "host": host,
@@ -420,7 +436,7 @@ def host_detail(request, pk):
             :50
         ],
         "alerts": Alert.objects.filter(host=host, state__in=ACTIVE_STATES)[:20],
-        "panel": panel_config(devices, figures_url=gpu_figures_url(), live={"kind": "host", "id": host.pk}),
+        "panel": panel_config(charted, figures_url=gpu_figures_url(), live={"kind": "host", "id": host.pk}),
         "live": {
             "subscribe": [{"kind": "host", "id": host.pk}],
             "stale_after_s": stale_after_s(),
@@ -438,7 +454,7 @@ def gpu_detail(request, uuid):
     )
     now = timezone.now()
     latest = GpuLatest.objects.filter(uuid=uuid).first()
-    device = gpu_device(gpu, latest, now)
+    device = gpu_device(gpu, latest, now, figures.sliced_util(now, [gpu.pk]).get(gpu.pk))
     pieces = list(gpu.slices.select_related("profile__gpu_model", "instance", "team"))
     slice_latest = latest_by_uuid(GpuLatest.objects.filter(gpu=gpu, slice__isnull=False))
     devices = [device] + [slice_device(s, slice_latest.get(s.uuid), now) for s in pieces]

@@ -17,6 +17,21 @@
     if (!node || !settings.heat_index) return;
     const index = settings.heat_index;
     const seen = new Map();
+    // A GPU in MIG mode reports no utilization of its own: its cell is its slices',
+    // each weighted by its share of the GPU (monitoring.figures.sliced_util).
+    const slices = settings.slice_index || {};
+    const parts = new Map();
+    function onSlice(z, g) {
+      const [row, col, share, parent] = slices[g.uuid];
+      if (!g.m || g.m.gpu_util === undefined || g.stale) return;
+      if (!parts.has(parent)) parts.set(parent, new Map());
+      parts.get(parent).set(g.uuid, [g.m.gpu_util, share]);
+      let sum = 0, weight = 0;
+      parts.get(parent).forEach(([u, w]) => { sum += u * w; weight += w; });
+      z[row][col] = sum / weight;
+      seen.set(parent, performance.now());
+      dirty = true;
+    }
     // A cell leads to its host's page.
     node.on("plotly_click", (ev) => {
       const url = (settings.host_urls || {})[ev.points[0].y];
@@ -28,6 +43,7 @@
       const z = node.data && node.data[0].z;
       if (!z) return;
       (data.gpus || []).forEach((g) => {
+        if (slices[g.uuid]) return onSlice(z, g);
         const at = index[g.uuid];
         if (!at || !g.m || g.m.gpu_util === undefined) return;
         z[at[0]][at[1]] = g.stale ? null : g.m.gpu_util;

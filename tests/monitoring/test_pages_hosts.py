@@ -33,7 +33,9 @@ def test_the_host_page_lists_gpus_slices_and_xid_history(client, ops, fleet):
     assert page.count('class="gpu-tile') == 2
     assert "MIG-a100-mig-0-6" in page
     assert "fell off the bus" in page
+    # A MIG host's charts offer its slices first (its GPUs report no utilization of their own).
     assert [d["uuid"] for d in response.context["panel"]["devices"]] == [
+        *(f"MIG-a100-mig-{g}-{k}" for g in range(2) for k in range(7)),
         "GPU-a100-mig-0",
         "GPU-a100-mig-1",
     ]
