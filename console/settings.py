@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "billing",
     "scaling",
     "jobs",
+    "network",
     "axes",
 ]
 

@@ -9,6 +9,7 @@ never a rejected batch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import operator
@@ -464,3 +465,46 @@ def parse_server_frame(text) -> dict | None:
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return None
     return frame
+
+
+# --- network rules (docs/network.md): server "ruleset" -> agent "ruleset_applied" ------------
+# A host's desired rules, whole: every interface of its instances with the allow rules
+# in each direction, sources and destinations already expanded to CIDRs by the server.
+MAX_NET_INTERFACES = 4096
+MAX_NET_RULES = 512
+MAX_NET_PEERS = 4096
+IFNAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z"  # Linux: at most 15 bytes
+CIDR4 = r"^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}/([0-9]|[12][0-9]|3[0-2])\Z"
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class NetRule(Struct, gc=False):
+    proto: Literal["tcp", "udp", "icmp", "any"]
+    peers: Annotated[list[Annotated[str, Meta(pattern=CIDR4)]], Meta(min_length=1, max_length=MAX_NET_PEERS)]
+    ports: tuple[Port, Port] | None = None  # tcp/udp only; None: every port
+
+
+class NetInterface(Struct, gc=False):
+    ifname: Annotated[str, Meta(pattern=IFNAME)]
+    address: Annotated[str, Meta(pattern=CIDR4)]  # the instance's own address, as a /32
+    inbound: Annotated[list[NetRule], Meta(max_length=MAX_NET_RULES)]
+    outbound: Annotated[list[NetRule], Meta(max_length=MAX_NET_RULES)]
+
+
+class Ruleset(Struct, tag="ruleset", tag_field="type"):
+    version: _int(1, SAFE_INT)
+    hash: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
+    interfaces: Annotated[list[NetInterface], Meta(max_length=MAX_NET_INTERFACES)]
+
+
+class RulesetApplied(Struct, tag="ruleset_applied", tag_field="type", omit_defaults=True):
+    version: _int(0, SAFE_INT)  # the version in force on the host (0: none yet)
+    hash: Annotated[str, Meta(pattern=r"^([0-9a-f]{64})?\Z")]
+    ok: bool  # False: the version offered was refused; ``version`` is still the one in force
+    offered: _int(0, SAFE_INT) = 0
+    error: _text(MAX_MESSAGE) = ""
+
+
+def ruleset_digest(interfaces: list[NetInterface]) -> str:
+    """SHA-256 of the interfaces' canonical JSON: what both ends compare."""
+    return hashlib.sha256(msgspec.json.encode(interfaces)).hexdigest()
