@@ -1,5 +1,5 @@
 from console.models import Membership
-from console.tenancy import is_operator
+from console.tenancy import AUDIT_ROLES, READ_ROLES, is_operator
 
 
 def shell(request):
@@ -17,6 +17,9 @@ def shell(request):
             "can_launch": operator or bool(roles & {"member", "admin"}),
             "is_admin": operator or "admin" in roles,
             "is_auditor": operator or bool(roles & {"auditor", "admin"}),
-            "sees_costs": operator or bool(roles & {"member", "admin"}),
+            # Auditors read every page of their teams, bills included, but change nothing.
+            "sees_costs": operator or bool(roles & set(READ_ROLES)),
+            "sees_bills": operator or bool(roles & set(AUDIT_ROLES)),
+            "in_team": operator or bool(roles),
         }
     }

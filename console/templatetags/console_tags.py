@@ -14,9 +14,9 @@ SECTIONS = [
     ("alert-list", "Alerts", None),
     ("job-queue", "Jobs", None),
     ("cost-explorer", "Costs", "sees_costs"),
-    ("invoice-list", "Invoices", "is_admin"),
+    ("invoice-list", "Invoices", "sees_bills"),
     ("audit-events", "Audit", "is_auditor"),
-    ("team-members", "Team", "is_admin"),
+    ("team-members", "Team", "in_team"),
 ]
 
 
