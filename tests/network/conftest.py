@@ -1,7 +1,15 @@
 import pytest
+from django.db import transaction
 
 from instances import services as instance_services
 from network import services
+
+
+@pytest.fixture(autouse=True)
+def _after_commit_at_once(monkeypatch):
+    """Each test runs in one transaction that never commits: what waits for the commit
+    (a host's new rules, sending them) runs at once instead."""
+    monkeypatch.setattr(transaction, "on_commit", lambda func, using=None, robust=False: func())
 
 
 @pytest.fixture
