@@ -314,6 +314,8 @@ def meter_window(*, actor, start: datetime, end: datetime, now: datetime | None 
     drafts = _refresh_affected(result, now)
     record_event(
         actor=actor, action="billing.meter", target_type="billing.charge",
+        target_id=f"{result.start:%Y-%m-%d}/{result.end:%Y-%m-%d}",
+        target_name=f"charges of {result.start:%Y-%m-%d} to {result.end:%Y-%m-%d} (UTC days, end excluded)",
         details={"start": result.start, "end": result.end, "usage_records": result.usage_records,
                  "charges": result.charges, "unrated": result.unrated, "drafts": {str(k): str(v) for k, v in drafts.items()}},
     )
