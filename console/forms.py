@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from .models import Role, Scope, Team
+from .services import scopes_for
 from .validators import plain_name
 
 
@@ -37,6 +38,8 @@ class TokenForm(forms.Form):
         self.fields["days"].widget.attrs["max"] = settings.API_TOKEN_MAX_DAYS
         if user is not None:
             self.fields["teams"].queryset = Team.objects.for_user(user)
+            allowed = scopes_for(user)
+            self.fields["scopes"].choices = [(v, label) for v, label in Scope.choices if v in allowed]
 
     def clean_days(self):
         days = self.cleaned_data["days"]

@@ -276,6 +276,13 @@ def authenticate_api_token(raw: str, *, source_ip: str | None = None) -> ApiToke
     return token
 
 
+def scopes_for(user: User) -> list[str]:
+    """The scopes ``user``'s tokens may hold: ``audit:export`` only for team admins,
+    auditors and operators. The token form offers these and no others."""
+    may_audit = is_operator(user) or Membership.objects.filter(user=user, role__in=AUDIT_ROLES).exists()
+    return [scope for scope in Scope.values if scope != Scope.AUDIT_EXPORT or may_audit]
+
+
 def check_token_request(
     *, user: User, scopes: Iterable[str], teams: Iterable[Team] = (), expires_at: datetime | None = None,
     parent: ApiToken | None = None,
@@ -290,9 +297,7 @@ def check_token_request(
     unknown = [scope for scope in scopes if scope not in Scope.values]
     if not scopes or unknown:
         errors["scopes"] = f"Choose one or more of: {', '.join(Scope.values)}."
-    elif Scope.AUDIT_EXPORT in scopes and not (
-        is_operator(user) or Membership.objects.filter(user=user, role__in=AUDIT_ROLES).exists()
-    ):
+    elif Scope.AUDIT_EXPORT in scopes and Scope.AUDIT_EXPORT not in scopes_for(user):
         errors["scopes"] = "Only team admins, auditors and operators may hold the audit:export scope."
     mine = set(Team.objects.for_user(user).values_list("pk", flat=True))
     if any(team.pk not in mine for team in teams):
