@@ -288,6 +288,9 @@ def _token_id(value: str) -> int | None:
     return int(value)
 
 
+INVITE_LINK = "_invite_link"
+
+
 @login_required
 def team_members(request):
     """Members of your teams; team admins (and operators) invite, change roles and remove."""
@@ -309,6 +312,7 @@ def team_members(request):
         invitations = team.invitations.filter(accepted_at__isnull=True, cancelled_at__isnull=True) if can_manage else []
         teams.append({"team": team, "manage": can_manage, "members": team.memberships.all(), "invitations": invitations})
     context = {
+        "new_invite": request.session.pop(INVITE_LINK, None) if managed_ids else None,
         "teams": teams, "invite_form": invite_form if managed_ids else None, "roles": Role.choices,
         "operator": is_operator(user), "invite_days": settings.INVITE_DAYS,
     }
@@ -324,11 +328,15 @@ def _team_action(request, managed):
         if not form.is_valid():
             return None, form
         data = form.cleaned_data
-        services.invite_member(
+        _, raw = services.invite_member(
             actor=user, team=data["team"], email=data["email"], role=data["role"],
             accept_url=lambda raw: request.build_absolute_uri(f"/invite/{raw}/"),
         )
         messages.success(request, f"Invitation sent to {data['email']}; the link works once, for {settings.INVITE_DAYS} days.")
+        # Shown once to the admin who made it (the session is kept server-side), for
+        # when the email does not arrive.
+        request.session[INVITE_LINK] = {"email": data["email"], "team": data["team"].name,
+                                        "link": request.build_absolute_uri(f"/invite/{raw}/")}
     elif action in ("role", "remove"):
         membership = get_object_or_404(
             Membership.objects.filter(team__in=managed).select_related("user", "team"), pk=_pk(post, "membership")

@@ -24,12 +24,13 @@ def as_alice(client, alice):
     return client
 
 
-def test_team_admins_find_the_page_in_the_navigation(as_alice, bob):
+def test_team_admins_find_the_page_in_the_navigation_and_members_read_it(as_alice, bob):
     page = as_alice.get("/").content.decode()
     assert 'href="/team/"' in page
     bobs = Client()
     bobs.force_login(bob)
-    assert 'href="/team/"' not in bobs.get("/").content.decode()
+    assert 'href="/team/"' in bobs.get("/").content.decode()
+    assert 'id="invite-form"' not in bobs.get("/team/").content.decode()
 
 
 def test_an_admin_invites_by_email_and_the_link_works_once(as_alice, acme, django_capture_on_commit_callbacks):
@@ -150,3 +151,12 @@ def test_an_auditor_sees_it_in_the_audit_log(as_alice, bob, audrey, acme):
     auditor.force_login(audrey)
     actions = [e["action"] for e in auditor.get(f"/api/v1/audit/events/?team={acme.pk}").json()["results"]]
     assert "member.change_role" in actions
+
+
+def test_the_admin_sees_the_link_once_after_inviting(as_alice, acme, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        shown = as_alice.post("/team/", {"action": "invite", "team": acme.pk, "email": "dana@example.com",
+                                         "role": "member"}, follow=True).content.decode()
+    box = shown.split('id="invite-link"')[1].split("</div></div>")[0]
+    assert "dana@example.com" in box and link_from_mail() in box
+    assert 'id="invite-link"' not in as_alice.get("/team/").content.decode()
