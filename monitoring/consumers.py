@@ -40,6 +40,7 @@ from console.live import (
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 from monitoring.agent import protocol as p
+from network import agent_link
 
 from . import fanout, frames, ingest, inventory, services
 
@@ -336,6 +337,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 handle.cancel()
         if getattr(self, "token_group", None) is not None:
             await self.channel_layer.group_discard(self.token_group, self.channel_name)
+        await agent_link.left(self)
         if self.acker is not None:
             self.acker.cancel()
             # The frames handed over are written, acked or not, before the link's last state.
@@ -349,6 +351,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         if self.closing or self.host is None:
+            return
+        if self.hello is not None and agent_link.is_report(text_data):
+            await agent_link.report(self, text_data)
             return
         try:
             frame = frames.read(text_data if text_data is not None else bytes_data,
@@ -388,6 +393,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
             "registered": result.registered, "vanished": result.vanished,
         })
+        await agent_link.joined(self)  # the host's network rules, now and on every change
 
     async def ack_loop(self):
         """Acks in the order the frames came, each once its frame is stored."""
@@ -408,6 +414,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             if not self.unacked:
                 self.ready.clear()
             await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
+
+    async def network_ruleset(self, message):
+        await self.send(text_data=message["frame"])
 
     async def send_frame(self, frame: dict):
         await self.send(text_data=json.dumps(frame, separators=(",", ":")))

@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "synthetic host names, default sim-host)")  # fmt: skip
     p.add_argument("--retry-auth", action="store_true",
                    help="keep retrying when the server refuses the token")  # fmt: skip
+    p.add_argument("--network", action="store_true",
+                   help="apply this host's network rules with nftables (needs root); the set in force is kept "
+                        "in the spool directory and put back at start, before connecting")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     return p
 
@@ -177,6 +180,8 @@ def check_numbers(args) -> None:
         raise UsageError(f"--speed must be above 0 and at most 1000, not {args.speed:g}")
     if args.spool_max_records < 100:
         raise UsageError("--spool-max-records must be at least 100")
+    if args.network and args.backend == "sim":
+        raise UsageError("--network applies one real host's rules; it does not go with --backend sim")
     if args.hosts is not None and not 1 <= args.hosts <= 10_000:
         raise UsageError("--hosts must be between 1 and 10000")
     if args.gpus is not None and not 1 <= args.gpus <= 64:
@@ -340,6 +345,8 @@ def start(the_plan: Plan) -> int:
                 driver=info.driver,
                 token_file=None if info.token else args.token_file,
             )
+        if args.network:
+            _enforce_network(the_plan, links)
         _announce(the_plan, spools)
         return asyncio.run(run(the_plan.source, links, once=args.once))
     except SpoolError as exc:
@@ -351,6 +358,17 @@ def start(the_plan: Plan) -> int:
     finally:
         for spool in spools:
             spool.close()
+
+
+def _enforce_network(the_plan: Plan, links: dict) -> None:
+    """Put back the rules in force before the restart, then apply what the server sends."""
+    from .firewall import Enforcer
+
+    for host, link in links.items():
+        link.network = Enforcer(state_path=the_plan.spool_dirs[host] / "network-rules.json")
+        restored = link.network.restore()
+        if restored is not None:
+            log.info("network rules version %d restored", restored.version)
 
 
 def _announce(the_plan: Plan, spools: list) -> None:

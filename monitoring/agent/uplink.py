@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from . import protocol
+from . import firewall, protocol
 from .outbox import Outbox
 from .spool import Batch, Spool, SpoolError
 
@@ -90,6 +90,8 @@ class _Reconnect(Exception):
 
 
 class HostLink:
+    network = None  # a firewall.Enforcer where this agent applies the host's network rules (--network)
+
     def __init__(
         self,
         *,
@@ -443,6 +445,9 @@ class HostLink:
                 continue
             if frame["type"] == "ack":
                 await self._apply_ack(frame)
+            if frame["type"] == "ruleset":
+                await firewall.answer(ws, text, self.network)
+                continue
             return frame
 
     async def _await_welcome(self, ws) -> None:

@@ -1,0 +1,48 @@
+"""The network half of an agent's websocket (monitoring.consumers.AgentConsumer calls
+these): after its welcome a connected agent gets its host's current ruleset and every
+new version; its ``ruleset_applied`` reports are recorded."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from channels.db import database_sync_to_async
+
+from monitoring.agent import protocol as wire
+
+from . import services
+
+log = logging.getLogger(__name__)
+
+REPORT_PREFIX = '{"type":"ruleset_applied"'
+_reports = msgspec.json.Decoder(wire.RulesetApplied)
+
+
+def is_report(text) -> bool:
+    return isinstance(text, str) and text.startswith(REPORT_PREFIX)
+
+
+async def joined(consumer) -> None:
+    """Join the host's group, then send what the host should enforce now."""
+    host_id = consumer.host.pk
+    await consumer.channel_layer.group_add(services.host_group(host_id), consumer.channel_name)
+    frame = await database_sync_to_async(services.current_frame)(host_id)
+    if frame is not None:
+        await consumer.send(text_data=frame)
+
+
+async def left(consumer) -> None:
+    if getattr(consumer, "host", None) is not None:
+        await consumer.channel_layer.group_discard(services.host_group(consumer.host.pk), consumer.channel_name)
+
+
+async def report(consumer, text: str) -> None:
+    """Record the agent's report; one it cannot be read is logged and dropped (the
+    console then shows the host as not applied, and alerts after APPLY_WITHIN)."""
+    try:
+        applied = _reports.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        log.warning("unreadable network report from %s: %s", consumer.host.name, exc)
+        return
+    await database_sync_to_async(services.record_report)(host=consumer.host, report=applied)

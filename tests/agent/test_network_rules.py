@@ -1,0 +1,70 @@
+"""The agent's side of network rules without a kernel: the script it renders, what it
+reports, and that a refused set leaves the previous one (the namespace tests in
+tests/network/ run the same code against nftables itself)."""
+
+import asyncio
+
+from monitoring.agent import firewall
+from monitoring.agent import protocol as wire
+
+WEB = wire.NetInterface(ifname="gc7", address="10.231.1.7/32",
+                        inbound=[wire.NetRule(proto="tcp", peers=["10.231.1.8/32"], ports=(22, 23))],
+                        outbound=[wire.NetRule(proto="any", peers=["0.0.0.0/0"])])
+
+
+def ruleset(version: int, interfaces=(WEB,)) -> wire.Ruleset:
+    return wire.Ruleset(version=version, hash=wire.ruleset_digest(list(interfaces)), interfaces=list(interfaces))
+
+
+def test_the_script_replaces_its_own_table_whole():
+    script = firewall.render([WEB])
+    assert script.startswith("table inet gpuconsole\ndelete table inet gpuconsole\ntable inet gpuconsole {")
+    assert 'iifname vmap { "gc7" : jump out_0 }' in script
+    assert "ip saddr { 10.231.1.8/32 } tcp dport 22-23 accept" in script
+    assert "ip saddr != 10.231.1.7 drop" in script
+
+
+def test_an_empty_set_keeps_only_the_forward_chain():
+    assert "vmap" not in firewall.render([])
+
+
+def test_an_applied_set_is_reported_with_its_version_and_hash(tmp_path):
+    enforcer = firewall.Enforcer(state_path=tmp_path / "rules.json", nft=("true",))
+    report = enforcer.apply(ruleset(3))
+    assert (report.ok, report.version, report.hash) == (True, 3, wire.ruleset_digest([WEB]))
+    assert (tmp_path / "rules.json").exists()
+
+
+def test_a_refused_set_keeps_the_previous_version(tmp_path):
+    enforcer = firewall.Enforcer(state_path=tmp_path / "rules.json", nft=("true",))
+    enforcer.apply(ruleset(3))
+    enforcer.nft = ("false",)
+    report = enforcer.apply(ruleset(4, [WEB, WEB]))
+    assert (report.ok, report.version, report.offered) == (False, 3, 4)
+    assert "refused the ruleset" in report.error
+    assert firewall.Enforcer(state_path=tmp_path / "rules.json", nft=("true",)).restore().version == 3
+
+
+def test_a_hash_that_does_not_match_is_refused():
+    enforcer = firewall.Enforcer(nft=("true",))
+    forged = wire.Ruleset(version=2, hash="0" * 64, interfaces=[WEB])
+    assert "hash does not match" in enforcer.apply(forged).error
+
+
+def test_an_unreadable_frame_is_reported_not_raised():
+    report = firewall.Enforcer(nft=("true",)).apply_text('{"type":"ruleset","version":1,"hash":"x"}')
+    assert not report.ok and "cannot read" in report.error
+
+
+def test_the_answer_goes_back_on_the_socket():
+    sent = []
+
+    class Socket:
+        async def send(self, text):
+            sent.append(text)
+
+    frame = wire.encode(ruleset(5))
+    asyncio.run(firewall.answer(Socket(), frame, firewall.Enforcer(nft=("true",))))
+    asyncio.run(firewall.answer(Socket(), frame, None))
+    assert sent[0].startswith('{"type":"ruleset_applied","version":5')
+    assert firewall.NOT_ENFORCED in sent[1]
