@@ -343,7 +343,8 @@ def instance_panel(request, pk):
 
 
 def held_before(instance: Instance) -> list[dict]:
-    """The GPUs and slices an instance that holds none now reported from (last 30 days)."""
+    """The GPUs and slices an instance that holds none now reported from (last 30 days),
+    labelled as while it held them (``gpu_device``, ``slice_device``)."""
     since = timezone.now() - timedelta(days=30)
     keys = set(
         Rollup1h.objects.filter(instance_id=instance.pk, bucket__gte=since).values_list(
@@ -355,7 +356,7 @@ def held_before(instance: Instance) -> list[dict]:
             "gpu_id", "slice_id"
         )
     )
-    gpus = Gpu.objects.in_bulk({g for g, _ in keys})
+    gpus = Gpu.objects.select_related("model").in_bulk({g for g, _ in keys})
     pieces = GpuSlice.objects.select_related("profile").in_bulk({s for _, s in keys if s})
     devices = []
     for gpu_id, slice_id in sorted(keys, key=lambda k: (k[0], k[1] or 0)):
@@ -365,7 +366,7 @@ def held_before(instance: Instance) -> list[dict]:
             devices.append(
                 {
                     "uuid": piece.uuid,
-                    "label": f"gpu{gpu.index} {piece.profile.name} #{piece.gpu_instance_id}",
+                    "label": f"gpu{gpu.index} {piece.profile.kind.upper()} {piece.profile.name} #{piece.gpu_instance_id}",
                     "memory_total": piece.profile.memory_gb * GIB,
                     "power_limit_mw": None,
                     "slice": True,
@@ -375,7 +376,7 @@ def held_before(instance: Instance) -> list[dict]:
             devices.append(
                 {
                     "uuid": gpu.uuid,
-                    "label": f"gpu{gpu.index} · {gpu.uuid}",
+                    "label": f"gpu{gpu.index} · {gpu.model.name}",
                     "memory_total": gpu.memory_total,
                     "power_limit_mw": None,
                 }
