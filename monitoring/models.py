@@ -327,6 +327,7 @@ class AlertKind(models.TextChoices):
     UNRATED = "unrated", "Unrated usage"
     SCALING_AT_MAX = "scaling_at_max", "Scaling group at its maximum"
     SPOT_MAX = "spot_max", "Spot price against max price"
+    NETWORK_RULES = "network_rules", "Network rules not applied"
 
 
 class Category(models.TextChoices):
