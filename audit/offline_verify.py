@@ -17,7 +17,14 @@ Which key is trusted: ``--public-key FILE`` (a PEM you obtained from the console
 ``/api/v1/audit/public-key/``), or ``--fingerprint HEX`` (one of the bundle's keys,
 pinned by its fingerprint); with neither, the bundle's own keys, and the verifier says
 so. Needs Python, the ``cryptography`` package and the ``audit/`` modules ``chain``,
-``merkle``, ``signing`` and this one. Exit code 0 when every check passes.
+``merkle``, ``signing`` and this one. Exit code 0 when every check passes, 1 when a
+check fails, 2 when the file is not a readable bundle ("INVALID: …").
+
+The input is not trusted to be small: the zip is streamed and each member may expand at
+most ``MAX_RATIO`` times its compressed size (a zip bomb is refused before it is read),
+the manifest may hold at most ``MAX_MANIFEST_BYTES`` and nest ``MAX_DEPTH`` deep, and a
+line at most ``MAX_LINE_BYTES``; memory stays within a few times those bounds however
+large or hostile the file.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import json
 import re
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +52,14 @@ _TEXT = (
     "actor_role", "target_name",
 )  # fmt: skip
 _MAX_PROBLEMS = 20
+MAX_MANIFEST_BYTES = 64 << 20  # a filtered bundle's manifest lists ~80 bytes a record
+MAX_LINE_BYTES = 4 << 20  # one exported event
+MAX_DEPTH = 64  # JSON nesting (a manifest is 4 deep)
+MAX_RATIO = 100  # expanded / compressed size of a zip member (CSV of hashes: ~3)
+
+
+class BundleRefused(ValueError):
+    """A bundle too large, too deep or too compressed to read within the bounds."""
 
 
 @dataclass
@@ -91,28 +107,27 @@ _DETAILS_AT = ',"details":'
 _TAIL = len(',"prev_hash":"') + 64 + len('","hash":"') + 64 + len('"}')
 
 
-def _csv_rows(text: str) -> Iterator[Record]:
+def _csv_rows(text) -> Iterator[Record]:
     for seq, canonical, prev, digest in _csv_cells(text):
         yield Record(seq, canonical, prev, digest)
 
 
-def _csv_cells(text: str) -> Iterator[tuple[int, bytes, str, str]]:
-    """(seq, canonical bytes, prev hash, hash) of every row of ``events.csv``."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+def _csv_cells(text) -> Iterator[tuple[int, bytes, str, str]]:
+    """(seq, canonical bytes, prev hash, hash) of every row of ``events.csv``: its text,
+    or its lines (a stream)."""
+    reader = csv.reader(io.StringIO(text, newline="") if isinstance(text, str) else text)
     columns = next(reader, None)
     if columns is None or tuple(columns) != _HEADER:
         raise ValueError("events.csv: unexpected header row")
     width, uncell, quote = len(columns), chain.csv_uncell, chain._quote
-    # A spreadsheet-safe cell starts with a quote; the first column is a number, so such a
-    # cell always follows a comma. Without one anywhere, no cell needs undoing.
-    escaped = ",'" in text or ",\"'" in text
     for number, cells in enumerate(reader, 2):
         if len(cells) != width:
             raise ValueError(f"events.csv line {number}: {len(cells)} cells, expected {width}")
-        if escaped:
-            for i in _CSV_TEXT:
-                if cells[i][:1] == "'":
-                    cells[i] = uncell(cells[i])
+        # A spreadsheet-safe cell starts with a quote; the first column is a number, so
+        # such a cell always follows a comma.
+        for i in _CSV_TEXT:
+            if cells[i][:1] == "'":
+                cells[i] = uncell(cells[i])
         seq, time, at, aid, an, team, action, tt, tid, outcome, ip, ua, req, role, tname, details, prev, digest = cells  # fmt: skip
         try:
             seq = int(seq)
@@ -165,7 +180,7 @@ def _event_record(line: str, number: int) -> Record:
     if fast is not None:
         return fast
     try:
-        row = json.loads(line)
+        row = loads(line.encode(), f"line {number}")
     except json.JSONDecodeError as exc:
         raise ValueError(f"line {number} is not JSON: {exc}") from None
     if row.get("type") != "event":
@@ -258,14 +273,14 @@ def _jsonl_records(lines) -> Iterator[Record]:
         yield Record(seq, canonical, prev.decode("latin-1"), digest.decode("latin-1"))
 
 
-def _csv_parts(text: str) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+def _csv_parts(text) -> Iterator[tuple[int, bytes, bytes, bytes]]:
     for seq, canonical, prev, digest in _csv_cells(text):
         yield seq, canonical, prev.encode(), digest.encode()
 
 
 class Bundle(NamedTuple):
     manifest: dict
-    kind: str  # "jsonl" (rows: the raw lines) or "csv" (rows: the text of events.csv)
+    kind: str  # "jsonl" (rows: the raw lines) or "csv" (rows: the lines of events.csv)
     rows: Iterator | str
 
     def records(self) -> Iterator[Record]:
@@ -277,19 +292,74 @@ class Bundle(NamedTuple):
 
 def read_bundle(path: str) -> Bundle:
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as bundle:
-            manifest = json.loads(bundle.read("manifest.json"))
-            text = bundle.read("events.csv").decode("utf-8")
-        return Bundle(manifest, "csv", text)
+        bundle = zipfile.ZipFile(path)  # closed with the events' stream, once read
+        manifest = loads(_member(bundle, "manifest.json", MAX_MANIFEST_BYTES).read(), "manifest.json")
+        events = io.TextIOWrapper(_member(bundle, "events.csv"), encoding="utf-8", newline="")
+        return Bundle(manifest, "csv", _bounded_lines(events, "events.csv", closing=bundle))
     handle = open(path, "rb")  # noqa: SIM115 (read lazily below)
-    lines = (line for line in handle if not line.isspace())
-    first = next(lines, None)
-    if first is None:
+    first = b" "
+    while first.isspace():
+        first = handle.readline(MAX_MANIFEST_BYTES + 1)
+    if not first:
         raise ValueError("the file is empty")
-    manifest = json.loads(first)
+    if len(first) > MAX_MANIFEST_BYTES:
+        raise BundleRefused(f"the manifest (line 1) is longer than {MAX_MANIFEST_BYTES >> 20} MiB")
+    manifest = loads(first, "line 1")
     if not isinstance(manifest, dict) or manifest.get("type") != "manifest":
         raise ValueError("line 1 is not the bundle's manifest")
+    lines = (line for line in _bounded_lines(handle, "the file", first=2) if not line.isspace())
     return Bundle(manifest, "jsonl", lines)
+
+
+def _member(bundle: zipfile.ZipFile, name: str, limit: int | None = None):
+    """A zip member's stream, refused when it would expand too far: more than ``limit``
+    bytes, or more than ``MAX_RATIO`` times its compressed size (the stream then stops
+    at the size the zip declares: a member that lies about it fails its CRC)."""
+    info = bundle.getinfo(name)
+    if limit is not None and info.file_size > limit:
+        raise BundleRefused(f"{name} expands to {info.file_size:,} bytes, more than {limit:,}")
+    if info.file_size > MAX_RATIO * max(info.compress_size, 1024):
+        raise BundleRefused(
+            f"{name} expands {info.file_size / max(info.compress_size, 1):,.0f} times "
+            f"({info.compress_size:,} bytes to {info.file_size:,}): a zip bomb, not an export"
+        )
+    return bundle.open(info)
+
+
+def _bounded_lines(stream, what: str, *, first: int = 1, closing=None) -> Iterator:
+    """The stream's lines, refused past ``MAX_LINE_BYTES`` (the read stops there)."""
+    try:
+        number = first
+        while line := stream.readline(MAX_LINE_BYTES + 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise BundleRefused(f"{what} line {number} is longer than {MAX_LINE_BYTES >> 20} MiB")
+            yield line
+            number += 1
+    finally:
+        stream.close()
+        if closing is not None:
+            closing.close()
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = bytes.maketrans(b"", b"")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+
+
+def loads(data: bytes, what: str):
+    """JSON, refused when nested deeper than ``MAX_DEPTH`` (json would recurse once a
+    level, and a 100,000-deep text exhausts the interpreter's stack)."""
+    depth = deepest = 0
+    for byte in _STRING.sub(b"", data).translate(_BRACKETS, _NOT_BRACKETS):
+        if byte in (91, 123):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    raise BundleRefused(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
+        else:
+            depth -= 1
+    return json.loads(data)
 
 
 # --- keys and signatures ---------------------------------------------------------------
@@ -592,7 +662,10 @@ def main(argv: list[str] | None = None) -> int:
         pem = open(args.public_key, encoding="ascii").read() if args.public_key else None  # noqa: SIM115
         check = verify_consistency_file if args.consistency else verify_bundle
         result = check(args.path, public_pem=pem, pin=args.fingerprint)
-    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+    except (
+        OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, zipfile.BadZipFile, csv.Error,
+        EOFError, NotImplementedError, RecursionError, MemoryError, zlib.error,
+    ) as exc:
         print(f"INVALID: cannot read {args.path}: {exc}")
         return 2
     for note in result.notes:
