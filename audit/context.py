@@ -114,7 +114,7 @@ def from_scope(scope) -> RequestContext:
     peer = (scope.get("client") or [None])[0]
     return RequestContext(
         source_ip=client_ip(peer, headers.get("x-forwarded-for")),
-        user_agent=headers.get("user-agent", "")[:400],
+        user_agent=headers.get("user-agent", "").replace("\x00", "")[:400],  # HTTP refuses NUL in console.edge
         request_id=_request_id(headers.get("x-request-id", "")),
     )
 

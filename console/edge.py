@@ -1,21 +1,69 @@
 """Checks on every request before any view runs: what no view can accept anyway."""
 
+import logging
+
 from django.core.exceptions import SuspiciousOperation
+from django.http.multipartparser import MultiPartParserError
+
+log = logging.getLogger(__name__)
+
+NUL = "\x00"
 
 
 class HostileRequest(SuspiciousOperation):
     """Answered 400 by ``console.views.bad_request`` (JSON under /api/), with this message."""
 
 
+def nul_in_url(request) -> str | None:
+    """What part of the URL holds a NUL, as a sentence; None when none does."""
+    if NUL in request.path:
+        return "The URL path contains a NUL character."
+    return _nul_in_pairs(request.GET.lists(), "query parameter")
+
+
+def nul_in_form(request) -> str | None:
+    """The same for a form body, url-encoded or multipart (whose file names Django's
+    parser already strips of unprintable characters)."""
+    return _nul_in_pairs(request.POST.lists(), "field")
+
+
+def nul_in_headers(request) -> str | None:
+    for key, value in request.META.items():
+        if key.startswith("HTTP_") and isinstance(value, str) and NUL in value:
+            return f"The {key[5:].replace('_', '-').title()} header contains a NUL character."
+    return None
+
+
+def _nul_in_pairs(pairs, what: str) -> str | None:
+    for key, values in pairs:
+        if NUL in key or any(NUL in value for value in values):
+            return f"The {what} '{key.replace(NUL, '')[:60]}' contains a NUL character."
+    return None
+
+
 class RefuseNulMiddleware:
-    """A NUL byte in the path or the query string: PostgreSQL text cannot hold one, so a
-    lookup with it would fail in the database; refuse it here, once, for every URL."""
+    """A NUL (U+0000) anywhere a request carries text: the path, the query string, a
+    header, a form field's name or value. PostgreSQL text cannot hold
+    one, and a choice, a lookup or a filter would take it to the database before any
+    field validator runs (Django's forms.CharField prohibits NUL, but ModelChoiceField,
+    django-filter's filters and the sign-in's lockout and audit read raw values);
+    refuse it here, once, with a 400 naming the field. JSON bodies are checked by the
+    API's parser (``console.api.parsers``). Bad input, not a server error: one INFO
+    line, no traceback."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        if "\x00" in request.path or any("\x00" in key or any("\x00" in v for v in values)
-                                         for key, values in request.GET.lists()):
-            raise HostileRequest("The URL contains a NUL character.")
-        return self.get_response(request)
+        try:
+            problem = nul_in_url(request) or nul_in_headers(request) or nul_in_form(request)
+        except MultiPartParserError:
+            problem = "The multipart body is malformed."
+        if problem is None:
+            return self.get_response(request)
+        from .views import bad_request
+
+        log.info("refused %s %r: %s", request.method, request.path[:200], problem)
+        response = bad_request(request, HostileRequest(problem))
+        response._has_been_logged = True  # the line above, not django.request's warning
+        return response

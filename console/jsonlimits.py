@@ -64,3 +64,24 @@ def loads(text: str | bytes, *, max_bytes: int, parse_constant=None):
     if isinstance(value, dict | list) and too_deep(value):
         raise JsonRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
     return value
+
+
+def find_nul(value, path: str = "") -> str | None:
+    """The path (``items[2].name``) of a key or string in parsed JSON that holds a NUL
+    (U+0000), which PostgreSQL text cannot store; None when none does ("" is the
+    document itself)."""
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                name = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and "\x00" in key:
+                    return name.replace("\x00", "")
+                stack.append((child, name))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None

@@ -1,16 +1,33 @@
-"""The API's JSON parser: the shared size and depth limits (``console.jsonlimits``)
-before ``json.loads``, so a hostile body is a 400 with a JSON error, never a 500."""
+"""The API's parsers: the shared size and depth limits (``console.jsonlimits``) before
+``json.loads``, so a hostile body is a 400 with a JSON error, never a 500; and no NUL
+(U+0000) in any field of any body, JSON or form, answered 400 naming the field before a
+serializer, a lookup or a filter can take it to the database."""
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser as DrfJSONParser
+from rest_framework import parsers
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import get_encoding
 from rest_framework.utils import json
 
 from console import jsonlimits
 
+NUL_MESSAGE = "A NUL character (U+0000) is not allowed."
 
-class JSONParser(DrfJSONParser):
+
+def refuse_nul(data) -> None:
+    where = jsonlimits.find_nul(data)
+    if where is not None:
+        raise ValidationError({where or "non_field_errors": [NUL_MESSAGE]}, code="nul_character")
+
+
+def _plain(data) -> dict | list:
+    """A QueryDict as {key: value, or [values] when repeated}, other data as it is."""
+    if not hasattr(data, "lists"):
+        return data
+    return {key: values[0] if len(values) == 1 else values for key, values in data.lists()}
+
+
+class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = get_encoding(parser_context or {})
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -21,8 +38,24 @@ class JSONParser(DrfJSONParser):
         except UnicodeDecodeError:
             raise ParseError(f"JSON parse error - the body is not valid {encoding}") from None
         try:
-            return jsonlimits.loads(text, max_bytes=limit, parse_constant=json.strict_constant if self.strict else None)
+            data = jsonlimits.loads(text, max_bytes=limit, parse_constant=json.strict_constant if self.strict else None)
         except jsonlimits.JsonRefused as exc:
             raise ParseError(f"JSON parse error - {exc.message}", code=exc.code) from None
         except ValueError as exc:  # NaN / Infinity under STRICT_JSON
             raise ParseError(f"JSON parse error - {exc}") from None
+        refuse_nul(data)
+        return data
+
+
+class FormParser(parsers.FormParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        data = super().parse(stream, media_type, parser_context)
+        refuse_nul(_plain(data))
+        return data
+
+
+class MultiPartParser(parsers.MultiPartParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        result = super().parse(stream, media_type, parser_context)
+        refuse_nul(_plain(result.data))  # file names: Django's parser strips unprintable characters
+        return result

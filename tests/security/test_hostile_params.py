@@ -85,6 +85,6 @@ def test_a_nul_anywhere_in_the_url_is_a_400(bob, url):
     response = client.get(url)
     assert response.status_code == 400
     if url.startswith("/api/"):
-        assert response.json() == {"detail": "The URL contains a NUL character.", "code": "bad_request"}
+        assert response.json()["detail"].endswith("contains a NUL character.")
     else:
-        assert b"The URL contains a NUL character." in response.content
+        assert b"contains a NUL character." in response.content

@@ -41,7 +41,7 @@ def test_revoking_a_token_by_a_bad_id_says_so(bob, revoke):
     client.force_login(bob)
     response = client.post("/account/tokens/", {"revoke": revoke})
     assert response.status_code == 400
-    assert b"No such token" in response.content
+    assert (b"NUL character" if "\x00" in revoke else b"No such token") in response.content
     token.refresh_from_db()
     assert token.revoked_at is None
     assert ApiToken.objects.count() == 1
