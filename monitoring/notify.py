@@ -13,8 +13,11 @@ due, logs each attempt as a ``Delivery`` and retries failures with exponential
 backoff up to ``ALERT_DELIVERY_ATTEMPTS``.
 
 Webhook and Slack targets must resolve to public addresses (no loopback, private,
-link-local or reserved ones) unless the host is listed in ``ALERT_WEBHOOK_ALLOW_HOSTS``;
-the connection goes to the address that was checked, and redirects are not followed.
+link-local, reserved, multicast or unspecified ones, nor IPv6 addresses carrying such an
+IPv4 address: mapped, 6to4, Teredo, NAT64, IPv4-compatible) unless the host is listed in
+``ALERT_WEBHOOK_ALLOW_HOSTS``. The name is resolved once per attempt and the connection
+goes to the address that was checked (the name only in Host and TLS SNI), so a second
+DNS answer cannot move it; redirects are not followed, so no other address is reached.
 """
 
 from __future__ import annotations
@@ -308,8 +311,58 @@ def _allowed(host: str, address: str, allow: list[str]) -> bool:
     return False
 
 
+# Prefixes that carry an IPv4 address in their last 32 bits: the well-known NAT64 prefix
+# (a DNS64 resolver answers 64:ff9b::a.b.c.d for an IPv4-only host) and the deprecated
+# IPv4-compatible form (::a.b.c.d). The local-use NAT64 prefix is the operator's own.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries: mapped (::ffff:a.b.c.d), 6to4
+    (2002:AABB:CCDD::), Teredo (server and client), NAT64 and IPv4-compatible."""
+    found = [a for a in (ip.ipv4_mapped, ip.sixtofour) if a is not None]
+    found += list(ip.teredo or ())
+    if ip in NAT64 or ip in IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
+def _kind(ip) -> str | None:
+    """Which special range ``ip`` is in, by ipaddress's own properties; None: public."""
+    for kind in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved", "site_local"):
+        if getattr(ip, f"is_{kind}", False):
+            return kind.replace("_", "-")
+    return None if ip.is_global else "non-global"
+
+
+def forbidden(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why a webhook may not connect to ``ip`` (a sentence), or None when it may: a
+    loopback, private, link-local, reserved, multicast or unspecified address, or one
+    that carries such an IPv4 address inside an IPv6 one."""
+    if ip.version == 6 and not (ip.is_loopback or ip.is_unspecified):
+        if ip in LOCAL_NAT64:
+            return f"{ip} is a local-use NAT64 address"
+        if ip in IPV4_COMPATIBLE:
+            return f"{ip} is an IPv4-compatible address (deprecated, ::/96)"
+        for inner in embedded_ipv4(ip):
+            if (kind := _kind(inner)) is not None:
+                return f"{ip} carries {inner}, {_a(kind)} address"
+        if ip in NAT64 or ip.ipv4_mapped is not None:
+            return None  # the IPv4 address it carries is public (ipaddress calls the prefix itself reserved)
+    kind = _kind(ip)
+    return None if kind is None else f"{ip} is {_a(kind)} address"
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def check_target(url: str) -> tuple[str, str, int, str, str]:
-    """(scheme, host, port, address to connect to, path) for ``url``, or Refused."""
+    """(scheme, host, port, address to connect to, path) for ``url``, or Refused. The
+    name is resolved once, here; every address it resolves to must be allowed, and the
+    caller connects to the one returned (never resolving the name again)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Refused("The target must be an http:// or https:// URL with a host.")
@@ -324,18 +377,19 @@ def check_target(url: str) -> tuple[str, str, int, str, str]:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
         raise Refused(f"{host} does not resolve ({exc}).") from None
-    addresses = sorted({info[4][0] for info in infos})
+    addresses = sorted({ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}, key=str)
+    if not addresses:
+        raise Refused(f"{host} does not resolve.")
     allow = allowed_hosts()
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global or ip.is_multicast:
-            if not _allowed(host, str(ip), allow):
-                raise Refused(
-                    f"{host} resolves to {ip}, a private, loopback or reserved address; "
-                    "list the host in ALERT_WEBHOOK_ALLOW_HOSTS to allow it."
-                )
+    for ip in addresses:
+        reason = forbidden(ip)
+        if reason is not None and not _allowed(host, str(ip), allow):
+            raise Refused(
+                f"{host} resolves to {reason}; webhooks go to public addresses only "
+                "(list the host in ALERT_WEBHOOK_ALLOW_HOSTS to allow it)."
+            )
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return parts.scheme, host, port, addresses[0].split("%")[0], path
+    return parts.scheme, host, port, str(addresses[0]), path
 
 
 class _PinnedHTTP(http.client.HTTPConnection):
@@ -370,4 +424,7 @@ def post(url: str, payload: bytes, headers: dict) -> Result:
     finally:
         conn.close()
     ok = 200 <= response.status < 300
-    return Result(ok, status=response.status, error="" if ok else f"HTTP {response.status} {response.reason}")
+    error = "" if ok else f"HTTP {response.status} {response.reason}"
+    if 300 <= response.status < 400:  # a redirect could lead anywhere: give the final URL instead
+        error += "; redirects are not followed, set the channel's target to the final URL"
+    return Result(ok, status=response.status, error=error)
