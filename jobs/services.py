@@ -139,7 +139,7 @@ def cancel_job(*, actor, job: Job, now: datetime | None = None) -> Job:
     was = job.state
     if was == JobState.RUNNING:
         instance = job.instance
-        if instance is not None and instance.state != State.TERMINATED:
+        if instance is not None and instance.can_move_to(State.TERMINATED):
             instance_services.terminate_instance(actor=actor, instance=instance, at=now)
         _close_run(job, now, "cancelled")
     job.state, job.ended_at, job.wait_note = JobState.CANCELLED, now, ""
