@@ -10,6 +10,11 @@ reading the same GPU(s) once a second:
                nothing is stored, so the figures are the agent's alone);
 - agent-thread - the same, its sampling tick on a thread of its own instead of the
                event loop (the layout before; for comparison);
+- agent-console - the same agent streaming to the real console instead of the sink:
+               daphne serving console.asgi on SQLite (a fresh var dir, its own
+               process, not measured), a registered host and host token per device
+               count; so the figure includes what the console's frames and acks cost
+               the agent;
 - agent-before - with --before DIR: the agent of another checkout (DIR, its repo
                root) at its own defaults, the same way (to compare versions in one run);
 - bare       - a plain pynvml loop over the fast fields, sleeping to the next second;
@@ -51,7 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TOOLS = ("agent", "agent-thread", "agent-before", "bare", "nvitop", "nvidia-smi")
+TOOLS = ("agent", "agent-console", "agent-thread", "agent-before", "bare", "nvitop", "nvidia-smi")
 TOKEN = "bench-agent-process-token"
 SMI_FIELDS = ("utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,"
               "temperature.gpu,clocks.sm,clocks.mem,clocks_event_reasons.active,"
@@ -140,10 +145,11 @@ def role_agent(args) -> None:
         NvmlSource.start = lambda self, emit, loop=None: start(self, emit)
 
     spool = tempfile.mkdtemp(prefix="agent-process-spool-")
+    token = Path(args.report).read_text().strip() if args.role == "agent-console" else TOKEN
     try:
-        code = main(["--server", f"ws://127.0.0.1:{args.port}/ws/agent/", "--token", TOKEN,
-                     "--host", f"bench-{args.devices}", "--spool-dir", spool,
-                     "--log-level", "warning"])  # fmt: skip
+        code = main(["--server", f"ws://127.0.0.1:{args.port}/ws/agent/", "--token", token,
+                     "--host", console_host(args.devices) if args.role == "agent-console" else f"bench-{args.devices}",
+                     "--spool-dir", spool, "--log-level", "warning"])  # fmt: skip
     finally:
         shutil.rmtree(spool, ignore_errors=True)
     sys.exit(code)
@@ -218,7 +224,66 @@ def role_sink(args) -> None:
     asyncio.run(main())
 
 
-ROLES = {"agent": role_agent, "agent-thread": role_agent, "agent-before": role_agent, "bare": role_bare, "nvitop": role_nvitop, "sink": role_sink}
+def console_host(devices: int) -> str:
+    return f"bench-console-{devices}"
+
+
+class Console:
+    """The real console under daphne on loopback (SQLite in a fresh var dir), with a host
+    and a host token per device count, written to files the agents read."""
+
+    def __init__(self, tmp: str, device_counts: list[int]):
+        self.port = free_port()
+        self.var = Path(tmp) / "console-var"
+        self.env = os.environ | {"GPUCONSOLE_VAR_DIR": str(self.var), "INPROCESS_SCHEDULER": "true",
+                                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                                 "DJANGO_SETTINGS_MODULE": "console.settings"}  # fmt: skip
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=self.env, check=True)
+        script = ("import django, sys; django.setup()\n"
+                  "from django.contrib.auth.models import User\n"
+                  "from instances.models import Region\n"
+                  "from monitoring import services\n"
+                  "Region.objects.get_or_create(name='lab-1', defaults={'display_name': 'Lab'})\n"
+                  "ops, _ = User.objects.get_or_create(username='bench-ops', defaults={'is_staff': True})\n"
+                  "for name, path in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+                  "    host, _ = services.ensure_host(actor=ops, name=name, region='lab-1')\n"
+                  "    open(path, 'w').write(services.create_host_token(actor=ops, host=host)[1])\n")  # fmt: skip
+        self.tokens = {d: str(Path(tmp) / f"token-{d}") for d in device_counts}
+        argv = [x for d in device_counts for x in (console_host(d), self.tokens[d])]
+        subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, env=self.env, check=True)
+        self.log = open(Path(tmp) / "console.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise SystemExit("agent_process: error: the console did not start (see console.log)") from None
+                time.sleep(0.1)
+
+    def stored(self) -> dict:
+        """Samples the console stored, per host (read after the agents stopped)."""
+        import sqlite3
+
+        with sqlite3.connect(self.var / "db.sqlite3") as db:
+            rows = db.execute("SELECT h.name, COUNT(*) FROM monitoring_sample s JOIN instances_gpu g ON g.id = s.gpu_id "
+                              "JOIN instances_host h ON h.id = g.host_id GROUP BY h.name").fetchall()  # fmt: skip
+        return dict(rows)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+ROLES = {"agent": role_agent, "agent-console": role_agent, "agent-thread": role_agent, "agent-before": role_agent, "bare": role_bare, "nvitop": role_nvitop, "sink": role_sink}
 
 
 # -- measuring from outside --------------------------------------------------------------
@@ -296,11 +361,14 @@ def measure(args) -> dict:
         if Path(report).exists():
             break
         time.sleep(0.05)
+    console = Console(tmp, args.device_counts) if "agent-console" in args.tools else None
     procs: dict[tuple[str, int], subprocess.Popen] = {}
     skipped: dict[tuple[str, int], str] = {}
     for devices in args.device_counts:
         for tool in args.tools:
-            if tool == "nvidia-smi":
+            if tool == "agent-console":
+                p = start_role(tool, devices, args, console.port, console.tokens[devices])
+            elif tool == "nvidia-smi":
                 if devices != 1 or args.fake:
                     continue
                 p = start_smi()
@@ -352,9 +420,13 @@ def measure(args) -> dict:
     sink.send_signal(signal.SIGTERM)
     sink.wait(10)
     sink_end = json.loads(Path(report).read_text()) if Path(report).exists() else {}
+    console_end = {}
+    if console is not None:
+        console.stop()
+        console_end = {"stored_samples": console.stored()}
     shutil.rmtree(tmp, ignore_errors=True)
     return {"rows": rows, "skipped": {f"{t} ×{d}": why for (t, d), why in skipped.items()},
-            "sink": sink_end,
+            "sink": sink_end, "console": console_end,
             "seconds": args.seconds, "warmup": args.warmup, "fake": args.fake}  # fmt: skip
 
 
@@ -379,10 +451,12 @@ def goals(result: dict) -> list[str]:
     by = {(r["tool"], r["devices"]): r for r in result["rows"]}
     for devices in sorted({r["devices"] for r in result["rows"]}):
         agent, nvitop = by.get(("agent", devices)), by.get(("nvitop", devices))
-        if agent and nvitop:
-            x = agent["cpu_us_per_sample"] / nvitop["cpu_us_per_sample"]
-            met = "x" if x <= GOAL_NVITOP_X else " "
-            lines.append(f"- [{met}] {devices} device(s): agent ≤ {GOAL_NVITOP_X:g}× nvitop: {x:.2f}×")
+        for tool in ("agent", "agent-console"):
+            mine = by.get((tool, devices))
+            if mine and nvitop:
+                x = mine["cpu_us_per_sample"] / nvitop["cpu_us_per_sample"]
+                met = "x" if x <= GOAL_NVITOP_X else " "
+                lines.append(f"- [{met}] {devices} device(s): {tool} ≤ {GOAL_NVITOP_X:g}× nvitop: {x:.2f}×")
         if agent:
             met = "x" if agent["peak_rss_mib"] <= GOAL_RSS_MIB else " "
             lines.append(f"- [{met}] {devices} device(s): agent peak RSS ≤ {GOAL_RSS_MIB:g} MiB: "
@@ -419,6 +493,8 @@ def main() -> int:
     print()
     print("\n".join(goals(result)))
     print(f"\nsink: {json.dumps(result['sink'])}")
+    if result["console"]:
+        print(f"console: {json.dumps(result['console'])}")
     for r in result["rows"]:
         print(f"{r['tool']} ×{r['devices']}: RSS anon {r['rss_anon_mib']} MiB, file {r['rss_file_mib']} MiB, "
               f"shmem {r['rss_shmem_mib']} MiB")  # fmt: skip
