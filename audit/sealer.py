@@ -9,6 +9,7 @@ thread: one more round trip per audited transaction. With a delay, the commit on
 this process's sealer thread, which waits that long (more commits gather meanwhile) and
 makes one look for all of them. Every look still comes after the commit that asked for
 it, so the rule holds; a pending record is sealed within the delay plus one sealing.
+After each look it publishes the signed tree head of what is sealed (``publish``).
 At exit the thread is stopped and a last look is made.
 """
 
@@ -52,6 +53,7 @@ class Sealer:
             self._wake.set()
 
     def _run(self) -> None:
+        from .publish import request as publish
         from .services import seal_pending
 
         wake, stop = self._wake, self._stop
@@ -67,6 +69,7 @@ class Sealer:
                 for attempt in (1, 2):
                     try:
                         seal_pending()  # on this thread's own connection, kept between looks
+                        publish()  # the signed head of what this look sealed, outside the database
                         break
                     except Exception:  # e.g. the server dropped an idle connection
                         connection.close()  # the next attempt connects afresh
@@ -83,9 +86,11 @@ class Sealer:
             self._wake.set()
         if thread is not None and thread.is_alive():
             thread.join(10)
+        from .publish import request as publish
         from .services import seal_pending
 
         seal_pending()
+        publish()
 
 
 sealer = Sealer()

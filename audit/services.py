@@ -20,7 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chain, context, keys, merkle, sealer, signing, stream
+from . import chain, context, keys, merkle, publish, sealer, signing, stream
 from .models import (
     ActorType,
     AuditEvent,
@@ -297,6 +297,13 @@ def _move_head(old_seq: int, new_seq: int, new_hash: str) -> None:
 
 
 def _after_move(old_seq: int, new_seq: int) -> None:
+    # The head that pins this batch outside the database, once it commits: by this
+    # process's sealer thread (which publishes after each look, so the writer does not
+    # wait for the fsync and commits meanwhile share one head), or by the committing
+    # thread itself (AUDIT_PUBLISH_IN_THREAD off). Once per transaction.
+    publish_soon = sealer.sealer.request if sealer.delay_seconds() or publish.in_thread() else publish.request
+    if not any(hook[1] == publish_soon for hook in connection.run_on_commit):
+        transaction.on_commit(publish_soon, robust=True)
     every = getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000)
     if new_seq // every != old_seq // every:
         # Besides the minute tick: no more than that many events ever wait unsigned.

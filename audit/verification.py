@@ -16,7 +16,7 @@ from functools import partial
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from . import chain, merkle, signing, stream
+from . import chain, headlog, merkle, signing, stream
 from .models import AuditEvent, ChainHead, Checkpoint
 
 BAD_SIGNATURE = (
@@ -219,15 +219,19 @@ def verify(start=None, end=None, *, tail_checks: bool = True, key: dict | None =
         )
     )
     report.checkpoints = len(cps)
+    published = _published_heads() if tail_checks and end is None else None
     if lo is None or hi is None or lo > hi:
-        if tail_checks and end is None:
+        if published is not None:
             _check_tail(report, cps, key, head, last_seq=None)
+            _check_published(report, published, {}, key, last_seq=0)
         report.seconds = clock.perf_counter() - began
         return report
     report.first_seq = lo
-    _walk(report, lo, hi, cps, key, head)
-    if tail_checks and end is None:
+    roots: dict[int, bytes] = {}
+    _walk(report, lo, hi, cps, key, head, wanted=published[0] if published else {}, roots=roots)
+    if published is not None:
         _check_tail(report, cps, key, head, last_seq=report.last_seq)
+        _check_published(report, published, roots, key, last_seq=report.last_seq)
     report.seconds = clock.perf_counter() - began
     return report
 
@@ -266,7 +270,11 @@ def _anchor(lo: int, cps: list[tuple], key: str) -> tuple[str | None, str]:
     return None, "missing"
 
 
-def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tuple) -> None:
+def _walk(
+    report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tuple, *, wanted=(), roots=None
+) -> None:
+    """The chain from #lo to #hi; ``roots`` gets the Merkle root of the log at each size
+    in ``wanted`` (published heads), where the walk can build the tree."""
     canonical_text, link, iso_time = chain.canonical_text, chain.link, chain.iso_time
     boundaries = [cp for cp in cps if lo <= cp[0] <= hi]
     ci = 0
@@ -329,6 +337,8 @@ def _walk(report: Report, lo: int, hi: int, cps: list[tuple], key: str, head: tu
         seg.last = seq
         if push is not None:
             push(leaf_of(stored))
+            if seq in wanted:
+                roots[seq] = tree.root()
         expected_prev, expected_seq, last_hash = stored, seq + 1, stored
         while cp is not None and cp[0] <= seq:
             if cp[0] < seq:
@@ -405,3 +415,77 @@ def chain_status(event: AuditEvent) -> dict:
         "checkpoint": cp,
         "checkpoint_signed": signed,
     }
+
+
+# --- heads published outside the database -------------------------------------------
+
+
+def _published_heads() -> tuple[dict[int, list[dict]], list[str]] | None:
+    """The heads in ``AUDIT_HEADS_FILE`` by tree size, and the file's unreadable lines;
+    None where no file is configured."""
+    from django.conf import settings
+
+    path = getattr(settings, "AUDIT_HEADS_FILE", "")
+    if not path:
+        return None
+    by_size: dict[int, list[dict]] = {}
+    bad: list[str] = []
+    for _number, head in headlog.read(path):
+        if isinstance(head, headlog.BadLine):
+            bad.append(str(head))
+        else:
+            by_size.setdefault(head["tree_size"], []).append(head)
+    return by_size, bad
+
+
+def _check_published(report: Report, published, roots: dict, key: dict, *, last_seq) -> None:
+    """Every head published outside the database must be signed, and the database's log
+    must reach it and have the very root it signed (the log extends each head unchanged:
+    a rewrite, removal or rollback of any record up to it shows here)."""
+    by_size, bad = published
+    if not by_size and not bad:
+        return
+    end = last_seq or 0
+    first = report.first_seq or 1
+    newest = max(by_size, default=0)
+    seg = Segment(first=first, last=max(end, newest))
+    seg.checkpoint_seq = newest or None
+    if newest:
+        seg.checkpoint_time = by_size[newest][-1]["time"]
+    report.segments.append(seg)
+    if bad:
+        seg.fail(end + 1, f"published heads: {bad[0]} ({len(bad)} unreadable lines)")
+    matched = 0
+    for size in sorted(by_size):
+        for head in by_size[size]:
+            if not _head_signed(head, key):
+                seg.fail(size, f"published head #{size} of {head['time']}: {BAD_SIGNATURE}")
+            elif size > end:
+                seg.fail(
+                    end + 1,
+                    f"rollback: tree head #{size} was published at {head['time']} but the log ends at #{end}",
+                )
+            elif size not in roots:
+                continue  # retired by retention: its events are pinned by the checkpoints
+            elif roots[size].hex() != head["root"]:
+                seg.fail(
+                    matched + 1,
+                    f"rewritten: the log's first {size} events do not match the tree head published at "
+                    f"{head['time']} outside the database (a record in #{matched + 1}..#{size} was changed, "
+                    "added or removed)",
+                )
+            else:
+                matched = max(matched, size)
+        if not seg.valid:
+            return
+    seg.count = matched
+
+
+def _head_signed(head: dict, keys: dict) -> bool:
+    public = keys.get(head["key_fingerprint"])
+    if public is None:
+        return False
+    when = parse_datetime(head["time"])
+    if when is None or (public.valid_until is not None and when > public.valid_until):
+        return False
+    return signing.verify(public.key, headlog.message(head), head["signature"])

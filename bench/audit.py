@@ -342,7 +342,8 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     connection.close()
     pending = AuditEvent.objects.filter(seq__isnull=True).count()
     seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
-    report = verify()
+    report = verify()  # also against every head published outside the database
+    heads = _count_lines(os.environ.get("AUDIT_HEADS_FILE", os.path.join(os.environ["GPUCONSOLE_VAR_DIR"], "audit-heads.jsonl")))
     rate = {name: run["events_per_s"] for name, run in runs.items()}
     ratios = {}
     for work in (0, caller_ms):
@@ -357,8 +358,17 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     return {
         "seal_delay_ms": seal_delay_ms, "rates": rate, "ratios": ratios, "runs": runs, "pending_after": pending,
         "gap_free": seqs.count() == seqs.last(), "valid": report.valid, "cpus": os.cpu_count(),
+        "events": seqs.count(), "heads_published": heads,
         "load": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
+
+
+def _count_lines(path: str) -> int:
+    try:
+        with open(path, "rb") as handle:
+            return sum(1 for _ in handle)
+    except (FileNotFoundError, IsADirectoryError):
+        return 0
 
 
 # --- offline verification beside raw SHA-256 -------------------------------------------
@@ -508,6 +518,8 @@ def main() -> None:
         recreate_database(args.db)
         var_dir = f"/tmp/{args.db}-var"
         os.makedirs(var_dir, exist_ok=True)
+        if os.path.exists(f"{var_dir}/audit-heads.jsonl"):  # the heads of the database just dropped
+            os.remove(f"{var_dir}/audit-heads.jsonl")
         env = setup_django(args.db, var_dir)
         from django.core.management import call_command
 
@@ -522,6 +534,8 @@ def main() -> None:
     recreate_database(args.db)
     var_dir = f"/tmp/{args.db}-var"
     os.makedirs(var_dir, exist_ok=True)
+    if os.path.exists(f"{var_dir}/audit-heads.jsonl"):  # the heads of the database just dropped
+        os.remove(f"{var_dir}/audit-heads.jsonl")
     env = setup_django(args.db, var_dir)
     load(args.events, every=100_000)
     token = api_token()
@@ -574,7 +588,8 @@ def _print_append(appended: dict) -> None:
         print(f"  {name:>28}: {ratio}x")
     print(
         f"audited appends on {appended['cpus']} CPUs, load {appended['load']}: pending after "
-        f"{appended['pending_after']}, log gap-free {appended['gap_free']}, verifies {appended['valid']}"
+        f"{appended['pending_after']}, log gap-free {appended['gap_free']}, verifies {appended['valid']}; "
+        f"{appended['heads_published']:,} signed heads published for {appended['events']:,} events"
     )
 
 

@@ -261,6 +261,10 @@ AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 365, minimum=180)
 AUDIT_CHECKPOINT_SECONDS = envint("AUDIT_CHECKPOINT_SECONDS", 60, minimum=10)
 AUDIT_CHECKPOINT_EVENTS = envint("AUDIT_CHECKPOINT_EVENTS", 1000, minimum=1)
 AUDIT_ARCHIVE_DIR = envstr("AUDIT_ARCHIVE_DIR", str(VAR_DIR / "audit-archive"))
+# Each sealed batch's signed tree head, appended and fsynced outside the database
+# (docs/audit.md); empty: none (the newest records are then pinned only by checkpoints).
+AUDIT_HEADS_FILE = envstr("AUDIT_HEADS_FILE", str(VAR_DIR / "audit-heads.jsonl"))
+AUDIT_PUBLISH_IN_THREAD = envbool("AUDIT_PUBLISH_IN_THREAD", True)  # off: the committer waits for the fsync
 AUDIT_VERIFY_RATE = envrate("AUDIT_VERIFY_RATE", "10/min")
 
 # Billing: one currency per deployment.

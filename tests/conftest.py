@@ -37,6 +37,18 @@ def _fast_passwords(settings):
 
 
 @pytest.fixture(autouse=True)
+def _own_audit_heads(settings, tmp_path):
+    """Each test publishes its tree heads to a file of its own (its database is its own)."""
+    from audit import publish
+
+    settings.AUDIT_HEADS_FILE = str(tmp_path / "audit-heads.jsonl")
+    settings.AUDIT_PUBLISH_IN_THREAD = False  # published by the committing test itself
+    publish.forget()
+    yield
+    publish.forget()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache():
     cache.clear()
     yield

@@ -1,0 +1,92 @@
+"""Signed tree heads kept outside the database: one JSON line per head, appended to a
+file and forced to disk before the writer goes on. No Django import, so the offline
+verifier and a witness on another host read the same format.
+
+A line is a head as exports carry it: ``{"chain_hash", "key_fingerprint", "root",
+"signature", "time", "tree_size"}``. Several processes append to one file; an exclusive
+``flock`` keeps their lines whole.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import signing
+
+FIELDS = ("chain_hash", "key_fingerprint", "root", "signature", "time", "tree_size")
+MAX_LINE = 1024  # a head is ~330 bytes; a longer line is not one
+
+
+def line_of(head: dict) -> bytes:
+    return (json.dumps({k: head[k] for k in FIELDS}, separators=(",", ":"), sort_keys=True) + "\n").encode()
+
+
+def append(path: str | Path, head: dict) -> None:
+    """Append ``head`` and fsync it (and, for a new file, its directory entry)."""
+    path = Path(path)
+    line = line_of(head)
+    created = not path.exists()
+    if created:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+    if created:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+class BadLine(ValueError):
+    pass
+
+
+def parse(line: bytes, number: int) -> dict:
+    """One head from one line; BadLine says what is wrong with it."""
+    if len(line) > MAX_LINE:
+        raise BadLine(f"line {number}: longer than {MAX_LINE} bytes")
+    try:
+        head = json.loads(line)
+    except ValueError:
+        raise BadLine(f"line {number}: not JSON") from None
+    if not isinstance(head, dict) or set(head) != set(FIELDS):
+        raise BadLine(f"line {number}: not a tree head")
+    size = head["tree_size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise BadLine(f"line {number}: tree_size must be a positive integer")
+    if not all(isinstance(head[k], str) for k in FIELDS if k != "tree_size"):
+        raise BadLine(f"line {number}: not a tree head")
+    return head
+
+
+def read(path: str | Path) -> Iterator[tuple[int, dict | BadLine]]:
+    """(line number, head or BadLine) for every line of the file, streamed; nothing
+    when the file does not exist."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, parse(line, number)
+            except BadLine as exc:
+                yield number, exc
+
+
+def message(head: dict) -> bytes:
+    return signing.head_message(head["tree_size"], head["root"], head["chain_hash"], head["time"])

@@ -1,0 +1,114 @@
+"""A signed tree head for every sealed batch, published outside the database the moment
+the batch commits (``AUDIT_HEADS_FILE``, an append-only file forced to disk), so that the
+newest records are pinned by a signature that someone with database rights cannot reach
+or rewrite; verification checks the log against every published head.
+
+One head covers whatever committed since the last one: each commit wakes this process's
+sealer thread, which seals what is pending and publishes (``AUDIT_PUBLISH_IN_THREAD``
+off: the committing thread publishes before it goes on); requests that come while the
+process is signing are answered together by the head it signs next. Each
+process keeps the right edge of the tree it last signed (its compact range) and extends
+it with the new leaves only; a fresh process starts from the newest signed checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from django.conf import settings
+from django.utils import timezone
+
+from . import headlog, keys, merkle, signing
+from .models import ChainHead, Checkpoint
+
+logger = logging.getLogger(__name__)
+
+_state = threading.Lock()
+_signing = threading.Lock()
+_asked = 0
+# (pid, size, frontier): the tree this process last signed a head for.
+_edge: tuple[int, int, list[bytes]] | None = None
+
+
+def heads_path() -> str:
+    return getattr(settings, "AUDIT_HEADS_FILE", "")
+
+
+def in_thread() -> bool:
+    return bool(heads_path()) and getattr(settings, "AUDIT_PUBLISH_IN_THREAD", True)
+
+
+def request() -> None:
+    """Publish a head covering everything committed before this call (after a commit)."""
+    global _asked
+    if not heads_path():
+        return
+    with _state:
+        _asked += 1
+    while True:
+        if not _signing.acquire(blocking=False):
+            return  # the thread signing now looks again before it lets go
+        try:
+            with _state:
+                seen = _asked
+            try:
+                publish_head()
+            except Exception:  # the next commit tries again; verification shows the gap
+                logger.exception("audit: publishing the tree head failed")
+        finally:
+            _signing.release()
+        with _state:
+            if _asked == seen:
+                return
+
+
+def publish_head() -> dict | None:
+    """Sign the chain head as it is now and append it to the heads file; None when this
+    process has already published this size."""
+    global _edge
+    path = heads_path()
+    head = ChainHead.objects.filter(id=1).values_list("seq", "hash").first()
+    if not path or head is None or head[0] == 0:
+        return None
+    seq, head_hash = head
+    edge = _edge
+    if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
+        return None
+    size, frontier = _start(seq)
+    from .services import leaf_blob, sign_head
+
+    blob = leaf_blob(size + 1, seq)
+    frontier, size = merkle.extend(frontier, size, (blob[i : i + 32] for i in range(0, len(blob), 32)))
+    signed = sign_head(seq=seq, head_hash=head_hash, frontier=frontier, time=timezone.now()).as_dict()
+    headlog.append(path, signed)
+    _edge = (os.getpid(), size, frontier)
+    return signed
+
+
+def _start(seq: int) -> tuple[int, list[bytes]]:
+    """The compact range to extend up to ``seq``: this process's own, else the newest
+    checkpoint at or below it (its signature and root checked), else the empty tree."""
+    edge = _edge
+    if edge is not None and edge[0] == os.getpid() and edge[1] <= seq:
+        return edge[1], edge[2]
+    checkpoint = Checkpoint.objects.filter(seq__lte=seq).order_by("-seq").first()
+    if checkpoint is None:
+        return 0, []
+    frontier = checkpoint.frontier_bytes()
+    public = keys.public_keys().get(checkpoint.key_id)
+    message = signing.head_message(checkpoint.seq, checkpoint.root, checkpoint.hash, checkpoint.as_dict()["time"])
+    if (
+        public is None
+        or merkle.frontier_root(frontier).hex() != checkpoint.root
+        or not signing.verify(public.key, message, checkpoint.signature)
+    ):
+        raise ValueError(f"checkpoint #{checkpoint.seq} does not verify; no head is signed on it")
+    return checkpoint.seq, frontier
+
+
+def forget() -> None:
+    """Drop this process's remembered tree edge (tests that rebuild the log)."""
+    global _edge
+    _edge = None

@@ -1,0 +1,139 @@
+"""Each sealed batch's signed tree head is appended to a file outside the database the
+moment it commits; verification checks the log against every published head, so a
+rewrite or rollback of the newest records (after the last checkpoint, done with
+database rights and the triggers off) is named."""
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+
+from audit import chain, headlog, publish, services
+from audit.models import AuditEvent, ChainHead
+from audit.verification import verify
+
+
+@pytest.fixture
+def committed(db, django_capture_on_commit_callbacks):
+    """Append events, each batch in its own transaction whose commit hooks run."""
+
+    def _batch(n, **kwargs):
+        start = len(connection.run_on_commit)
+        with django_capture_on_commit_callbacks(execute=True):
+            made = [
+                services.record_event(actor="system", action="test.event", details={"i": i}, **kwargs)
+                for i in range(n)
+            ]
+        del connection.run_on_commit[start:]  # run, as a commit would have
+        return made
+
+    return _batch
+
+
+def heads(settings) -> list[dict]:
+    return [head for _, head in headlog.read(settings.AUDIT_HEADS_FILE)]
+
+
+def rewrite_tail(tamper, first: int, edit: str) -> None:
+    """Edit records from #first on and recompute their hashes and the chain head, as
+    someone with database superuser rights would: the chain itself verifies again."""
+    tamper(edit)
+    prev = AuditEvent.objects.get(seq=first - 1).hash if first > 1 else chain.GENESIS_HASH
+    for event in AuditEvent.objects.filter(seq__gte=first).order_by("seq"):
+        digest = services.chain_hash(event, prev)
+        tamper("UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s", [prev, digest, event.seq])
+        prev = digest
+    tamper("UPDATE audit_chainhead SET hash = %s", [prev])
+
+
+def test_one_head_per_committed_batch_not_per_record(committed, settings):
+    committed(5)
+    committed(3)
+    published = heads(settings)
+    assert [head["tree_size"] for head in published] == [5, 8]
+    assert published[-1]["chain_hash"] == ChainHead.objects.get().hash
+
+
+def test_an_untouched_log_verifies_against_its_heads(committed):
+    committed(4)
+    committed(2)
+    services.write_checkpoint()
+    committed(3)
+    report = verify()
+    assert report.valid, report.reason
+
+
+def test_rewriting_the_newest_records_is_named(committed, tamper):
+    committed(5)
+    services.write_checkpoint()
+    committed(3)  # #6..#8: after the last checkpoint
+    rewrite_tail(tamper, 7, "UPDATE audit_auditevent SET details = '{\"i\": 99}' WHERE seq = 7")
+    report = verify()
+    assert not report.valid
+    assert report.reason.startswith("rewritten: the log's first 8 events do not match the tree head published")
+    assert "#6..#8" in report.reason
+
+
+def test_rolling_back_the_newest_records_is_named(committed, tamper):
+    committed(5)
+    services.write_checkpoint()
+    committed(3)
+    tamper("DELETE FROM audit_auditevent WHERE seq > 6")
+    tamper("UPDATE audit_chainhead SET seq = 6, hash = (SELECT hash FROM audit_auditevent WHERE seq = 6)")
+    report = verify()
+    assert not report.valid
+    assert report.first_broken_seq == 7
+    assert report.reason.startswith("rollback: tree head #8 was published at")
+
+
+def test_forging_a_record_in_place_of_the_newest_is_named(committed, tamper):
+    committed(4)
+    rewrite_tail(tamper, 4, "UPDATE audit_auditevent SET action = 'nothing.happened', actor_name = '' WHERE seq = 4")
+    assert verify().reason.startswith("rewritten: the log's first 4 events")
+
+
+def test_the_next_head_signed_on_a_forgery_does_not_hide_it(committed, tamper):
+    committed(5)
+    rewrite_tail(tamper, 5, "UPDATE audit_auditevent SET details = '{\"i\": 7}' WHERE seq = 5")
+    publish.forget()  # a restarted server, which reads the forged records
+    committed(2)
+    assert verify().reason.startswith("rewritten: the log's first 5 events")
+
+
+def test_a_head_line_edited_in_the_file_fails_its_signature(committed, settings):
+    committed(2)
+    path = settings.AUDIT_HEADS_FILE
+    head = json.loads(open(path).read())
+    head["root"] = "0" * 64
+    open(path, "w").write(json.dumps(head) + "\n")
+    assert "bad signature" in verify().reason
+
+
+def test_no_file_no_check(committed, settings, tamper):
+    settings.AUDIT_HEADS_FILE = ""
+    committed(3)
+    rewrite_tail(tamper, 3, "UPDATE audit_auditevent SET details = '{\"i\": 5}' WHERE seq = 3")
+    assert verify().valid  # the window this file closes: nothing but checkpoints pins the tail
+
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sealer_thread_publishes_after_the_commit(settings):
+    from django.db import transaction
+
+    from audit.sealer import sealer
+
+    settings.AUDIT_PUBLISH_IN_THREAD = True
+    try:
+        with transaction.atomic():
+            for i in range(3):
+                services.record_event(actor="system", action="test.event", details={"i": i})
+        for _ in range(500):  # the thread runs on its own; wait for its head
+            if heads(settings):
+                break
+            threading.Event().wait(0.01)
+    finally:
+        sealer.stop()
+    assert heads(settings)[-1]["tree_size"] == 3
+    assert verify().valid
