@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
+from network import services as network_services
 
 from . import catalog, images, services
 from .models import (
@@ -156,7 +157,7 @@ class InstanceViewSet(
     """Launch, list and act on your teams' instances."""
 
     queryset = Instance.objects.select_related(
-        "team", "gpu_model", "slice_profile__gpu_model", "host", "image").prefetch_related(
+        "team", "gpu_model", "slice_profile__gpu_model", "host", "image", "interface").prefetch_related(
         Prefetch("gpus", queryset=Gpu.objects.only("uuid", "instance_id"))
     )
     serializer_class = InstanceSerializer
@@ -175,19 +176,21 @@ class InstanceViewSet(
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require_role(data["team"].pk, WRITE_ROLES, "launch instances")
-        serializer.instance = services.launch_instance(
-            actor=self.request.user,
-            team=data["team"],
-            name=data["name"],
-            gpu_model=data["gpu_model"],
-            gpu_count=data["gpu_count"],
-            pricing_model=data["pricing_model"],
-            slice_profile=data["slice_profile"],
-            region=data.get("region"),
-            labels=data.get("labels"),
-            image=data.get("image"),
-            max_price=data.get("max_price"),
-        )
+        with network_services.on_network(actor=self.request.user, team=data["team"], subnet=data.get("subnet"),
+                                         groups=data.get("security_groups")):
+            serializer.instance = services.launch_instance(
+                actor=self.request.user,
+                team=data["team"],
+                name=data["name"],
+                gpu_model=data["gpu_model"],
+                gpu_count=data["gpu_count"],
+                pricing_model=data["pricing_model"],
+                slice_profile=data["slice_profile"],
+                region=data.get("region"),
+                labels=data.get("labels"),
+                image=data.get("image"),
+                max_price=data.get("max_price"),
+            )
 
     def _act(self, request, verb, what):
         instance = self.get_object()

@@ -255,12 +255,21 @@ class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSe
         max_digits=14, decimal_places=6, required=False, allow_null=True, coerce_to_string=True,
         help_text="Spot only: the most it pays per GPU-hour; a spot price above it preempts it after the notice.",
     )
+    subnet = serializers.IntegerField(
+        required=False, allow_null=True, write_only=True,
+        help_text="Subnet id (see /api/v1/subnets/) for its private address; omitted: the team's default subnet.",
+    )
+    security_groups = serializers.ListField(
+        child=serializers.IntegerField(), required=False, allow_empty=False, write_only=True,
+        help_text="Security group ids (see /api/v1/security-groups/); omitted: the team's default group.",
+    )
+    private_address = serializers.CharField(source="interface.address", read_only=True, default=None)
 
     class Meta:
         model = Instance
         fields = [
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
-            "image", "max_price",
+            "image", "max_price", "subnet", "security_groups", "private_address",
             "state", "host", "gpus", "labels", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
             "cost_as_of", "cost_so_far", "cost_since", "stuck",
         ]

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
+from network import services as network_services
 
 from . import catalog, images, services
 from .forms import ImageForm, LaunchForm
@@ -85,12 +86,14 @@ def launch(request):
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            instance = services.launch_instance(
-                actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
-                gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],
-                slice_profile=data["slice_profile"], region=data["region"], image=data["image"],
-                max_price=data["max_price"],
-            )
+            with network_services.on_network(actor=request.user, team=data["team"], subnet=data["subnet"],
+                                             groups=[g.pk for g in data["security_groups"]] or None):
+                instance = services.launch_instance(
+                    actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
+                    gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],
+                    slice_profile=data["slice_profile"], region=data["region"], image=data["image"],
+                    max_price=data["max_price"],
+                )
         except services.LifecycleError as exc:
             form.add_error(None, str(exc))
         except ValidationError as exc:

@@ -121,7 +121,7 @@ class InterfaceViewSet(TeamScopedViewSetMixin, mixins.UpdateModelMixin, viewsets
     def perform_update(self, serializer):
         interface = serializer.instance
         self.require_role(interface.team_id, WRITE_ROLES, "change instances' security groups")
-        groups = serializer.validated_data.get("security_groups")
+        groups = serializer.validated_data.get("group_ids")
         if groups is not None:
             serializer.instance = services.set_groups(actor=self.request.user, interface=interface,
                                                       groups=groups if isinstance(groups, list) else [groups])

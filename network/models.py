@@ -139,6 +139,10 @@ class Interface(models.Model):
         return f"{self.address} ({self.instance_id})"
 
     @property
+    def group_ids(self) -> list[int]:
+        return [g.pk for g in self.groups.all()]
+
+    @property
     def ifname(self) -> str:
         """The host end of the instance's link, as the host's agent knows it."""
         return f"gc{self.instance_id}"

@@ -116,7 +116,7 @@ class InterfaceSerializer(serializers.ModelSerializer):
     instance_name = serializers.CharField(source="instance.name", read_only=True)
     subnet = serializers.IntegerField(source="subnet_id", read_only=True)
     vpc = serializers.IntegerField(source="subnet.vpc_id", read_only=True)
-    security_groups = serializers.JSONField()
+    security_groups = serializers.JSONField(source="group_ids", help_text="security group ids")
     rules = serializers.SerializerMethodField(help_text="the host's rules: applied at version N, pending or drift")
 
     class Meta:
@@ -124,11 +124,6 @@ class InterfaceSerializer(serializers.ModelSerializer):
         fields = ["id", "instance", "instance_name", "team", "vpc", "subnet", "address", "security_groups",
                   "rules", "released_at"]
         read_only_fields = ["team", "address", "released_at"]
-
-    def to_representation(self, interface):
-        data = super().to_representation(interface)
-        data["security_groups"] = [g.pk for g in interface.groups.all()]
-        return data
 
     def get_rules(self, interface) -> dict:
         host = interface.instance.host if interface.released_at is None else None

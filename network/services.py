@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -400,12 +402,43 @@ def _check_groups(groups, team, errors: dict) -> list[SecurityGroup]:
 def check_placement(*, team, subnet=None, groups=None) -> None:
     """Refuse a launch's network choice before anything is written."""
     errors: dict[str, str] = {}
-    if subnet not in (None, "") and _team_subnet(subnet, team) is None:
-        errors["subnet"] = f"Subnet {getattr(subnet, 'pk', subnet)} is not one of team {team.name}'s subnets."
+    if subnet not in (None, ""):
+        chosen = _team_subnet(subnet, team)
+        if chosen is None:
+            errors["subnet"] = f"Subnet {getattr(subnet, 'pk', subnet)} is not one of team {team.name}'s subnets."
+        else:
+            try:
+                _free_address(chosen)
+            except ValidationError as exc:
+                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
     if groups:
         _check_groups(groups, team, errors)
     if errors:
         raise ValidationError(errors)
+
+
+_requested: ContextVar[dict | None] = ContextVar("network_requested", default=None)
+
+
+@contextmanager
+def on_network(*, actor, team, subnet=None, groups=None):
+    """Launches within get an interface in ``subnet`` with ``groups`` (the team's
+    defaults where not named), written in the launch's own transaction. A bad choice is
+    refused here, before anything is placed."""
+    check_placement(team=team, subnet=subnet, groups=groups)
+    token = _requested.set({"actor": actor, "subnet": subnet, "groups": groups})
+    try:
+        yield
+    finally:
+        _requested.reset(token)
+
+
+def attach_requested(instance: Instance) -> Interface | None:
+    """Called as a launch creates ``instance`` (network.signals)."""
+    wanted = _requested.get()
+    if wanted is None:
+        return None
+    return attach_instance(actor=wanted["actor"], instance=instance, subnet=wanted["subnet"], groups=wanted["groups"])
 
 
 def _team_subnet(subnet, team) -> Subnet | None:

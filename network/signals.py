@@ -1,4 +1,5 @@
-"""Instances' lifecycle, seen from the network: a terminated instance frees its address,
+"""Instances' lifecycle, seen from the network: a launch made within
+``services.on_network`` gets its interface, a terminated instance frees its address,
 and every state change updates the rules of the hosts it was or is on."""
 
 from django.db.models.signals import post_save
@@ -12,7 +13,10 @@ from .models import Interface
 
 @receiver(post_save, sender=Instance, dispatch_uid="network-instance-state")
 def instance_saved(sender, instance: Instance, created: bool, update_fields=None, **kwargs):
-    if created or not update_fields or "state" not in update_fields:
+    if created:
+        services.attach_requested(instance)
+        return
+    if not update_fields or "state" not in update_fields:
         return
     interface = Interface.objects.filter(instance_id=instance.pk).only("placed_on_id", "released_at").first()
     if interface is None:

@@ -30,6 +30,7 @@ from .protocol import NetInterface, NetRule, Ruleset, RulesetApplied
 log = logging.getLogger("gpuconsole.agent")
 
 TABLE = "gpuconsole"
+PREFIX = "gc"  # instances' links on the host are named gc<instance id>
 NFT_TIMEOUT_S = 20.0
 _decoder = msgspec.json.Decoder(Ruleset)
 
@@ -70,6 +71,8 @@ def render(interfaces: list[NetInterface]) -> str:
         outs = ", ".join(f'"{i.ifname}" : jump out_{n}' for n, i in enumerate(ordered))
         ins = ", ".join(f'"{i.ifname}" : jump in_{n}' for n, i in enumerate(ordered))
         forward += [f"iifname vmap {{ {outs} }}", f"oifname vmap {{ {ins} }}"]
+    # An instance's link the console did not list (not placed yet, or gone) carries nothing.
+    forward += [f'iifname "{PREFIX}*" drop', f'oifname "{PREFIX}*" drop']
     for n, iface in enumerate(ordered):
         own = iface.address.split("/")[0]
         # Allowed outbound goes on to the destination's inbound chain (``return``);

@@ -129,3 +129,13 @@ def test_an_instance_cannot_send_from_another_address(world):
         s.settimeout(0.5)
         with pytest.raises(OSError):
             s.connect((world["web"].address, PORT))
+
+
+def test_an_instance_link_the_console_did_not_list_carries_nothing(world, host):
+    stray = host.plug("gc999999", "10.231.1.99")
+    listener = netns.Listener(stray, PORT)
+    try:
+        assert not netns.tcp_reaches(world["web"], stray, PORT)  # web may send anywhere; the stray link may not
+        assert not netns.tcp_reaches(stray, world["web"], PORT)
+    finally:
+        listener.close()
