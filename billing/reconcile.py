@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import Sum
+from django.apps import apps
+from django.db.models import F, Q, Sum
 
 from console.models import Team
+from instances.models import HOLDING_STATES, Instance
 
 from . import costs, exports, figures, pricing
-from .models import Charge, Invoice, InvoiceLine, LineKind
+from .models import Charge, Invoice, InvoiceLine, LineKind, UsageRecord
 
 
 @dataclass
@@ -71,6 +73,55 @@ def check_month(team: Team, month: date, *, now) -> MonthCheck:
     result.after["CSV export"] = _export_total(charges, invoices, "csv", "billed_cost")
     result.after["FOCUS export"] = _export_total(charges, invoices, "focus", "BilledCost")
     return result
+
+
+def usage_after_end() -> list[str]:
+    """Each instance that holds no GPUs (stopped, preempted, terminated, failed) but has
+    usage, or a charge for a whole day, after the moment it got there: billing that
+    should have stopped with it."""
+    ended = ~Q(instance__state__in=HOLDING_STATES)
+    found = []
+    late = (UsageRecord.objects.filter(ended, end__gt=F("instance__state_changed_at"))
+            .values_list("instance__name", "instance__state", "instance__state_changed_at", "end").order_by("end"))
+    for name, state, at, end in late:
+        found.append(f"instance {name}: usage billed to {end:%Y-%m-%d %H:%M:%S} UTC, after it became {state} at "
+                     f"{at:%Y-%m-%d %H:%M:%S} UTC")
+    days = (Charge.objects.filter(ended, period_start__gt=F("instance__state_changed_at"))
+            .values_list("instance__name", "instance__state", "instance__state_changed_at", "period_start")
+            .order_by("period_start"))
+    for name, state, at, day in days:
+        found.append(f"instance {name}: a charge for {day:%Y-%m-%d}, after it became {state} at "
+                     f"{at:%Y-%m-%d %H:%M:%S} UTC")
+    return found
+
+
+def job_costs_differ() -> list[str]:
+    """Each queued job whose cost read three ways differs: the charges of its runs'
+    instances (what the job's page and API show), the cost explorer's row for it, and
+    the charges of every instance launched for it (labelled with its code)."""
+    charges = Charge.objects.filter(instance__isnull=False)
+    by_runs = _cents(charges.filter(instance__job_run__isnull=False), "instance__job_run__job_id")
+    explorer = {int(row["key"]): pricing.cents(row["billed_cost"])
+                for row in costs.grouped(charges, "job")}
+    labelled = Instance.objects.filter(labels__has_key="job").values_list("pk", "labels")
+    codes = {pk: labels["job"] for pk, labels in labelled}
+    by_label: dict[str, int] = {}
+    for instance_id, c in _cents(charges.filter(instance_id__in=list(codes)), "instance_id").items():
+        by_label[codes[instance_id]] = by_label.get(codes[instance_id], 0) + c
+    # Read by name: jobs launch through instances and billing reads their rows, never their code.
+    jobs = dict(apps.get_model("jobs", "Job").objects.values_list("pk", "name"))
+    found = []
+    for job_id in sorted(set(jobs) | set(explorer) | {int(c.removeprefix("JOB-")) for c in by_label}):
+        three = (by_runs.get(job_id, 0), explorer.get(job_id, 0), by_label.get(f"JOB-{job_id}", 0))
+        if len(set(three)) > 1:
+            found.append(f"job JOB-{job_id} ({jobs.get(job_id, '?')}): its runs' instances "
+                         f"{pricing.from_cents(three[0])}, the cost explorer {pricing.from_cents(three[1])}, "
+                         f"the instances launched for it {pricing.from_cents(three[2])}")
+    return found
+
+
+def _cents(charges, key: str) -> dict[int, int]:
+    return dict(charges.values(key).annotate(c=Sum("billed_cents")).values_list(key, "c").order_by())
 
 
 def _export_total(charges, invoices, fmt: str, column: str) -> Decimal:

@@ -1,7 +1,8 @@
 """python manage.py reconcile_costs [--month YYYY-MM] — does every page, API and export
 read the same money? For every team and month (or the one given): the cost explorer,
-the summary, the overview, the invoice, the CSV and the FOCUS export. Exits non-zero on
-any cent of difference."""
+the summary, the overview, the invoice, the CSV and the FOCUS export. Then: no usage is
+billed after an instance ended, and every job costs what its instances were charged.
+Exits non-zero on any cent of difference, naming each."""
 
 from datetime import date
 
@@ -35,9 +36,18 @@ class Command(BaseCommand):
                     self.stdout.write(f"    {line}")
                 if result.differences:
                     failed.append(f"{team.name} {m:%Y-%m}")
-        if failed:
-            raise CommandError(f"{len(failed)} of {checked} team-months differ: {', '.join(failed)}")
-        self.stdout.write(self.style.SUCCESS(f"{checked} team-months reconcile to the cent."))
+        late, jobs = reconcile.usage_after_end(), reconcile.job_costs_differ()
+        for line in late + jobs:
+            self.stdout.write(f"    {line}")
+        problems = [f"{len(failed)} of {checked} team-months differ: {', '.join(failed)}"] if failed else []
+        if late:
+            problems.append(f"{len(late)} bills after an instance's end")
+        if jobs:
+            problems.append(f"{len(jobs)} jobs whose cost is not their instances' charges")
+        if problems:
+            raise CommandError("; ".join(problems))
+        self.stdout.write(self.style.SUCCESS(f"{checked} team-months reconcile to the cent; nothing is billed after "
+                                             "an instance's end; every job costs its instances' charges."))
 
 
 def _month(text: str) -> date:
