@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, localcontext
 
+from console.validators import ascii_decimal
+
 CENT = Decimal("0.01")
 RATE_PLACES = Decimal("0.000001")
 SECONDS_PER_HOUR = 3600
@@ -38,7 +40,7 @@ def money(value) -> Decimal:
         return value
     if isinstance(value, float):
         raise TypeError("money must be Decimal, int or str, never float")
-    return value if isinstance(value, Decimal) else Decimal(value)
+    return value if isinstance(value, Decimal) else ascii_decimal(value)  # text: ASCII digits only
 
 
 def to_cents(price_seconds: Decimal) -> Decimal:

@@ -19,6 +19,7 @@ from audit.models import Outcome
 from audit.services import record_event
 from console.live import publish_on_commit, team_group
 from console.models import Membership, Role, Team
+from console.validators import ascii_decimal
 from instances import services as instance_services
 from instances.models import GpuModel, SliceProfile
 
@@ -213,10 +214,8 @@ def _spot_row(row, known: set[str], now: datetime) -> tuple[str, Decimal, dateti
     if sku not in known:
         raise ValidationError({"sku": f"Unknown SKU {sku!r}."})
     raw = row.get("hourly")
-    if isinstance(raw, float):
-        raw = repr(raw)
     try:
-        hourly = pricing.rate(Decimal(str(raw).strip()))
+        hourly = pricing.rate(ascii_decimal(raw))
     except (ValueError, ArithmeticError, TypeError):
         raise ValidationError({"hourly": f"{raw!r} is not a positive price with at most 6 decimal places."}) from None
     text = str(row.get("time") or "").strip()

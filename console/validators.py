@@ -2,6 +2,7 @@
 
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.utils.timezone import is_naive
@@ -41,3 +42,56 @@ def moment_in_range(value: datetime) -> None:
         raise ValidationError(
             f"Give a time between {EARLIEST.year} and {LATEST.year - 1}.", code="out_of_range"
         )
+
+
+# Python's Decimal (and int) also read other scripts' digits ("１２" is 12), underscores
+# ("1_000"), exponents, NaN and Infinity. Money and prices are read by this instead.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z", re.ASCII)
+DECIMAL_HELP = "digits 0-9 and at most one '.', e.g. 1.25"
+
+
+def ascii_decimal(value) -> Decimal:
+    """``value`` as a finite Decimal when it is one, an int, a float or ASCII decimal text
+    (sign, digits 0-9, one optional point; surrounding spaces allowed); ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a decimal number ({DECIMAL_HELP})")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float | Decimal):
+        found = Decimal(repr(value)) if isinstance(value, float) else value
+        if not found.is_finite():
+            raise ValueError(f"{value!r} is not a decimal number ({DECIMAL_HELP})")
+        return found
+    text = str(value).strip(" \t\r\n")
+    if not _DECIMAL.match(text):
+        raise ValueError(f"{text[:40]!r} is not a decimal number ({DECIMAL_HELP})")
+    return Decimal(text)
+
+
+def ascii_decimal_fields() -> None:
+    """Every DecimalField of every form and serializer reads only ASCII decimals
+    (``ascii_decimal``), so no app can forget it."""
+    from django import forms
+    from django.utils import formats
+    from rest_framework import fields
+
+    def serializer_value(self, data, _parse=fields.DecimalField.to_internal_value):
+        try:
+            ascii_decimal(data)
+        except ValueError:
+            raise fields.ValidationError(f"A valid number is required ({DECIMAL_HELP}).", code="invalid") from None
+        return _parse(self, data)
+
+    def form_value(self, value, _parse=forms.DecimalField.to_python):
+        if value not in self.empty_values:
+            try:
+                ascii_decimal(formats.sanitize_separators(value) if self.localize else value)
+            except ValueError:
+                raise ValidationError(f"Enter a number ({DECIMAL_HELP}).", code="invalid") from None
+        return _parse(self, value)
+
+    if not getattr(fields.DecimalField, "ascii_only", False):
+        fields.DecimalField.to_internal_value = serializer_value
+        fields.DecimalField.ascii_only = True
+        forms.DecimalField.to_python = form_value
+        forms.DecimalField.ascii_only = True

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from audit.models import Outcome
 from audit.services import record_event
+from console.validators import ascii_decimal
 
 from . import catalog, images
 from .models import (
@@ -102,7 +103,7 @@ def check_max_price(value, *, pricing_model: str, sku: str, at: datetime) -> Dec
     if pricing_model != PricingModel.SPOT:
         raise ValidationError({"max_price": "A max price applies to spot launches only."})
     try:
-        price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+        price = ascii_decimal(value)
     except (InvalidOperation, ValueError):
         raise ValidationError({"max_price": f"{str(value)[:40]!r} is not a price per GPU-hour."}) from None
     if not price.is_finite():

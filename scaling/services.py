@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -17,7 +17,7 @@ from django.db.models import Avg
 from django.utils import timezone
 
 from audit.services import record_event
-from console.validators import plain_name
+from console.validators import ascii_decimal, plain_name
 from instances import catalog, images
 from instances import services as instance_services
 from instances.models import LAUNCHABLE, GpuModel, Instance, PricingModel, State
@@ -87,8 +87,8 @@ def check_settings(values: dict, *, team, now: datetime | None = None) -> dict:
     price = values.get("max_price")
     if price is not None:
         try:
-            price = Decimal(str(price)) if not isinstance(price, (bool, float)) else None
-        except InvalidOperation:
+            price = ascii_decimal(price) if not isinstance(price, (bool, float)) else None
+        except ValueError:
             price = None
         if price is None or not price.is_finite():
             errors["max_price"] = "The max price is a decimal number per GPU-hour, e.g. \"1.20\"."

@@ -6,13 +6,14 @@ objects (or {"prices": [...]}). ``time`` is ISO 8601 with a zone and not in the 
 records the import."""
 
 import csv
-import json
+import io
 from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from billing import services
+from console import jsonlimits
 
 MAX_BYTES = 10 * 1024 * 1024
 
@@ -51,19 +52,36 @@ class Command(BaseCommand):
 
 
 def _csv_rows(text: str) -> list[dict]:
-    reader = csv.DictReader(text.splitlines())
-    if not reader.fieldnames or not {"sku", "hourly"} <= {f.strip() for f in reader.fieldnames}:
-        raise CommandError("a CSV needs a header with the columns sku,hourly and optionally time")
-    return [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    """Rows as {column: text}; a row with more or fewer fields than the header, or a
+    line that is not CSV, is a CommandError naming its line."""
+    if "\x00" in text:
+        raise CommandError("the CSV contains a NUL character")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        if not {"sku", "hourly"} <= set(header):
+            raise CommandError("a CSV needs a header with the columns sku,hourly and optionally time")
+        rows = []
+        for fields in reader:
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise CommandError(f"line {reader.line_num}: {len(fields)} fields, but the header has {len(header)}")
+            rows.append({name: value.strip() for name, value in zip(header, fields, strict=True)})
+    except csv.Error as exc:
+        raise CommandError(f"line {reader.line_num}: not CSV ({exc})") from None
+    return rows
 
 
 def _json_rows(text: str) -> list:
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise CommandError(f"not JSON: {exc}") from None
+        data = jsonlimits.loads(text, max_bytes=MAX_BYTES)
+    except jsonlimits.JsonRefused as exc:
+        raise CommandError(f"not acceptable JSON: {exc.message}") from None
     if isinstance(data, dict):
         data = data.get("prices")
     if not isinstance(data, list):
         raise CommandError('JSON must be a list of {"sku", "hourly", "time"} objects (or {"prices": [...]})')
+    if (where := jsonlimits.find_nul(data)) is not None:
+        raise CommandError(f"prices{where}: a NUL character is not allowed")
     return data
