@@ -294,6 +294,8 @@ def read_bundle(path: str) -> Bundle:
     if zipfile.is_zipfile(path):
         bundle = zipfile.ZipFile(path)  # closed with the events' stream, once read
         manifest = loads(_member(bundle, "manifest.json", MAX_MANIFEST_BYTES).read(), "manifest.json")
+        if not isinstance(manifest, dict):
+            raise ValueError(f"manifest.json is a JSON {type(manifest).__name__}, not the bundle's manifest (an object)")
         events = io.TextIOWrapper(_member(bundle, "events.csv"), encoding="utf-8", newline="")
         return Bundle(manifest, "csv", _bounded_lines(events, "events.csv", closing=bundle))
     handle = open(path, "rb")  # noqa: SIM115 (read lazily below)
