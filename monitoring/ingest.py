@@ -27,7 +27,7 @@ from django.utils import timezone
 from audit.services import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
-from . import alerts, gpu_events, partitions, readings, rollup_marks
+from . import alerts, declarations, gpu_events, partitions, readings, rollup_marks
 from .agent import protocol
 from .catalog import RAW_METRICS, to_signed
 from .frames import Hello, Record, Samples
@@ -218,6 +218,7 @@ class Link:
         self._read_at = -math.inf
         self._kept_at = -math.inf
         self.watch = alerts.Watch(host_id, host_name)
+        self.declared = declarations.Declared(host_id)
 
     def stale(self) -> bool:
         return time.monotonic() - self._read_at >= refresh_s()
@@ -430,6 +431,7 @@ def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int
             present.add(uuid)
         attributed.append(kept)
         _newest(kept, len(present), newest)
+    link.declared.note(newest.values())
     latest = {
         uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=held.device, t=record.t,
                             m=msgspec.to_builtins(record.m), instance=held.instance_id, team=held.team_id)
@@ -487,6 +489,7 @@ def commit(prepared: list[Prepared]) -> list[Stored]:
     for p in ordered:
         link = p.link
         link.watch.apply()
+        link.declared.apply()
         if p.ahead:
             _note_clock_ahead(link.host_id, *p.ahead)
         link.keep(p.latest, len(p.batches), out[id(p)].stored, out[id(p)].duplicates)

@@ -1,6 +1,7 @@
 """Who a GPU process is: name, user, command line and container, read from /proc for
-the PIDs NVML reports. Linux only; a PID this agent cannot see (another PID namespace,
-gone already) gets no description, never a guess."""
+the PIDs NVML reports, and the precision it declares (GPUCONSOLE_PRECISION in its
+environment). Linux only; a PID this agent cannot see (another PID namespace, gone
+already, another user's environment) gets no description, never a guess."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import re
 import time
 from pathlib import Path
 
+from .protocol import PRECISION_ENV, PRECISIONS
+
 PROC = Path("/proc")
+ENVIRON_LIMIT = 256 * 1024  # bytes of a process's environment read at most
 LIMITS = {"name": 64, "user": 64, "cmd": 256, "cgroup": 256}
 CACHE_S = 10.0
 _CONTAINER = re.compile(r"([0-9a-f]{64})")
@@ -45,8 +49,28 @@ def _cgroup(text: str | None) -> str | None:
     return match.group(1)[:12] if match else path
 
 
+def declared_precision(environ: bytes | None) -> str | None:
+    """The precision a process declares in its environment (one of PRECISIONS, any
+    case), else None: a missing, empty or unknown value declares nothing."""
+    prefix = PRECISION_ENV.encode() + b"="
+    for entry in (environ or b"").split(b"\0"):
+        if entry.startswith(prefix):
+            value = entry[len(prefix):].decode("ascii", "replace").strip().lower()
+            return value if value in PRECISIONS else None
+    return None
+
+
+def _environ(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(ENVIRON_LIMIT)
+    except OSError:
+        return None
+
+
 def describe(pid: int, root: Path = PROC) -> dict:
-    """{"name", "user", "cmd", "cgroup"} of what can be read for ``pid`` (may be empty)."""
+    """{"name", "user", "cmd", "cgroup", "precision"} of what can be read for ``pid``
+    (may be empty)."""
     base = root / str(pid)
     out = {}
     comm = _read(base / "comm")
@@ -62,7 +86,11 @@ def describe(pid: int, root: Path = PROC) -> dict:
     cgroup = _cgroup(_read(base / "cgroup"))
     if cgroup:
         out["cgroup"] = cgroup
-    return {k: v[: LIMITS[k]] for k, v in out.items() if v}
+    out = {k: v[: LIMITS[k]] for k, v in out.items() if v}
+    precision = declared_precision(_environ(base / "environ"))
+    if precision:
+        out["precision"] = precision
+    return out
 
 
 class ProcessNames:

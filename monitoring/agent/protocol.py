@@ -29,6 +29,10 @@ MAX_FRAME_BYTES = 512 * 1024
 MAX_PROCS = 256
 # Text a process entry may carry (read from /proc by the agent), with its longest length.
 PROC_TEXT = {"name": 64, "user": 64, "cmd": 256, "cgroup": 256}
+# What a workload may declare its tensor work runs in (GPUCONSOLE_PRECISION in its
+# environment); the TFLOP/s estimate's peak follows it (docs/telemetry.md).
+PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
+PRECISION_ENV = "GPUCONSOLE_PRECISION"
 MAX_MESSAGE = 1024
 
 U64 = 2**64 - 1
@@ -145,6 +149,7 @@ class Proc(Struct, omit_defaults=True, gc=False):
     user: _text(PROC_TEXT["user"], pattern=NO_NUL) | UnsetType = UNSET
     cmd: _text(PROC_TEXT["cmd"], pattern=NO_NUL) | UnsetType = UNSET
     cgroup: _text(PROC_TEXT["cgroup"], pattern=NO_NUL) | UnsetType = UNSET
+    precision: Literal["bf16", "fp16", "tf32", "fp8"] | UnsetType = UNSET  # declared by the process
 
 
 def _metric(low: float, high: float, integral: bool):
@@ -419,6 +424,8 @@ def clean_procs(procs: list[dict]) -> list[dict]:
             text = p.get(key)
             if isinstance(text, str) and text:
                 entry[key] = text[:limit].replace("\x00", "")
+        if p.get("precision") in PRECISIONS:
+            entry["precision"] = p["precision"]
         out.append(entry)
     if len(out) > MAX_PROCS:
         out.sort(key=lambda e: e.get("used_memory", -1), reverse=True)
