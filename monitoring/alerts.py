@@ -613,8 +613,8 @@ def spot_max_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]
                 key=f"r{rule.pk}:i{instance.pk}", instance_id=instance.pk, team_id=instance.team_id,
                 host_id=instance.host_id, value=round(pct, 1), threshold=rule.threshold, rule_id=rule.pk,
                 severity=rule.severity, category=Category.BILLING,
-                message=f"{rule.name}: the spot price of {instance.sku} is {price_text(spot)}/GPU-hour, "
-                        f"{pct:.0f}% of {instance.name}'s max price {price_text(instance.max_price)}.",
+                message=f"{rule.name}: the spot price of {instance.sku} is {price_text(spot)}/GPU-hour at "
+                        f"{now:%H:%M} UTC, {pct:.0f}% of {instance.name}'s max price {price_text(instance.max_price)}.",
             ))
         out.append((rule, found))
     return out
@@ -685,8 +685,10 @@ def preemption_conditions() -> list[Condition]:
     return [Condition(
         key=f"preempt:{n.pk}", category=Category.BILLING, severity=Severity.WARNING, team_id=n.team_id,
         instance_id=n.instance_id, host_id=n.instance.host_id,
+        # The reason quotes the spot price when the notice was given, which may have
+        # moved since: the time says which price it is.
         message=f"Spot instance {n.instance.name} will be preempted at {n.preempt_at:%Y-%m-%d %H:%M:%S} UTC"
-                f"{': ' + n.reason if n.reason else ''}.",
+                f"{': ' + n.reason if n.reason else ''} (notice given at {n.notice_at:%H:%M:%S} UTC).",
     ) for n in pending]
 
 

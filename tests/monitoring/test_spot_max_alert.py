@@ -29,7 +29,7 @@ def test_a_spot_price_above_the_max_opens_the_teams_alert_and_resolves_when_it_f
     alerts.evaluate()
     [alert] = _active(kind="spot_max")
     assert (alert.team_id, alert.instance_id, alert.value, alert.category) == (acme.pk, instance.pk, 120.0, "billing")
-    assert "0.60/GPU-hour, 120% of sweep's max price 0.50" in alert.message
+    assert "0.60/GPU-hour at " in alert.message and "UTC, 120% of sweep's max price 0.50" in alert.message
     billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.45", now=timezone.now())
     alerts.evaluate()
     assert not _active(kind="spot_max")
