@@ -167,7 +167,7 @@ def check_rule(values: dict, *, group: SecurityGroup) -> RuleSpec:
         if (net is not None and net.prefixlen == 0 and direction == Direction.INBOUND
                 and values.get("confirm_open") is not True):
             errors["confirm_open"] = ("This rule opens the instances to the whole internet (0.0.0.0/0 inbound); "
-                                      "send confirm_open: true if that is what you mean.")
+                                      "confirm it (API: confirm_open: true) if that is what you mean.")
     else:
         pk = getattr(peer, "pk", peer)
         peer_group = SecurityGroup.objects.filter(pk=pk, team_id=group.team_id).first() if str(pk).isdigit() else None

@@ -13,6 +13,7 @@ SECTIONS = [
     ("image-list", "Images", None),
     ("alert-list", "Alerts", None),
     ("job-queue", "Jobs", None),
+    ("vpc-list", "Network", None),
     ("cost-explorer", "Costs", "sees_costs"),
     ("invoice-list", "Invoices", "sees_bills"),
     ("audit-events", "Audit", "is_auditor"),
