@@ -271,6 +271,43 @@ def checks(rows: list[dict], alerts: list[dict], phases: dict, facts: dict) -> l
     return out
 
 
+def run_env() -> dict:
+    return os.environ | {
+        "INPROCESS_SCHEDULER": "true",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def serve_console(env: dict, out: Path) -> subprocess.Popen:
+    log("serving the console")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(PORT), "console.asgi:application"],
+        cwd=ROOT, env=env, stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT,
+    )
+    wait_for(lambda: urllib.request.urlopen(BASE + "/healthz", timeout=2).status == 200, "the console")
+    return proc
+
+
+def start_agent(env: dict, out: Path, var: Path, token_file: Path, source: list[str]) -> subprocess.Popen:
+    log(f"starting the agent ({' '.join(source)})")
+    return subprocess.Popen(
+        [sys.executable, "-m", "monitoring.agent", *source, "--server", f"ws://127.0.0.1:{PORT}/ws/agent/",
+         "--token-file", str(token_file), "--host", HOST, "--spool-dir", str(var / "spool")],
+        cwd=ROOT, env=env, stdout=open(out / "agent.log", "w"), stderr=subprocess.STDOUT,
+    )
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpu-e2e"), help="folder for the table and JSON")
@@ -285,11 +322,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     var = Path(os.environ.setdefault("GPUCONSOLE_VAR_DIR", "/tmp/gpc-e2e-var"))
     var.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {
-        "INPROCESS_SCHEDULER": "true",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = run_env()
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     setup_django(var)
     api_token, host_token = prepare()
@@ -298,20 +331,10 @@ def main() -> int:
     token_file.chmod(0o600)
     procs = []
     try:
-        log("serving the console")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(PORT), "console.asgi:application"],
-            cwd=ROOT, env=env, stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT,
-        ))
-        wait_for(lambda: urllib.request.urlopen(BASE + "/healthz", timeout=2).status == 200, "the console")
-        log("starting the nvml agent")
+        procs.append(serve_console(env, out))
         source = ["--backend", "replay", "--trace", args.dry_run_trace] if args.dry_run_trace else [
             "--backend", "nvml", "--interval", str(args.interval)]
-        agent = subprocess.Popen(
-            [sys.executable, "-m", "monitoring.agent", *source, "--server", f"ws://127.0.0.1:{PORT}/ws/agent/",
-             "--token-file", str(token_file), "--host", HOST, "--spool-dir", str(var / "spool")],
-            cwd=ROOT, env=env, stdout=open(out / "agent.log", "w"), stderr=subprocess.STDOUT,
-        )
+        agent = start_agent(env, out, var, token_file, source)
         procs.append(agent)
         gpus = wait_for(lambda: api("/api/v1/gpus/", token=api_token, host__name=HOST)["results"], "the agent's hello")
         uuid = gpus[0]["uuid"]
@@ -336,13 +359,7 @@ def main() -> int:
         facts = integrity(uuid)
         results = checks(rows, alerts, phases, facts)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop(procs)
     from django.conf import settings  # noqa: F401
 
     driver = ""

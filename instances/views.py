@@ -12,7 +12,7 @@ from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 from network import services as network_services
 
-from . import catalog, images, services
+from . import catalog, images, precision, services
 from .forms import ImageForm, LaunchForm
 from .models import (
     HOLDING_STATES,
@@ -63,6 +63,7 @@ def instance_detail(request, pk):
         "can_act": can_act,
         "preemption": instance.preemption_notices.filter(status="pending").first(),
         "precisions": Precision.choices,
+        "precision_now": precision.current(instance),
         **_cost_context(request, instance),
     }
     return render(request, "instances/detail.html", context)

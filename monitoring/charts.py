@@ -300,12 +300,13 @@ def utilization_figure(series: dict) -> dict:
     )
 
 
-def tflops_figure(series: dict, *, peak_tflops: float | None = None) -> dict:
+def tflops_figure(series: dict, *, peak_tflops: float | None = None, precision: str | None = None) -> dict:
     """Achieved TFLOP/s, estimated from tensor activity (monitoring/flops.py), against
-    the device's dense peak at the instance's precision."""
+    the device's dense peak at the instance's precision; ``precision`` (its words, e.g.
+    "bf16, assumed") goes in the title, since a wrong one is off by up to 2×."""
     data = band(series, "tflops_est", "Achieved TFLOP/s (est.)", color=PALETTE["violet"])
     data.append(line(series, "tflops_est", "Achieved TFLOP/s (est.)", unit="TFLOP/s", color=PALETTE["violet"]))
-    fig_layout = layout("Achieved TFLOP/s (estimate)", "TFLOP/s")
+    fig_layout = layout(f"Achieved TFLOP/s (estimate{f', {precision}' if precision else ''})", "TFLOP/s")
     if peak_tflops:
         shape, note = level_line(round(peak_tflops, 1), f"dense peak {peak_tflops:.0f}", color=PALETTE["muted"])
         fig_layout["shapes"].append(shape)
@@ -484,10 +485,12 @@ def gpu_figures(
     alert_c: float | None = None,
     throttle: Sequence[dict] = (),
     peak_tflops: float | None = None,
+    tflops_precision: str | None = None,
 ) -> dict[str, dict]:
     """Every chart of one GPU's detail view, in page order (achieved TFLOP/s only where
     an estimate has a basis)."""
-    tflops = {"tflops": tflops_figure(series, peak_tflops=peak_tflops)} if peak_tflops else {}
+    tflops = {"tflops": tflops_figure(series, peak_tflops=peak_tflops, precision=tflops_precision)} \
+        if peak_tflops else {}
     return {
         "utilization": utilization_figure(series),
         **tflops,

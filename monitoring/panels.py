@@ -74,6 +74,8 @@ def _limits(device: dict) -> dict:
         "power_limit_mw": device["power_limit_mw"],
         "alert_c": pages.alert_temp_c(),
         "peak_tflops": basis["peak_tflops"] if basis else None,
+        "tflops_precision": (f"{basis['precision']}, {'declared by the workload' if not basis['doubtful'] else 'assumed'}"
+                             if basis else None),
     }
 
 

@@ -102,3 +102,17 @@ def test_an_unknown_source_is_refused(bob, acme_instance):
     with pytest.raises(instance_services.LifecycleError, match="precision source"):
         instance_services.set_precision(actor=bob, instance=acme_instance, precision="fp16", source="rumour")
     assert not PrecisionPeriod.objects.exists()
+
+
+def test_the_instance_page_says_whether_the_precision_is_the_workloads(bob, acme_instance):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(bob)
+    page = client.get(f"/instances/{acme_instance.pk}/").content.decode()
+    assert "assume <strong>bf16</strong>, the default and not declared by the workload" in page
+    assert "GPUCONSOLE_PRECISION" in page
+    instance_services.set_precision(actor="agent", instance=acme_instance, precision="tf32",
+                                    source=PrecisionSource.WORKLOAD)
+    page = client.get(f"/instances/{acme_instance.pk}/").content.decode()
+    assert "assume <strong>tf32</strong>, declared by the workload." in page
