@@ -157,7 +157,7 @@ class HostSerializer(serializers.ModelSerializer):
 
 
 class LifecycleEventSerializer(serializers.ModelSerializer):
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = LifecycleEvent
@@ -239,7 +239,7 @@ class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSe
     region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True, write_only=True
     )
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     gpus = serializers.SlugRelatedField(slug_field="uuid", many=True, read_only=True)
     labels = serializers.DictField(
         child=serializers.CharField(max_length=255, allow_blank=True), required=False,
@@ -263,7 +263,7 @@ class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSe
         child=serializers.IntegerField(), required=False, allow_empty=False, write_only=True,
         help_text="Security group ids (see /api/v1/security-groups/); omitted: the team's default group.",
     )
-    private_address = serializers.CharField(source="interface.address", read_only=True, default=None)
+    private_address = serializers.CharField(source="interface.address", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Instance

@@ -36,7 +36,7 @@ class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.LOW)
     deadline = serializers.DateTimeField(required=False, allow_null=True,
                                          help_text="A job still queued at its deadline is not started.")
-    instance = serializers.PrimaryKeyRelatedField(read_only=True)
+    instance = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     position = serializers.SerializerMethodField()
     waiting_seconds = serializers.SerializerMethodField()
     why_waiting = serializers.SerializerMethodField()

@@ -24,7 +24,7 @@ from .rules import METRICS, describe
 class HostTokenSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", queryset=Host.objects.all())
     name = serializers.CharField(max_length=80, required=False, allow_blank=True, default="", validators=[plain_name])
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = HostToken
@@ -43,9 +43,9 @@ class NewHostTokenSerializer(HostTokenSerializer):
 
 
 class AlertSerializer(serializers.ModelSerializer):
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    resolved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    resolved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Alert
@@ -171,7 +171,7 @@ class DeliverySerializer(serializers.ModelSerializer):
 
 
 class SilenceSerializer(serializers.ModelSerializer):
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Silence
