@@ -4,7 +4,8 @@ table of its own and applied in one transaction (docs/network.md).
 The table ``inet gpuconsole`` has a base chain on the forward hook that sends a packet
 leaving an instance's interface to that interface's ``out_N`` chain and a packet going
 to one to its ``in_N`` chain, each through one verdict map (a lookup, not a rule per
-interface). Replies of allowed connections pass by their conntrack state; an instance
+interface). A list of peers is one named set, shared by every chain that names it.
+Replies of allowed connections pass by their conntrack state; an instance
 may send only from its own address; what no rule allows is dropped.
 
 ``nft -f`` runs the whole script as one transaction: the old table is deleted and the
@@ -14,7 +15,6 @@ previous rules stay in force.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -39,11 +39,16 @@ class ApplyError(Exception):
     """The kernel (or nft) refused the ruleset; the previous one is still in force."""
 
 
-def _peers(field: str, peers: list[str]) -> str:
-    """``ip saddr { … }`` for the peers, or nothing where one of them is everywhere."""
-    if any(ipaddress.ip_network(p).prefixlen == 0 for p in peers):
+def _peers(field: str, peers: list[str], sets: dict[tuple[str, ...], str]) -> str:
+    """``ip saddr @p_N`` for the peers (one named set per distinct list, shared by every
+    chain that names it), or nothing where one of them is everywhere."""
+    if any(p.endswith("/0") for p in peers):  # the wire schema's CIDR4 pattern: "/0" is everywhere
         return ""
-    return f"ip {field} {{ {', '.join(sorted(set(peers)))} }} "
+    key = tuple(sorted(set(peers)))
+    if len(key) == 1:
+        return f"ip {field} {key[0]} "
+    name = sets.setdefault(key, f"p_{len(sets)}")
+    return f"ip {field} @{name} "
 
 
 def _match(rule: NetRule) -> str:
@@ -66,6 +71,7 @@ def render(interfaces: list[NetInterface]) -> str:
     ordered = sorted(interfaces, key=lambda i: i.ifname)
     forward = ["type filter hook forward priority filter; policy accept;"]
     chains: list[str] = []
+    sets: dict[tuple[str, ...], str] = {}
     if ordered:
         forward.append("ct state established,related accept")
         outs = ", ".join(f'"{i.ifname}" : jump out_{n}' for n, i in enumerate(ordered))
@@ -78,15 +84,20 @@ def render(interfaces: list[NetInterface]) -> str:
         # Allowed outbound goes on to the destination's inbound chain (``return``);
         # allowed inbound is accepted.
         out = ["meta nfproto != ipv4 drop", f"ip saddr != {own} drop"]
-        out += [f"{_peers('daddr', r.peers)}{_match(r)}return" for r in iface.outbound]
+        out += [f"{_peers('daddr', r.peers, sets)}{_match(r)}return" for r in iface.outbound]
         chains += _chain(f"out_{n}", [*out, "drop"])
         inbound = ["meta nfproto != ipv4 drop"]
-        inbound += [f"{_peers('saddr', r.peers)}{_match(r)}accept" for r in iface.inbound]
+        inbound += [f"{_peers('saddr', r.peers, sets)}{_match(r)}accept" for r in iface.inbound]
         chains += _chain(f"in_{n}", [*inbound, "drop"])
+    named = []
+    for peers, name in sets.items():
+        named += [f"\tset {name} {{", "\t\ttype ipv4_addr; flags interval; auto-merge;",
+                  f"\t\telements = {{ {', '.join(peers)} }}", "\t}"]
     return "\n".join([
         f"table inet {TABLE}",
         f"delete table inet {TABLE}",
         f"table inet {TABLE} {{",
+        *named,
         *_chain("forward", forward),
         *chains,
         "}",

@@ -20,7 +20,7 @@ def test_the_script_replaces_its_own_table_whole():
     script = firewall.render([WEB])
     assert script.startswith("table inet gpuconsole\ndelete table inet gpuconsole\ntable inet gpuconsole {")
     assert 'iifname vmap { "gc7" : jump out_0 }' in script
-    assert "ip saddr { 10.231.1.8/32 } tcp dport 22-23 accept" in script
+    assert "ip saddr 10.231.1.8/32 tcp dport 22-23 accept" in script
     assert "ip saddr != 10.231.1.7 drop" in script
 
 
@@ -68,3 +68,14 @@ def test_the_answer_goes_back_on_the_socket():
     asyncio.run(firewall.answer(Socket(), frame, None))
     assert sent[0].startswith('{"type":"ruleset_applied","version":5')
     assert firewall.NOT_ENFORCED in sent[1]
+
+
+def test_a_list_of_peers_is_one_named_set_shared_by_the_chains():
+    group = ["10.231.1.7/32", "10.231.1.8/32"]
+    a = wire.NetInterface(ifname="gc7", address="10.231.1.7/32", inbound=[wire.NetRule(proto="any", peers=group)],
+                          outbound=[])
+    b = wire.NetInterface(ifname="gc8", address="10.231.1.8/32", inbound=[wire.NetRule(proto="any", peers=group)],
+                          outbound=[])
+    script = firewall.render([a, b])
+    assert script.count("set p_0 {") == 1 and "set p_1" not in script
+    assert script.count("ip saddr @p_0 accept") == 2

@@ -1,0 +1,186 @@
+"""Applying a host's network rules: 1, 100 and 1,000 instances on one host.
+
+    sudo .venv/bin/python bench/network_apply.py [--runs 7] [--team-size 20]
+
+Needs root, ``ip`` and ``nft``: everything happens in a network namespace the bench
+makes and deletes. For each size it builds the rules the console sends a host (teams of
+``--team-size`` instances in their default group: members reach each other, all
+outbound; each instance also in a group allowing tcp 443 from 10.0.0.0/8 and tcp
+8000-8100 from a /24) and reports, median of ``--runs``:
+
+* render: the agent turning the ruleset into its nft script;
+* apply: ``nft -f`` replacing the table in one transaction (the table is in place, as
+  on a host that already enforces rules), what a change costs on the host;
+* the same with every instance in one team (one group of 1,000 members);
+
+beside two peers: ``nft -f`` of an empty table (the floor: a process and one netlink
+transaction) and the same rules written naively, one rule per peer address in one
+chain, no sets and no verdict maps. Then the console's side: computing a host's rules
+(``network.services.sync_host``: the database read, expansion, hash and frame) for the
+same sizes, on a scratch SQLite database. Goal (docs/benchmarks.md): 1,000 instances
+applied in ≤ 1 s, atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from monitoring.agent import firewall  # noqa: E402
+from monitoring.agent import protocol as wire  # noqa: E402
+
+SIZES = (1, 100, 1000)
+
+
+def interfaces(count: int, team_size: int) -> list[wire.NetInterface]:
+    hosts = ipaddress.IPv4Network("10.231.0.0/16").hosts()
+    addresses = [f"{next(hosts)}/32" for _ in range(count)]
+    out = []
+    for n, address in enumerate(addresses):
+        start = n - n % team_size
+        team = addresses[start:start + team_size]
+        out.append(wire.NetInterface(
+            ifname=f"gc{n + 1}", address=address,
+            inbound=[wire.NetRule(proto="any", peers=team),
+                     wire.NetRule(proto="tcp", peers=["10.0.0.0/8"], ports=(443, 443)),
+                     wire.NetRule(proto="tcp", peers=["10.231.250.0/24"], ports=(8000, 8100))],
+            outbound=[wire.NetRule(proto="any", peers=["0.0.0.0/0"])],
+        ))
+    return out
+
+
+def naive(ifaces: list[wire.NetInterface]) -> str:
+    """The same allow rules, one nft rule per interface and peer, in one chain."""
+    lines = []
+    for i in ifaces:
+        own = i.address.split("/")[0]
+        lines.append(f'iifname "{i.ifname}" ip saddr != {own} drop')
+        for r in i.inbound:
+            match = "" if r.proto == "any" else (f"{r.proto} dport {r.ports[0]}-{r.ports[1]} " if r.ports else "")
+            lines += [f'oifname "{i.ifname}" ip saddr {p} {match}accept' for p in r.peers]
+        lines.append(f'oifname "{i.ifname}" drop')
+    body = "\n".join(f"\t\t{line}" for line in lines)
+    return (f"table inet naive\ndelete table inet naive\ntable inet naive {{\n\tchain forward {{\n"
+            f"\t\ttype filter hook forward priority filter; policy accept;\n"
+            f"\t\tct state established,related accept\n{body}\n\t}}\n}}\n")
+
+
+EMPTY = "table inet floor\ndelete table inet floor\ntable inet floor {\n}\n"
+
+
+def timed(runs: int, func, *args) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        func(*args)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def agent_side(ns: str, runs: int, team_size: int) -> None:
+    nft = ("ip", "netns", "exec", ns, "nft")
+    print(f"{'instances':>9}  {'rules':>6}  {'render ms':>9}  {'apply ms':>8}  {'one team':>8}  "
+          f"{'naive ms':>8}  {'empty table ms':>14}")
+    for count in SIZES:
+        ifaces = interfaces(count, team_size)
+        one_team = firewall.render(interfaces(count, count))
+        script = firewall.render(ifaces)
+        firewall.nft_apply(script, nft)  # in place, as on a host already enforcing
+        render_ms = timed(runs, firewall.render, ifaces)
+        apply_ms = timed(runs, firewall.nft_apply, script, nft)
+        one_ms = timed(runs, firewall.nft_apply, one_team, nft)
+        naive_ms = timed(runs, firewall.nft_apply, naive(ifaces), nft)
+        empty_ms = timed(runs, firewall.nft_apply, EMPTY, nft)
+        rules = sum(len(i.inbound) + len(i.outbound) for i in ifaces)
+        print(f"{count:>9}  {rules:>6}  {render_ms:>9.1f}  {apply_ms:>8.1f}  {one_ms:>8.1f}  "
+              f"{naive_ms:>8.1f}  {empty_ms:>14.1f}")
+    listed = subprocess.run([*nft, "list", "table", "inet", firewall.TABLE], capture_output=True, text=True)
+    print(f"  in force after the runs: {listed.stdout.count('chain ')} chains in table inet {firewall.TABLE}")
+
+
+def console_side(runs: int, team_size: int) -> None:
+    var = tempfile.mkdtemp(prefix="bench-network-")
+    os.environ.update({"GPUCONSOLE_VAR_DIR": var, "INPROCESS_SCHEDULER": "false", "DJANGO_SETTINGS_MODULE":
+                       "console.settings"})
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from console.models import Team
+    from instances.models import GpuModel, Host, Instance, Region, State
+    from network import services
+    from network.models import HostRules, Interface, SecurityGroup
+
+    services.push = lambda host_id, frame: None  # no agent connected here
+    region = Region.objects.create(name="bench")
+    model = GpuModel.objects.create(name="H100-80GB", memory_gb=80)
+    print(f"{'instances':>9}  {'sync_host ms':>12}  {'frame KiB':>9}")
+    for count in SIZES:
+        host = Host.objects.create(name=f"bench-{count}", region=region)
+        teams = [Team.objects.create(name=f"t{count}-{k}", slug=f"t{count}-{k}")
+                 for k in range((count + team_size - 1) // team_size)]
+        made = Instance.objects.bulk_create([
+            Instance(team=teams[n // team_size], name=f"i{n}", gpu_model=model, gpu_count=1,
+                     pricing_model="on_demand", state=State.RUNNING, host=host) for n in range(count)])
+        groups = {}
+        for team in teams:
+            _, subnet, groups[team.pk] = services.ensure_defaults(actor="system", team=team)
+            web = services.create_group(actor="system", team=team, name="web", rules=[
+                {"direction": "inbound", "protocol": "tcp", "port_from": 443, "cidr": "10.0.0.0/8"}])
+            groups[team.pk] = (subnet, groups[team.pk], web)
+        base = {t.pk: ipaddress.IPv4Network(groups[t.pk][0].cidr).network_address + 2 for t in teams}
+        rows = Interface.objects.bulk_create([
+            Interface(instance=i, team_id=i.team_id, subnet=groups[i.team_id][0],
+                      address=str(base[i.team_id] + n % team_size)) for n, i in enumerate(made)])
+        through = SecurityGroup.interfaces.through
+        through.objects.bulk_create([through(interface_id=r.pk, securitygroup_id=g.pk)
+                                     for r in rows for g in groups[r.team_id][1:]])
+
+        ms = timed(runs, _sync_anew, host.pk)
+        frame = HostRules.objects.get(host=host).frame
+        print(f"{count:>9}  {ms:>12.1f}  {len(frame) / 1024:>9.1f}")
+
+
+def _sync_anew(host_id: int) -> None:
+    from network import services
+    from network.models import HostRules
+
+    HostRules.objects.filter(host_id=host_id).update(hash="")  # as if the rules had changed
+    services.sync_host(host_id=host_id)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--team-size", type=int, default=20)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/network_apply.py applies rules in a network namespace: run it as root")
+    ns = f"gcbench{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        version = subprocess.run(["nft", "--version"], capture_output=True, text=True).stdout.strip()
+        print(f"{version}; kernel {os.uname().release}; {os.cpu_count()} CPUs; median of {args.runs}")
+        agent_side(ns, args.runs, args.team_size)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    console_side(args.runs, args.team_size)
+
+
+if __name__ == "__main__":
+    main()
