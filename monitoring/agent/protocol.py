@@ -175,7 +175,7 @@ _big_values = operator.attrgetter(*BIG_METRICS)
 class Event(Struct, omit_defaults=True, gc=False):
     kind: _text(32, 1)
     code: _int(0, 65535) | None = None
-    message: Annotated[str, Meta(max_length=MAX_MESSAGE)] = ""
+    message: Annotated[str, Meta(max_length=MAX_MESSAGE, pattern=NO_NUL)] = ""
 
 
 class Record(Struct, omit_defaults=True, gc=False):
@@ -444,7 +444,7 @@ def clean_record(record: dict) -> dict | None:
         if event.get("kind") not in EVENT_KINDS:
             return None
         if "message" in event:
-            event["message"] = str(event["message"])[:MAX_MESSAGE]
+            event["message"] = str(event["message"]).replace("\x00", "")[:MAX_MESSAGE]  # the server refuses NUL
         record = dict(record, event=event)
         return record
     out = {k: v for k, v in record.items() if k != "m" and k != "procs"}

@@ -119,3 +119,8 @@ def test_the_frame_envelope_is_the_schema_s():
     frame = protocol.samples_frame("f" * 32, [])
     assert len(frame) == protocol.FRAME_OVERHEAD
     assert json.loads(frame) == {"type": "samples", "v": 1, "boot_id": "f" * 32, "records": []}
+
+
+def test_the_agent_sends_event_messages_without_nul():
+    record = protocol.clean_record({"seq": 1, "t": 1.0, "gpu": "GPU-1", "event": {"kind": "xid", "message": "a\x00b"}})
+    assert record["event"]["message"] == "ab"

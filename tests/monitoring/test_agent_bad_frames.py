@@ -154,6 +154,9 @@ UUID_AND_TEXT = [
      r"records\[1\]\.event\.kind contains control characters"),
     ("newline in an event kind", samples([GOOD, {"seq": 2, "t": NOW, "gpu": "GPU-h100-a-0", "event": {"kind": "x\ny"}}]),
      r"records\[1\]\.event\.kind contains control characters"),
+    ("NUL in an event message", samples([GOOD, {"seq": 2, "t": NOW, "gpu": "GPU-h100-a-0",
+                                                "event": {"kind": "xid", "code": 79, "message": "fell off\x00"}}]),
+     r"records\[1\]\.event\.message contains control characters"),
 ]
 
 
