@@ -294,7 +294,10 @@ def create_group(*, actor, team, name: str, description: str = "", rules: list[d
     _check_group_name(team, name)
     default_group(actor=actor, team=team)
     group = SecurityGroup.objects.create(team=team, name=name, description=description)
-    _write_rules(group, rules or [], field="rules")
+    if rules is None:  # as AWS does: a new group lets nothing in and everything out
+        rules = [{"direction": Direction.OUTBOUND, "protocol": Protocol.ANY, "cidr": EVERYWHERE,
+                  "description": "all outbound"}]
+    _write_rules(group, rules, field="rules")
     record_event(actor=actor, action="network.group.create", target=group, team=team,
                  details={"name": name, "rules": [_rule_details(r) for r in group.rules.all()]})
     _resync_on_commit(team.pk)

@@ -6,9 +6,14 @@ from network.models import SecurityRule
 
 @pytest.fixture
 def group(api, acme, bob):
-    r = api(bob).post("/api/v1/security-groups/", {"team": acme.pk, "name": "web"}, format="json")
+    r = api(bob).post("/api/v1/security-groups/", {"team": acme.pk, "name": "web", "rules": []}, format="json")
     assert r.status_code == 201, r.json()
     return r.json()
+
+
+def test_a_new_group_lets_nothing_in_and_everything_out(api, acme, bob):
+    r = api(bob).post("/api/v1/security-groups/", {"team": acme.pk, "name": "db"}, format="json")
+    assert [(x["direction"], x["protocol"], x["cidr"]) for x in r.json()["rules"]] == [("outbound", "any", "0.0.0.0/0")]
 
 
 def add(client, group, **rule):
