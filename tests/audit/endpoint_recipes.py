@@ -175,6 +175,13 @@ def _invitation(world: World):
     )
 
 
+def _invitation_for_charlie(world: World):
+    return console_services.invite_member(
+        actor=world.users["alice"], team=world.acme, email=world.users["charlie"].email, role="member",
+        accept_url=lambda raw: f"/invite/{raw}/",
+    )
+
+
 def _rule(world: World):
     return monitoring_services.create_rule(
         actor=world.users["alice"], team=world.acme, name="walk rule", metric="gpu_util", threshold=90, hold_s=5
@@ -475,7 +482,7 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             lambda client, w, inv: client.post(f"/invite/{inv[1]}/"),
             ("member.accept_invite", "member.add"),
             "charlie",
-            prepare=_invitation,
+            prepare=_invitation_for_charlie,
             team="acme",
         ),
         "sign-up": Recipe(
