@@ -79,3 +79,32 @@ def test_a_list_of_peers_is_one_named_set_shared_by_the_chains():
     script = firewall.render([a, b])
     assert script.count("set p_0 {") == 1 and "set p_1" not in script
     assert script.count("ip saddr @p_0 accept") == 2
+
+
+async def test_a_connected_agent_applies_a_ruleset_and_reports_it(server_class, make_link, replay, small_trace,
+                                                                   tmp_path):
+    from monitoring.agent import runner
+    from monitoring.agent.spool import Spool
+
+    class RulesServer(server_class):
+        """Sends a ruleset before its first ack, and keeps the agent's reports."""
+
+        reports: list = []
+        sent = False
+
+        async def _samples(self, ws, frame):
+            if frame.get("type") == "ruleset_applied":
+                self.reports.append(frame)
+                return
+            if not self.sent:
+                self.sent = True
+                await ws.send(wire.encode(ruleset(9)))
+            await super()._samples(ws, frame)
+
+    async with RulesServer() as server:
+        source = replay(small_trace)
+        link = make_link(server.url, Spool(tmp_path / "spool"), source)
+        link.network = firewall.Enforcer(state_path=tmp_path / "rules.json", nft=("true",))
+        assert await asyncio.wait_for(runner.run(source, {source.host: link}, once=True), 15) == 0
+    assert [(r["version"], r["ok"]) for r in server.reports] == [(9, True)]
+    assert len(server.received) == 20  # the samples went on as before
