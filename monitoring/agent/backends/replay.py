@@ -86,6 +86,8 @@ def _json_line(path, number: int, row: str) -> dict:
         value = json.loads(row)
     except ValueError:
         raise TraceError(f"trace {path} line {number}: not valid JSON") from None
+    except RecursionError:
+        raise TraceError(f"trace {path} line {number}: JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise TraceError(f"trace {path} line {number}: not a JSON object")
     return value

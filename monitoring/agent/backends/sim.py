@@ -440,6 +440,8 @@ def load_fleet(path: str | Path) -> list[dict]:
         raise FleetError(f"cannot read fleet file {path}: {exc.strerror or exc}") from None
     except ValueError:
         raise FleetError(f"fleet file {path} is not valid JSON") from None
+    except RecursionError:
+        raise FleetError(f"fleet file {path}: JSON nested too deeply") from None
     if not isinstance(data, list) or not data:
         raise FleetError(f"fleet file {path} must hold a non-empty JSON list of hosts")
     seen_hosts, seen_gpus = set(), set()
