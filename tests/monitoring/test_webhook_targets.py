@@ -118,3 +118,18 @@ def test_a_redirect_is_not_followed(settings):
     assert not result.ok and result.status == 302
     assert "redirects are not followed" in result.error
     assert len(receiver.posts) == 1
+
+
+def test_the_name_travels_in_the_host_header_to_the_checked_address(settings, monkeypatch):
+    settings.ALERT_WEBHOOK_ALLOW_HOSTS = "hooks.example"
+    receiver = Receiver()
+    port = receiver.server.server_address[1]
+    resolver = Resolver()
+    resolver.answers = ["127.0.0.1", "10.9.9.9"]
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    try:
+        result = notify.post(f"http://hooks.example:{port}/hook", b"{}", {})
+    finally:
+        receiver.close()
+    assert result.ok and resolver.calls == 1
+    assert receiver.posts[0][0]["host"] == f"hooks.example:{port}"
