@@ -30,7 +30,7 @@ from instances.models import (
     gpu_used_q,
 )
 
-from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, stale_after_s
+from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, Sample, stale_after_s
 
 
 def _util():
@@ -61,20 +61,25 @@ def capacity() -> list[dict]:
 
 
 def sliced_util(now: datetime, gpu_ids: list[int] | None = None) -> dict[int, float]:
-    """{GPU id: its utilization from its slices' fresh readings} for the GPUs (of
-    ``gpu_ids``, or all) whose own fresh reading has none: in MIG mode NVML reports no
-    utilization of the whole GPU, only of each slice. Each slice counts by its share of
-    the GPU (1 / slices per GPU of its profile), over the slices that report."""
-    since = fresh_since(now)
-    slices = GpuLatest.objects.filter(slice__isnull=False, last_seen__gte=since, metrics__has_key="gpu_util")
+    """{GPU id: its utilization from its slices} for the GPUs (of ``gpu_ids``, or all)
+    whose own fresh reading has none: in MIG mode NVML reports no utilization of the
+    whole GPU, and each slice's comes with the agent's slower readings (GPM), so it is
+    read from the slices' samples of the last two staleness periods, not their latest
+    reading. Each slice counts by its share of the GPU (1 / slices per GPU of its
+    profile), over the slices that reported."""
+    since = now - timedelta(seconds=2 * stale_after_s())
+    samples = Sample.objects.filter(time__gt=since, time__lte=now, slice__isnull=False, gpu_util__isnull=False)
     if gpu_ids is not None:
-        slices = slices.filter(gpu_id__in=gpu_ids)
+        samples = samples.filter(gpu_id__in=gpu_ids)
     shares: dict[int, list[tuple[float, float]]] = {}
-    for gpu_id, metrics, per_gpu in slices.values_list("gpu_id", "metrics", "slice__profile__slices_per_gpu"):
-        if metrics.get("gpu_util") is not None:
-            shares.setdefault(gpu_id, []).append((float(metrics["gpu_util"]), 1.0 / max(1, per_gpu or 1)))
+    per_slice = samples.order_by().values("gpu_id", "slice_id", "slice__profile__slices_per_gpu").annotate(
+        u=Avg("gpu_util")
+    )
+    for row in per_slice:
+        share = 1.0 / max(1, row["slice__profile__slices_per_gpu"] or 1)
+        shares.setdefault(row["gpu_id"], []).append((row["u"], share))
     own = set(
-        GpuLatest.objects.filter(slice__isnull=True, last_seen__gte=since, gpu_id__in=list(shares))
+        GpuLatest.objects.filter(slice__isnull=True, last_seen__gte=fresh_since(now), gpu_id__in=list(shares))
         .filter(metrics__has_key="gpu_util").values_list("gpu_id", flat=True)
     )
     return {

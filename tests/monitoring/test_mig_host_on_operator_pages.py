@@ -2,17 +2,21 @@
 do: operator pages count it through its slices, so a MIG host does not look dead while
 its tenants' slice charts have data."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
 from monitoring import figures
-from monitoring.models import GpuLatest
+from monitoring.models import GpuLatest, Sample
 
 
 @pytest.fixture
 def mig_readings(fleet):
     """gpu0 of a100-mig in MIG mode: its own reading has power and temperature only; its
-    seven 1g slices report 70, 0, 0, 0, 0, 0 and 0 % (a tenant's slice is busy)."""
+    seven 1g slices' latest readings have memory only (utilization comes with the slower
+    GPM readings), and their samples of the last seconds say 70 (then 50, 90: 70 on
+    average), 0, 0, 0, 0, 0 and 0 % (a tenant's slice is busy)."""
     now = timezone.now()
     host = fleet["hosts"]["a100-mig"]
     gpu = host.gpus.get(index=0)
@@ -20,7 +24,12 @@ def mig_readings(fleet):
                              metrics={"power_mw": 120_000, "temp_c": 41, "mem_used": 12 * 1024**3})
     for k, piece in enumerate(gpu.slices.order_by("gpu_instance_id")):
         GpuLatest.objects.create(uuid=piece.uuid, host=host, gpu=gpu, slice=piece, time=now, last_seen=now,
-                                 metrics={"gpu_util": 70 if k == 0 else 0, "mem_used": 1024**3})
+                                 metrics={"mem_used": 1024**3})
+        utils = (50, 90) if k == 0 else (0,)
+        Sample.objects.bulk_create(Sample(gpu=gpu, slice=piece, time=now - timedelta(seconds=2 + i), gpu_util=u)
+                                   for i, u in enumerate(utils))
+    # Older than two staleness periods: not read.
+    Sample.objects.create(gpu=gpu, slice=gpu.slices.last(), time=now - timedelta(minutes=5), gpu_util=100)
     return host, gpu
 
 
