@@ -273,7 +273,10 @@ def console(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def chromium(console):
+def chromium():
+    # One Playwright for the whole session (its sync API cannot run twice at once);
+    # the demo of test_browser_every_page_each_role shares it without this console.
+    _require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -1,0 +1,141 @@
+"""Every page of the navigation, as each demo user, on the demo as `make run` plays it
+(seed_demo, then rundemo: the console with its periodic work and the demo's agents):
+each page answers 200, is not an error page, and neither it nor anything it loads
+answers 5xx or logs a console error.
+
+The demo has no clock to move forward, so the demo runs for real before the pages are
+read: every periodic task has run at least once, and DEMO_RUN_MINUTES (default 1) more
+minutes of agents and periodic work pass first; CI sets 30 to read the pages of a demo
+that has run half an hour."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from conftest import (
+    ARTIFACTS,
+    PASSWORD,
+    ROOT,
+    _free_port,
+    _own_database,
+    _recreate_pg,
+    _require_chromium,
+)
+
+pytestmark = pytest.mark.browser
+
+USERS = ("alice", "bob", "charlie", "audrey", "ops")
+PERIODIC = """
+from console.schedule import _resolve, entries
+for name, (seconds, path) in entries().items():
+    _resolve(path)()
+"""
+
+
+def _wait(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rundemo exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"the demo did not answer {url} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The base URL of a demo seeded and run as `make run` does, after it has run."""
+    _require_chromium()
+    var = tmp_path_factory.mktemp("demo")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env |= {"GPUCONSOLE_VAR_DIR": str(var), "INPROCESS_SCHEDULER": "true", "CELERY_TASK_ALWAYS_EAGER": "true",
+            "PYTHONUNBUFFERED": "1", "CSRF_TRUSTED_ORIGINS": f"http://127.0.0.1:{port}"}
+    database = None
+    if os.environ.get("DATABASE_URL"):
+        url, name = _own_database(os.environ["DATABASE_URL"])
+        url, name = url + "_demo", name + "_demo"
+        _recreate_pg(url, name)
+        env["DATABASE_URL"], database = url, (url, name)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    for step in (["migrate", "--noinput", "-v0"], ["seed_demo"], ["shell", "-v0", "-c", PERIODIC]):
+        done = subprocess.run(manage + step, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{step[0]}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    log = open(var / "rundemo.log", "w")
+    server = subprocess.Popen(manage + ["rundemo", "--port", str(port)], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait(base + "/healthz", server)
+        time.sleep(60 * float(os.environ.get("DEMO_RUN_MINUTES", "1")))
+        assert server.poll() is None, (var / "rundemo.log").read_text()[-4000:]
+        yield base
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        if database:
+            _recreate_pg(*database, drop_only=True)
+
+
+def nav_paths(page, selector: str) -> list[str]:
+    hrefs = page.eval_on_selector_all(f"{selector} a[href]", "els => els.map(a => a.getAttribute('href'))")
+    return [h for h in hrefs if h.startswith("/") and not h.startswith("/logout")]
+
+
+def read(page, base: str, path: str) -> list[str]:
+    """Open ``path``; the problems seen (status, error page, 5xx, console errors)."""
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
+    page.on("response", lambda r: problems.append(f"{r.status} from {r.url}") if r.status >= 500 else None)
+    response = page.goto(base + path, wait_until="load")
+    if response is None or response.status != 200:
+        problems.append(f"answered {response.status if response else 'nothing'}")
+    page.wait_for_timeout(1500)  # the page's own requests (charts, live) come after load
+    if page.locator("main .card h1").filter(has_text=re.compile(r"^\d{3}$")).count():
+        problems.append("an error page")
+    return problems
+
+
+@pytest.mark.parametrize("username", USERS)
+def test_every_page_of_the_nav_opens_cleanly(demo, chromium, username):
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(demo + "/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/$"))
+    paths = list(dict.fromkeys(nav_paths(page, "nav[aria-label=Main]") + nav_paths(page, ".topbar")))
+    seen, problems = set(), {}
+    while paths:
+        path = paths.pop(0).split("#")[0]
+        if path in seen:
+            continue
+        seen.add(path)
+        tab = context.new_page()
+        found = read(tab, demo, path)
+        paths += [p for p in nav_paths(tab, "nav.tabs") if p not in seen]  # a section's own tabs
+        shots = ARTIFACTS / "every-page"
+        shots.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(shots / f"{username}{re.sub(r'[^A-Za-z0-9-]', '_', path)}.png"), full_page=True)
+        tab.close()
+        if found:
+            problems[path] = found
+    context.close()
+    assert len(seen) >= 5, seen
+    assert not problems, f"{username}: {problems}"
