@@ -88,8 +88,11 @@ class Resolver:
         self.calls = 0
 
     def __call__(self, host, port, *args, **kwargs):
-        answer = self.answers[min(self.calls, 1)]
-        self.calls += 1
+        try:  # an address is its own answer, as the system resolver gives it
+            answer = str(ipaddress.ip_address(host))
+        except ValueError:
+            answer = self.answers[min(self.calls, 1)]
+            self.calls += 1
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answer, port))]
 
 
