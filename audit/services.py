@@ -10,6 +10,9 @@ import math
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -217,13 +220,42 @@ def record_event(
         request_id=clean_text(ctx.request_id, 64),
         details=json.loads(details_text) if details else {},
     )
+    held = _held.get()
+    if held is not None:
+        held.append((event, details_text, actor if actor_type == ActorType.USER else None))
+        return event
+    _store(event, details_text, actor if actor_type == ActorType.USER else None)
+    return event
+
+
+def _store(event: AuditEvent, details_text: str, user) -> None:
     if connection.vendor == "postgresql":
-        _append(event, details_text, actor if actor_type == ActorType.USER else None)
+        _append(event, details_text, user)
     else:
         with transaction.atomic(savepoint=False):
-            event.actor_role = role_of(actor, team_id) if actor_type == ActorType.USER else ""
+            event.actor_role = role_of(user, event.team_id) if user is not None else ""
             _append_python(event)
-    return event
+
+
+# Demo seeding writes each app's history in turn (the fleet's months, then billing's,
+# then the last hour's jobs); the chain must still read oldest first.
+_held: ContextVar[list | None] = ContextVar("audit_held", default=None)
+
+
+@contextmanager
+def in_time_order() -> Iterator[None]:
+    """Events recorded inside are held, then appended oldest first (ties in the order
+    they were recorded) when the block ends without an error; call it inside the
+    transaction that makes the changes, so they and their events commit together.
+    Demo seeding only: everything else appends as it happens."""
+    held: list = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+    for _, (event, details_text, user) in sorted(enumerate(held), key=lambda item: (item[1][0].time, item[0])):
+        _store(event, details_text, user)
 
 
 def _append_python(event: AuditEvent) -> None:

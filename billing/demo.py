@@ -96,12 +96,15 @@ def _prices(ops, start: datetime, current: datetime) -> None:
     for kind, table in (("on_demand", ON_DEMAND), ("reserved_3y", THREE_YEAR), ("idle", IDLE)):
         for sku, hourly in table.items():
             if not Price.objects.filter(sku=sku, kind=kind).exists():
-                services.set_price(actor=ops, sku=sku, kind=kind, hourly=Decimal(hourly), effective_from=start, now=start)
+                with recorded_at(start):
+                    services.set_price(actor=ops, sku=sku, kind=kind, hourly=Decimal(hourly), effective_from=start,
+                                       now=start)
     sku, hourly = PRICE_CHANGE
     change_at = _months_back(current, 1)
     if not Price.objects.filter(sku=sku, kind="on_demand", effective_from=change_at).exists():
-        services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=Decimal(hourly), effective_from=change_at,
-                           now=change_at - timedelta(days=10))
+        with recorded_at(change_at - timedelta(days=10)):
+            services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=Decimal(hourly), effective_from=change_at,
+                               now=change_at - timedelta(days=10))
 
 
 def _spot_history(start: datetime, now: datetime) -> None:
@@ -132,8 +135,9 @@ def _reservations(users, first: datetime) -> None:
         team = Team.objects.get(name=team_name)
         gpu_model = GpuModel.objects.get(name=model)
         if not Reservation.objects.filter(team=team, gpu_model=gpu_model, start=start).exists():
-            services.purchase_reservation(actor=actor, team=team, gpu_model=gpu_model, gpu_count=count, term=term,
-                                          start=start, now=start)
+            with recorded_at(start):
+                services.purchase_reservation(actor=actor, team=team, gpu_model=gpu_model, gpu_count=count,
+                                              term=term, start=start, now=start)
 
 
 def _history(users, first: datetime, now: datetime) -> None:

@@ -58,7 +58,8 @@ def seed(*, users, stdout=None) -> None:
 def _pass(at) -> None:
     with recorded_at(at):
         result = services.run_queue(now=at, provision=False)
-        for job in result.started:
+    for job in result.started:
+        with recorded_at(at + timedelta(seconds=60)):
             instance_services.mark_running(instance=job.instance, at=at + timedelta(seconds=60))
 
 
@@ -87,7 +88,8 @@ def _yield_and_resume(job: Job, at, until, actor) -> None:
             actor=actor, team=job.team, name="acme-a100-finetune", gpu_model=job.gpu_model, gpu_count=job.gpu_count,
             pricing_model=PricingModel.ON_DEMAND, at=launched, provision=False,
         )
-        instance_services.mark_running(instance=paying, at=launched + timedelta(seconds=60))
+        with recorded_at(launched + timedelta(seconds=60)):
+            instance_services.mark_running(instance=paying, at=launched + timedelta(seconds=60))
     _pass(launched + timedelta(seconds=1))
     with recorded_at(until):
         instance_services.stop_instance(actor=actor, instance=paying, at=until, finish=False)
