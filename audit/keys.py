@@ -54,9 +54,13 @@ def _pem() -> bytes:
     return path.read_bytes()
 
 
-def signer() -> Signer:
+_listed: set[str] = set()
+
+
+def signer(*, recheck: bool = True) -> Signer:
     """The current private key, its public key listed in the database (a new one retires
-    the one before it)."""
+    the one before it). ``recheck=False``: trust that a key this process listed once is
+    still listed (a head per sealed batch need not ask each time; verification asks)."""
     try:
         current = _signer(_pem())
     except ValueError as exc:
@@ -64,8 +68,10 @@ def signer() -> Signer:
             "AUDIT_SIGNING_KEY" if settings.AUDIT_SIGNING_KEY else settings.AUDIT_SIGNING_KEY_FILE
         )
         raise ImproperlyConfigured(f"audit signing key ({source}): {exc}") from None
-    if not SigningKey.objects.filter(fingerprint=current.fingerprint).exists():
-        _register(current)
+    if recheck or current.fingerprint not in _listed:
+        if not SigningKey.objects.filter(fingerprint=current.fingerprint).exists():
+            _register(current)
+        _listed.add(current.fingerprint)
     return current
 
 

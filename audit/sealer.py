@@ -68,7 +68,8 @@ class Sealer:
                 wake.clear()
                 for attempt in (1, 2):
                     try:
-                        seal_pending()  # on this thread's own connection, kept between looks
+                        if delay_seconds():  # without a delay each committer looked itself
+                            seal_pending()  # on this thread's own connection, kept between looks
                         publish()  # the signed head of what this look sealed, outside the database
                         break
                     except Exception:  # e.g. the server dropped an idle connection

@@ -457,9 +457,11 @@ def leaf_hashes(first: int, last: int) -> list[bytes]:
     return [blob[i : i + 32] for i in range(0, len(blob), 32)]
 
 
-def sign_head(*, seq: int, head_hash: str, frontier: list[bytes], time: datetime) -> Checkpoint:
+def sign_head(
+    *, seq: int, head_hash: str, frontier: list[bytes], time: datetime, recheck_key: bool = True
+) -> Checkpoint:
     """A Checkpoint (unsaved) for the tree of ``seq`` leaves tiled by ``frontier``."""
-    signer = keys.signer()
+    signer = keys.signer(recheck=recheck_key)
     root = merkle.frontier_root(frontier).hex()
     message = signing.head_message(seq, root, head_hash, chain.iso_time(time))
     return Checkpoint(

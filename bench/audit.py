@@ -363,6 +363,69 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     }  # fmt: skip
 
 
+def heads_bench(n: int, rounds: int = 3) -> dict:
+    """What publishing a signed head per sealed batch costs one writer: ``n`` audited
+    transactions one after another with no heads, with heads published by the sealer
+    thread (the default) and by the committing thread, in ``rounds`` interleaved rounds
+    (medians of each mode's rounds); and the window: from a commit to its head on disk,
+    one transaction at a time."""
+    import statistics
+
+    from django.conf import settings
+    from django.db import transaction
+
+    from audit import headlog, publish
+    from audit.models import ChainHead
+    from audit.sealer import sealer
+    from audit.services import record_event
+
+    path = settings.AUDIT_HEADS_FILE = os.path.join(os.environ["GPUCONSOLE_VAR_DIR"], "audit-heads.jsonl")
+
+    def run(mode: str) -> tuple[float, float]:
+        settings.AUDIT_HEADS_FILE = "" if mode == "off" else path
+        settings.AUDIT_PUBLISH_IN_THREAD = mode == "thread"
+        wall, cpu = time.perf_counter(), time.process_time()
+        for i in range(n):
+            with transaction.atomic():
+                record_event(actor="system", action="instance.launch", details={"n": i, "gpu_count": 8})
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        sealer.stop()  # the last head written before the next mode
+        return wall / n * 1e6, cpu / n * 1e6
+
+    per_tx: dict[str, list] = {"off": [], "thread": [], "committer": []}
+    for _ in range(rounds):
+        for mode in per_tx:
+            per_tx[mode].append(run(mode))
+    settings.AUDIT_HEADS_FILE, settings.AUDIT_PUBLISH_IN_THREAD = path, True
+    window = []
+    for i in range(min(n, 300)):
+        with transaction.atomic():
+            record_event(actor="system", action="instance.launch", details={"n": i})
+        committed = time.perf_counter()
+        size = ChainHead.objects.values_list("seq", flat=True).get(id=1)
+        while True:
+            with open(path, "rb") as handle:
+                handle.seek(max(0, os.path.getsize(path) - 2 * headlog.MAX_LINE))
+                tail = handle.read().splitlines()
+            if tail and tail[-1].endswith(b"}") and json.loads(tail[-1])["tree_size"] >= size:
+                break
+            time.sleep(0.0002)
+        window.append((time.perf_counter() - committed) * 1e3)
+    sealer.stop()
+    publish.forget()
+    window.sort()
+    medians = {
+        mode: {"wall_us": round(statistics.median(w for w, _ in runs)), "cpu_us": round(statistics.median(c for _, c in runs))}
+        for mode, runs in per_tx.items()
+    }
+    return {
+        "transactions": n, "rounds": rounds, "per_transaction": medians,
+        "window_ms": {"median": round(statistics.median(window), 2), "p90": round(window[int(len(window) * 0.9)], 2),
+                      "max": round(window[-1], 2)},
+        "heads": _count_lines(path), "cpus": os.cpu_count(), "load": [round(x, 2) for x in os.getloadavg()],
+    }  # fmt: skip
+
+
 def _count_lines(path: str) -> int:
     try:
         with open(path, "rb") as handle:
@@ -502,6 +565,10 @@ def main() -> None:
         help="AUDIT_SEAL_DELAY_MS of the audited writers (the look after commit, by the sealer thread)",
     )
     parser.add_argument(
+        "--heads", type=int, metavar="N",
+        help="only the cost of publishing signed heads: N audited transactions per mode and round, and the window",
+    )
+    parser.add_argument(
         "--offline", type=int, metavar="N",
         help="only the offline verifier on bundles of N events, beside raw SHA-256 (no database)",
     )
@@ -513,6 +580,24 @@ def main() -> None:
             print(f"offline verify {name}: {figures['records']:,} records, {figures['records_per_s']:,}/s "
                   f"= {figures['vs_raw_sha256']}x raw SHA-256 ({offline['raw_sha256_per_s']:,}/s)")
         print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "offline": offline}))
+        return
+    if args.heads:
+        recreate_database(args.db)
+        var_dir = f"/tmp/{args.db}-var"
+        os.makedirs(var_dir, exist_ok=True)
+        if os.path.exists(f"{var_dir}/audit-heads.jsonl"):
+            os.remove(f"{var_dir}/audit-heads.jsonl")
+        setup_django(args.db, var_dir)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        heads = heads_bench(args.heads)
+        _drop(args)
+        for mode, figures in heads["per_transaction"].items():
+            print(f"  heads {mode:>9}: {figures['wall_us']:,} us a transaction ({figures['cpu_us']:,} us CPU)")
+        print(f"commit to head on disk: median {heads['window_ms']['median']} ms, p90 {heads['window_ms']['p90']} ms, "
+              f"max {heads['window_ms']['max']} ms; load {heads['load']}")
+        print(json.dumps({"date": datetime.now(UTC).strftime("%Y-%m-%d"), "heads": heads}))
         return
     if args.append_only:
         recreate_database(args.db)
