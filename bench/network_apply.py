@@ -1,6 +1,7 @@
 """Applying a host's network rules: 1, 100 and 1,000 instances on one host.
 
     sudo .venv/bin/python bench/network_apply.py [--runs 7] [--team-size 20]
+    sudo .venv/bin/python bench/network_apply.py --e2e 100 [--redis redis://127.0.0.1:6379/6]
 
 Needs root, ``ip`` and ``nft``: everything happens in a network namespace the bench
 makes and deletes. For each size it builds the rules the console sends a host (teams of
@@ -17,8 +18,12 @@ beside two peers: ``nft -f`` of an empty table (the floor: a process and one net
 transaction) and the same rules written naively, one rule per peer address in one
 chain, no sets and no verdict maps. Then the console's side: computing a host's rules
 (``network.services.sync_host``: the database read, expansion, hash and frame) for the
-same sizes, on a scratch SQLite database. Goal (docs/benchmarks.md): 1,000 instances
-applied in ≤ 1 s, atomically.
+same sizes, on a scratch SQLite database. With ``--e2e N`` (e.g. 100), instead of the
+console's side, end to end: a console (daphne, channels-redis on ``--redis``) and a real agent link
+(sim readings at 1 Hz) enforcing into the bench's namespace; each rule added or removed
+through ``network.services`` is timed until the console records the agent's report
+of the new version. Goals (docs/benchmarks.md): 1,000 instances applied in ≤ 1 s,
+atomically; a change applied and shown within 2 s.
 """
 
 from __future__ import annotations
@@ -164,10 +169,138 @@ def _sync_anew(host_id: int) -> None:
     services.sync_host(host_id=host_id)
 
 
+E2E_SEED = """
+import json
+from django.contrib.auth.models import User
+from console.models import Team
+from instances.models import GpuModel, Host, Instance, Region, State
+from instances.services import add_gpu
+from monitoring import services as monitoring_services
+from network import services
+ops = User.objects.create_user("ops", is_staff=True)
+region = Region.objects.create(name="bench-1")
+model = GpuModel.objects.create(name="H100-80GB", memory_gb=80, power_limit_w=700)
+host = Host.objects.create(name="bench-net-host", region=region)
+gpus = [{{"uuid": f"GPU-bench-net-{{i}}", "index": i, "name": "H100-80GB", "memory_total": 80 * 2**30,
+         "power_limit_mw": 700000}} for i in range(8)]
+for g in gpus:
+    add_gpu(actor=ops, host=host, index=g["index"], uuid=g["uuid"], model=model, memory_total=g["memory_total"])
+token = monitoring_services.create_host_token(actor=ops, host=host)[1]
+team = Team.objects.create(name="Acme", slug="acme")
+for n in range({count}):
+    instance = Instance.objects.create(team=team, name=f"i{{n}}", gpu_model=model, gpu_count=1,
+                                       pricing_model="on_demand", state=State.RUNNING, host=host)
+    services.attach_instance(actor=ops, instance=instance)
+group = services.default_group(actor=ops, team=team)
+json.dump({{"host": host.name, "host_id": host.pk, "token": token, "gpus": gpus, "group": group.pk,
+           "address": Instance.objects.get(name="i0").interface.address}}, open({out!r}, "w"))
+"""
+
+
+def end_to_end(args, ns: str) -> None:
+    import asyncio
+    import json
+
+    var = Path(tempfile.mkdtemp(prefix="bench-network-e2e-"))
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env |= {"GPUCONSOLE_VAR_DIR": str(var), "REDIS_URL": args.redis, "INPROCESS_SCHEDULER": "false",
+            "CELERY_TASK_ALWAYS_EAGER": "true", "DJANGO_SETTINGS_MODULE": "console.settings"}
+    redis_db = subprocess.run(["redis-cli", "-u", args.redis, "flushdb"], capture_output=True, text=True)
+    if redis_db.returncode:
+        print(f"end to end: skipped, no Redis at {args.redis} ({redis_db.stderr.strip()})")
+        return
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    out = var / "seed.json"
+    for step in (["migrate", "--noinput", "-v0"],
+                 ["shell", "-v0", "-c", E2E_SEED.format(count=args.e2e, out=str(out))]):
+        done = subprocess.run(manage + step, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"manage.py {step[0]} failed:\n{done.stderr[-3000:]}")
+    seed = json.loads(out.read_text())
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+                               "console.asgi:application"], cwd=ROOT, env=env,
+                              stdout=open(var / "daphne.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        asyncio.run(_drive(args, ns, seed, port, var))
+    finally:
+        daphne.terminate()
+        daphne.wait(10)
+
+
+async def _drive(args, ns: str, seed: dict, port: int, var: Path) -> None:
+    import asyncio
+    import urllib.request
+
+    from monitoring.agent import runner
+    from monitoring.agent.backends.sim import SimSource
+    from monitoring.agent.spool import Spool
+    from monitoring.agent.uplink import HostLink
+    from network import services
+    from network.models import HostRules, SecurityGroup
+
+    for _ in range(100):
+        try:
+            await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{port}/healthz")
+            break
+        except OSError:
+            await asyncio.sleep(0.2)
+    source = SimSource.from_fleet([{"host": seed["host"], "token": seed["token"], "gpus": seed["gpus"]}])
+    info = source.hosts()[0]
+    link = HostLink(server=f"ws://127.0.0.1:{port}/ws/agent/", host=info.host, token=seed["token"], gpus=info.gpus,
+                    backend="sim", spool=Spool(var / "spool"))
+    link.network = firewall.Enforcer(state_path=var / "rules.json", nft=("ip", "netns", "exec", ns, "nft"))
+    agent = asyncio.create_task(runner.run(source, {info.host: link}))
+
+    def in_force(version: int) -> bool:
+        rules = HostRules.objects.get(host_id=seed["host_id"])
+        return rules.applied_version >= version and rules.in_force
+
+    async def until_applied(version: int, started: float) -> float:
+        while not await asyncio.to_thread(in_force, version):
+            if time.perf_counter() - started > 30:
+                raise SystemExit("end to end: the host did not apply the change within 30 s")
+            await asyncio.sleep(0.01)
+        return (time.perf_counter() - started) * 1000
+
+    group = await asyncio.to_thread(SecurityGroup.objects.get, pk=seed["group"])
+    first = await until_applied(1, time.perf_counter())
+    print(f"end to end, {args.e2e} instances on the host, a real agent link at 1 Hz, channels-redis:")
+    print(f"  first version in force {first / 1000:.1f} s after the agent started")
+    times = []
+    for k in range(args.runs):
+        def change(k=k):
+            if k % 2 == 0:
+                services.add_rule(actor="system", group=group, direction="inbound", protocol="tcp",
+                                  port_from=9000 + k, cidr="10.0.0.0/8")
+            else:
+                services.remove_rule(actor="system", rule=group.rules.order_by("-id").first())
+            return HostRules.objects.get(host_id=seed["host_id"]).version
+
+        started = time.perf_counter()
+        version = await asyncio.to_thread(change)
+        times.append(await until_applied(version, started))
+    print(f"  change -> in force and shown: median {statistics.median(times):.0f} ms, "
+          f"max {max(times):.0f} ms over {len(times)} changes ({', '.join(f'{t:.0f}' for t in times)})")
+    source.stop_event.set()
+    agent.cancel()
+    await asyncio.gather(agent, return_exceptions=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--team-size", type=int, default=20)
+    parser.add_argument("--e2e", type=int, default=0, metavar="N", help="run end to end with N instances instead")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/6", help="channel layer of the end-to-end run")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/network_apply.py applies rules in a network namespace: run it as root")
@@ -176,10 +309,14 @@ def main() -> None:
     try:
         version = subprocess.run(["nft", "--version"], capture_output=True, text=True).stdout.strip()
         print(f"{version}; kernel {os.uname().release}; {os.cpu_count()} CPUs; median of {args.runs}")
-        agent_side(ns, args.runs, args.team_size)
+        if args.e2e:
+            end_to_end(args, ns)
+        else:
+            agent_side(ns, args.runs, args.team_size)
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
-    console_side(args.runs, args.team_size)
+    if not args.e2e:
+        console_side(args.runs, args.team_size)
 
 
 if __name__ == "__main__":
