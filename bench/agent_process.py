@@ -233,6 +233,7 @@ class Console:
     and a host token per device count, written to files the agents read."""
 
     def __init__(self, tmp: str, device_counts: list[int]):
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.var = Path(tmp) / "console-var"
         self.env = os.environ | {"GPUCONSOLE_VAR_DIR": str(self.var), "INPROCESS_SCHEDULER": "true",
@@ -361,13 +362,16 @@ def measure(args) -> dict:
         if Path(report).exists():
             break
         time.sleep(0.05)
-    console = Console(tmp, args.device_counts) if "agent-console" in args.tools else None
+    # One console per device count: the multiplied devices share GPU 0's UUID for the
+    # first device, and one console refuses a GPU that another host already reported.
+    consoles = {d: Console(str(Path(tmp) / f"console-{d}"), [d]) for d in args.device_counts} \
+        if "agent-console" in args.tools else {}
     procs: dict[tuple[str, int], subprocess.Popen] = {}
     skipped: dict[tuple[str, int], str] = {}
     for devices in args.device_counts:
         for tool in args.tools:
             if tool == "agent-console":
-                p = start_role(tool, devices, args, console.port, console.tokens[devices])
+                p = start_role(tool, devices, args, consoles[devices].port, consoles[devices].tokens[devices])
             elif tool == "nvidia-smi":
                 if devices != 1 or args.fake:
                     continue
@@ -421,9 +425,9 @@ def measure(args) -> dict:
     sink.wait(10)
     sink_end = json.loads(Path(report).read_text()) if Path(report).exists() else {}
     console_end = {}
-    if console is not None:
+    for console in consoles.values():
         console.stop()
-        console_end = {"stored_samples": console.stored()}
+        console_end.setdefault("stored_samples", {}).update(console.stored())
     shutil.rmtree(tmp, ignore_errors=True)
     return {"rows": rows, "skipped": {f"{t} ×{d}": why for (t, d), why in skipped.items()},
             "sink": sink_end, "console": console_end,

@@ -4,7 +4,8 @@
 #   bash bench/gpu_session.sh e2e      # end to end, as it is (bench/gpu_e2e.sh)
 #   bash bench/gpu_session.sh rest     # tflops_est per precision and its history (bench/gpu_precision.py),
 #                                      # then the agent as a whole process against the real console
-#   bash bench/gpu_session.sh all      # both
+#   bash bench/gpu_session.sh agent    # the agent as a whole process alone
+#   bash bench/gpu_session.sh all      # everything
 # Summaries go to $OUT (e2e.md, precision.md, agent_process.md, machine.txt), everything
 # else (logs, JSON) into $OUT/<part>.tar.gz.
 set -uo pipefail
@@ -37,6 +38,8 @@ if [ "$part" = rest ] || [ "$part" = all ]; then
     >"$WORK/precision.log" 2>&1 || status=$?
   cp "$WORK/precision/precision.md" "$OUT/precision.md" 2>/dev/null || tail -40 "$WORK/precision.log"
   tar -czf "$OUT/precision.tar.gz" -C "$WORK" precision precision.log 2>/dev/null
+fi
+if [ "$part" = rest ] || [ "$part" = agent ] || [ "$part" = all ]; then
   python3 bench/agent_process.py --seconds "${WINDOW_S:-90}" --warmup 10 \
     --tools agent,agent-console,bare,nvitop,nvidia-smi --devices 1,8 \
     --out "$WORK/agent_process.json" >"$WORK/agent_process.md" 2>&1 || status=$?
