@@ -14,7 +14,7 @@ trace into worker A while on worker B
 - an idle client subscribes to a team with no GPUs and hears nothing the whole run.
 
 It fails (exit 1, naming each failure) on: any close of a live client or of the agent
-during the run; a 1011 or a Redis timeout in any log; a reading delivered twice to the
+during the run; a 1011 or 4500 close (server error) or a Redis timeout in any log; a reading delivered twice to the
 client; a stored reading that the client got neither itself nor superseded within
 ``COVER_S`` by a newer one of the same GPU (readings are coalesced per interval; the
 count starts at the first reading the client got of that GPU); no
@@ -48,7 +48,7 @@ TRACE = ROOT / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 HOST = "prod-replay"
 COVER_S = 1.0
 SETTLE_S = 120  # after the run: how long rollups and checkpoints may take to appear
-BAD_LOG = re.compile(r"\b1011\b|Timeout reading from|TimeoutError|Traceback")
+BAD_LOG = re.compile(r"\b1011\b|4500 server error|Timeout reading from|TimeoutError|Traceback")
 
 SEED = f"""
 import json
