@@ -144,8 +144,12 @@ class Interface(models.Model):
 
     @property
     def ifname(self) -> str:
-        """The host end of the instance's link, as the host's agent knows it."""
-        return f"gc{self.instance_id}"
+        return ifname(self.instance_id)
+
+
+def ifname(instance_id: int) -> str:
+    """The host end of an instance's link, as the host's agent knows it."""
+    return f"gc{instance_id}"
 
 
 class HostRules(models.Model):

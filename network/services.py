@@ -33,6 +33,7 @@ from .models import (
     SecurityRule,
     Subnet,
     Vpc,
+    ifname,
 )
 
 log = logging.getLogger(__name__)
@@ -536,17 +537,32 @@ def _on_host(host_id: int):
 
 def desired(host_id: int) -> list[wire.NetInterface]:
     """The interfaces of the instances on the host, with their groups' rules, sources and
-    destinations expanded to CIDRs (a group: its members' addresses, wherever they run)."""
-    interfaces = list(_on_host(host_id).prefetch_related("groups__rules__peer_group"))
-    peers = _group_addresses({r.peer_group_id for i in interfaces for g in i.groups.all() for r in g.rules.all()})
+    destinations expanded to CIDRs (a group: its members' addresses, wherever they run).
+    Read as plain rows, four queries whatever the size; interfaces with the same groups
+    share their rule lists."""
+    interfaces = list(_on_host(host_id).values_list("pk", "instance_id", "address"))
+    through = SecurityGroup.interfaces.through.objects
+    groups_of: dict[int, list[int]] = {}
+    for interface_id, group_id in through.filter(interface_id__in=[i[0] for i in interfaces]).values_list(
+            "interface_id", "securitygroup_id"):
+        groups_of.setdefault(interface_id, []).append(group_id)
+    rules = list(SecurityRule.objects.filter(group_id__in={g for gs in groups_of.values() for g in gs}).values_list(
+        "group_id", "direction", "protocol", "port_from", "port_to", "cidr", "peer_group_id"))
+    peers = _group_addresses({r[6] for r in rules if r[6]})
+    by_group: dict[int, list[tuple]] = {}
+    for rule in rules:
+        by_group.setdefault(rule[0], []).append(rule)
+    shared: dict[tuple[int, ...], tuple[list, list]] = {}
     out = []
-    for interface in interfaces:
-        rules = [r for g in interface.groups.all() for r in g.rules.all()]
-        out.append(wire.NetInterface(
-            ifname=interface.ifname, address=f"{interface.address}/32",
-            inbound=_net_rules([r for r in rules if r.direction == Direction.INBOUND], peers),
-            outbound=_net_rules([r for r in rules if r.direction == Direction.OUTBOUND], peers),
-        ))
+    for pk, instance_id, address in interfaces:
+        key = tuple(sorted(groups_of.get(pk, [])))
+        if key not in shared:
+            mine = [r for g in key for r in by_group.get(g, [])]
+            shared[key] = (_net_rules([r for r in mine if r[1] == Direction.INBOUND], peers),
+                           _net_rules([r for r in mine if r[1] == Direction.OUTBOUND], peers))
+        inbound, outbound = shared[key]
+        out.append(wire.NetInterface(ifname=ifname(instance_id), address=f"{address}/32", inbound=inbound,
+                                     outbound=outbound))
     return sorted(out, key=lambda i: i.ifname)
 
 
@@ -558,14 +574,16 @@ def _group_addresses(group_ids: set) -> dict[int, list[str]]:
     return found
 
 
-def _net_rules(rules: list[SecurityRule], peers: dict[int, list[str]]) -> list[wire.NetRule]:
+def _net_rules(rules: list[tuple], peers: dict[int, list[str]]) -> list[wire.NetRule]:
+    """Rows of (group, direction, protocol, port_from, port_to, cidr, peer group) as wire
+    rules: deduplicated, in one order."""
     out = set()
-    for r in rules:
-        targets = [r.cidr] if r.cidr else peers.get(r.peer_group_id, [])
+    for _, _, protocol, port_from, port_to, cidr, peer_group in rules:
+        targets = [cidr] if cidr else peers.get(peer_group, [])
         if not targets:  # a group with no members yet allows nothing
             continue
-        ports = None if r.port_from is None else (r.port_from, r.port_to)
-        out.add((r.protocol, tuple(sorted(set(targets))), ports))
+        ports = None if port_from is None else (port_from, port_to)
+        out.add((protocol, tuple(sorted(set(targets))), ports))
     return [wire.NetRule(proto=p, peers=list(t), ports=ports)
             for p, t, ports in sorted(out, key=lambda x: (x[0], x[1], x[2] or (-1, -1)))]
 
