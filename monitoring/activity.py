@@ -5,7 +5,10 @@ GPU it used: a memory copy reads 100% with no tensor work, a job that holds 100 
 and computes nothing reads ~0%. So where the GPU reports Hopper GPM metrics, real
 activity is the largest of SM occupancy, tensor-core activity and DRAM bandwidth
 use (a memory-bound copy is real work); elsewhere it is plain GPU utilization.
-A GPU-minute is idle when its real activity is below the threshold.
+A GPU-minute is idle when its real activity is below the threshold. Past the
+1-minute rollups' retention (ROLLUP_1M_RETENTION_DAYS), a device's hour with no minute
+rollups is read from its 1-hour rollup and judged by the hour's average, so a closed
+month keeps its idle cost.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from instances.models import Gpu
+
 from . import readings
-from .models import GpuLatest, Rollup1m, stale_after_s
+from .models import GpuLatest, Rollup1h, Rollup1m, stale_after_s
 
 BUCKET = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+_ACTIVITY = ("gpu_util_avg", "sm_occupancy_pct_avg", "tensor_active_pct_avg", "dram_bw_util_pct_avg")
 
 
 def real_activity(gpu_util, sm_occupancy=None, tensor_active=None, dram_bw=None) -> float | None:
@@ -37,20 +44,29 @@ def activity_by_instance(
     part inside. Instances with no telemetry answer (0, 0).
     """
     totals = {iid: [0.0, 0.0] for iid in instance_ids}
-    rows = Rollup1m.objects.filter(
-        instance_id__in=list(instance_ids), bucket__gt=start - BUCKET, bucket__lt=end
-    ).values_list(
-        "instance_id", "bucket", "observed_s", "gpu_util_avg", "sm_occupancy_pct_avg",
-        "tensor_active_pct_avg", "dram_bw_util_pct_avg",
-    )
-    for iid, bucket, observed, util, occupancy, tensor, dram in rows.iterator(chunk_size=5000):
-        inside = (min(end, bucket + BUCKET) - max(start, bucket)) / BUCKET
-        seconds = observed * inside
-        activity = real_activity(util, occupancy, tensor, dram)
+    for iid, _gpu, seconds, activity in _observed(instance_ids, start, end):
         totals[iid][0] += seconds
         if activity is not None and activity < threshold_pct:
             totals[iid][1] += seconds
     return {iid: (round(observed), round(idle)) for iid, (observed, idle) in totals.items()}
+
+
+def _observed(instance_ids, start: datetime, end: datetime):
+    """(instance id, GPU id, seconds observed inside [start, end), real activity) per
+    1-minute rollup, and per 1-hour rollup of a device-hour that has no minute rollups."""
+    covered = set()
+    for tier, width in ((Rollup1m, BUCKET), (Rollup1h, HOUR)):
+        rows = tier.objects.filter(
+            instance_id__in=list(instance_ids), bucket__gt=start - width, bucket__lt=end
+        ).values_list("instance_id", "gpu_id", "slice_id", "bucket", "observed_s", *_ACTIVITY)
+        for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.iterator(chunk_size=5000):
+            key = (iid, gpu_id, slice_id, bucket.replace(minute=0, second=0, microsecond=0))
+            if tier is Rollup1m:
+                covered.add(key)
+            elif key in covered:
+                continue
+            inside = (min(end, bucket + width) - max(start, bucket)) / width
+            yield iid, gpu_id, observed * inside, real_activity(*metrics)
 
 
 def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
@@ -73,22 +89,14 @@ def activity_by_gpu(
     """{(instance id, GPU uuid): (observed seconds, idle seconds)} over [start, end), per
     GPU the instance held: billing's idle cost per GPU (a busy instance can hold an idle
     GPU). Same rules as ``activity_by_instance``."""
-    totals: dict[tuple[int, str], list[float]] = {}
-    rows = Rollup1m.objects.filter(
-        instance_id__in=list(instance_ids), bucket__gt=start - BUCKET, bucket__lt=end
-    ).values_list(
-        "instance_id", "gpu__uuid", "bucket", "observed_s", "gpu_util_avg", "sm_occupancy_pct_avg",
-        "tensor_active_pct_avg", "dram_bw_util_pct_avg",
-    )
-    for iid, uuid, bucket, observed, util, occupancy, tensor, dram in rows.iterator(chunk_size=5000):
-        inside = (min(end, bucket + BUCKET) - max(start, bucket)) / BUCKET
-        seconds = observed * inside
-        entry = totals.setdefault((iid, uuid), [0.0, 0.0])
+    totals: dict[tuple[int, int], list[float]] = {}
+    for iid, gpu_id, seconds, activity in _observed(instance_ids, start, end):
+        entry = totals.setdefault((iid, gpu_id), [0.0, 0.0])
         entry[0] += seconds
-        activity = real_activity(util, occupancy, tensor, dram)
         if activity is not None and activity < threshold_pct:
             entry[1] += seconds
-    return {key: (round(observed), round(idle)) for key, (observed, idle) in totals.items()}
+    uuids = dict(Gpu.objects.filter(pk__in={gpu_id for _, gpu_id in totals}).values_list("pk", "uuid"))
+    return {(iid, uuids[gpu_id]): (round(observed), round(idle)) for (iid, gpu_id), (observed, idle) in totals.items()}
 
 
 def pflop_hours_by_instance(instance_ids: list[int], start: datetime, end: datetime) -> dict[int, float]:

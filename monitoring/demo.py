@@ -1,5 +1,6 @@
-"""Demo telemetry: agent tokens for the demo fleet, two days of rollup history that
-follows the seeded allocations, and the agent commands ``rundemo`` starts.
+"""Demo telemetry: agent tokens for the demo fleet, rollup history that follows the
+seeded allocations (two days of 1-minute rollups, 1-hour rollups back to each
+allocation's start), and the agent commands ``rundemo`` starts.
 
 Raw tokens are written only to files under VAR_DIR, readable by their owner alone:
 ``agent-fleet.json`` (the sim agent's ``--fleet`` file) and ``replay.token``.
@@ -16,7 +17,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from instances.demo import REPLAY_HOST
@@ -172,19 +172,21 @@ def backfill(now: datetime | None = None) -> int:
     hours among them, for every GPU and slice while an instance held it (``GpuHold``):
     its workload while running, idle while pending or stopping, nothing while free, from
     the same profiles the simulated agent runs, so the live data carries on where the
-    history ends. Idempotent: a second run adds nothing."""
+    history ends. Before those two days, 1-hour rollups only (what retention leaves of
+    the past), back to each hold's start. Idempotent: a second run adds nothing."""
     now = now or timezone.now()
     end = now.replace(second=0, microsecond=0)
     full_hours = now.replace(minute=0, second=0, microsecond=0)
     start = full_hours - HISTORY
-    holds = list(
-        GpuHold.objects.filter(start__lt=end).filter(Q(end__isnull=True) | Q(end__gt=start))
-        .select_related("instance", "gpu__model", "gpu__host", "slice__profile")
-    )
-    if not holds or Rollup1m.objects.filter(bucket__gte=start).exists():
+    if Rollup1m.objects.filter(bucket__gte=start).exists():
         return 0
+    holds = list(
+        GpuHold.objects.filter(start__lt=end).select_related("instance", "gpu__model", "gpu__host", "slice__profile")
+    )
     runs = _running_spans({h.instance_id for h in holds})
-    minutes, hours = [], []
+    hours = [row for hold in holds if hold.start < start for row in _hours_before(hold, start, runs)]
+    holds = [h for h in holds if h.end is None or h.end > start]
+    minutes = []
     for hold in holds:
         gpu, piece, instance = hold.gpu, hold.slice, hold.instance
         rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}")
@@ -213,6 +215,32 @@ def backfill(now: datetime | None = None) -> int:
     _insert(Rollup1m, minutes)
     _insert(Rollup1h, hours)
     return len(minutes) + len(hours)
+
+
+def _hours_before(hold: GpuHold, until: datetime, runs: dict) -> list[dict]:
+    """1-hour rollups of one hold from its start to ``until`` (or its end): each hour's
+    share of the hold, at the workload of the hour's middle."""
+    gpu, piece, instance = hold.gpu, hold.slice, hold.instance
+    rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}/hours")
+    mode = gpu.host.kind if piece else None
+    limit_mw = None if piece else gpu.model.power_limit_w * 1000
+    memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
+    stop = min(until, hold.end) if hold.end else until
+    energy = rng.randrange(10**9, 10**11)
+    rows = []
+    bucket = hold.start.replace(minute=0, second=0, microsecond=0)
+    while bucket < stop:
+        lo, hi = max(bucket, hold.start), min(bucket + timedelta(hours=1), stop)
+        seconds = (hi - lo).total_seconds()
+        kind = _kind(instance, runs.get(instance.pk, ()), lo + (hi - lo) / 2)
+        stats = _stats(_minute_values(kind, rng, limit_mw, memory, mode), rng)
+        delta = stats["power_mw_avg"] * seconds if limit_mw else None
+        energy += int(delta or 0)
+        rows.append(dict(bucket=bucket.astimezone(UTC), gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None),
+                         instance_id=instance.pk, team_id=hold.team_id, samples=int(seconds), observed_s=seconds,
+                         energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
+        bucket += timedelta(hours=1)
+    return rows
 
 
 def _insert(model, rows: list[dict]) -> None:

@@ -6,10 +6,12 @@ import stat
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from billing import demo as billing_demo
 from console import demo as console_demo
 from instances import demo as instances_demo
+from instances.models import Instance
 from monitoring import demo, services
 from monitoring.agent import cli
 from monitoring.agent.backends.sim import load_fleet
@@ -48,7 +50,10 @@ def test_seeding_again_reuses_the_tokens(seeded, tmp_path):
 
 def test_running_instances_have_history(seeded):
     hours = Rollup1h.objects.filter(instance__name="acme-train-70b")
-    assert hours.count() == 3 * 8
+    launched = Instance.objects.get(name="acme-train-70b").created_at.replace(minute=0, second=0, microsecond=0)
+    recent = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    assert hours.filter(bucket__gte=recent).count() == 3 * 8  # from the minutes
+    assert hours.order_by("bucket").first().bucket == launched  # and back to its launch
     minutes = Rollup1m.objects.filter(instance__name="acme-train-70b")
     assert minutes.values("gpu").distinct().count() == 8
     assert minutes.count() >= 3 * 60 * 8

@@ -18,7 +18,8 @@ from monitoring import demo as monitoring_demo
 from scaling import demo as scaling_demo
 
 # After users, fleet and instances, each app adds its own history: ``seed(users=, stdout=)``.
-LATER = (("telemetry", monitoring_demo), ("scaling", scaling_demo), ("billing", billing_demo), ("jobs", jobs_demo))
+# Telemetry last: its rollups follow every allocation the others made.
+LATER = (("scaling", scaling_demo), ("billing", billing_demo), ("jobs", jobs_demo), ("telemetry", monitoring_demo))
 # The teams, users and fleet were set up before any of the history (billing's reaches
 # back four months, the image catalog 120 days).
 SET_UP_DAYS_AGO = 150

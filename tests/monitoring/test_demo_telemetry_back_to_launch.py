@@ -1,0 +1,47 @@
+"""The demo's telemetry reaches back to each allocation's start (1-hour rollups before
+the two days of 1-minute ones), so a closed month's idle cost has telemetry for every
+instance billed in it."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing import demo as billing_demo
+from billing import pricing
+from billing.models import Charge
+from console import demo as console_demo
+from instances import demo as instances_demo
+from instances.models import GpuHold
+from monitoring import demo
+from monitoring.activity import activity_by_instance
+from monitoring.models import Rollup1h
+
+
+@pytest.fixture
+def seeded(db, settings, tmp_path, monkeypatch):
+    settings.VAR_DIR = tmp_path
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    monkeypatch.setattr(demo, "HISTORY", timedelta(hours=3))  # the demo keeps two days of minutes
+    users = console_demo.seed()
+    instances_demo.seed_fleet(actor=users["ops"])
+    billing_demo.seed_catalog(users=users)
+    instances_demo.seed_instances(users=users)
+    billing_demo.seed(users=users)
+    demo.seed(users=users)
+    return users
+
+
+def test_every_hold_has_hourly_telemetry_from_its_start(seeded):
+    for hold in GpuHold.objects.select_related("instance"):
+        first = hold.start.replace(minute=0, second=0, microsecond=0)
+        assert Rollup1h.objects.filter(instance=hold.instance, gpu=hold.gpu, bucket=first).exists(), hold
+
+
+def test_last_months_idle_cost_has_telemetry_for_every_instance_billed(seeded):
+    end = pricing.month_start(timezone.now())
+    start = pricing.month_start(end - timedelta(days=1))
+    billed = set(Charge.objects.filter(period_start__gte=start, period_start__lt=end, instance__isnull=False)
+                 .values_list("instance_id", flat=True))
+    observed = activity_by_instance(sorted(billed), start, end)
+    assert billed and all(seconds > 0 for seconds, _idle in observed.values())
