@@ -42,6 +42,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from hashlib import sha256
 from typing import NamedTuple
 
@@ -309,8 +310,7 @@ def read_bundle(path: str) -> Bundle:
     manifest = loads(first, "line 1")
     if not isinstance(manifest, dict) or manifest.get("type") != "manifest":
         raise ValueError("line 1 is not the bundle's manifest")
-    lines = (line for line in _bounded_lines(handle, "the file", first=2) if not line.isspace())
-    return Bundle(manifest, "jsonl", lines)
+    return Bundle(manifest, "jsonl", _chunked_lines(handle))
 
 
 def _member(bundle: zipfile.ZipFile, name: str, limit: int | None = None):
@@ -341,6 +341,17 @@ def _bounded_lines(stream, what: str, *, first: int = 1, closing=None) -> Iterat
         stream.close()
         if closing is not None:
             closing.close()
+
+
+def _chunked_lines(handle) -> Iterator[bytes]:
+    """The file's non-blank lines, each read with a limit (iterating the file would hold
+    a whole line however long); a line past ``MAX_LINE_BYTES`` is refused there."""
+    with handle:
+        for number, line in enumerate(iter(partial(handle.readline, MAX_LINE_BYTES + 1), b""), 2):
+            if len(line) > MAX_LINE_BYTES:
+                raise BundleRefused(f"the file's line {number} is longer than {MAX_LINE_BYTES >> 20} MiB")
+            if not line.isspace():
+                yield line
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
