@@ -588,10 +588,14 @@ def idle_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
                 team_id=rule.team_id, host_id=row["host_id"], gpu_id=row["gpu_id"], uuid=row["uuid"],
                 value=round(row["activity"], 2), threshold=rule.threshold, rule_id=rule.pk, severity=rule.severity,
                 message=f"{rule.name}: {row['uuid']} of {row['name']} was billed but at most "
-                        f"{row['activity']:.1f}% busy (real activity) for the last {window / 60:.0f} min.",
+                        f"{row['activity']:.1f}% busy (real activity) for the last {_span(window)}.",
             ))
         out.append((rule, found))
     return out
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def spot_max_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:

@@ -42,7 +42,8 @@ def replayed(e2e):
     return source, records, {p["phase"]: p for p in phases}
 
 
-async def test_the_gpu_runs_checks_pass_on_the_replayed_trace(e2e, replayed):
+async def replay_and_check(e2e, replayed) -> list[tuple[str, bool]]:
+    """The script's setup, the trace through the consumer, the alert task, the checks."""
     source, records, phases = replayed
     api_token, host_token = await sync_to_async(e2e.prepare)()
     info, boot = source.hosts()[0], secrets.token_hex(16)
@@ -62,8 +63,11 @@ async def test_the_gpu_runs_checks_pass_on_the_replayed_trace(e2e, replayed):
     for moment in (copy["end"], hold["start"] + IDLE_HOLD_S + 1, hold["end"]):
         await sync_to_async(alerts.evaluate)(datetime.fromtimestamp(moment, UTC))
 
-    results = await sync_to_async(checks_through_the_api)(e2e, api_token, source.uuid, phases)
+    return await sync_to_async(checks_through_the_api)(e2e, api_token, source.uuid, phases)
 
+
+async def test_the_gpu_runs_checks_pass_on_the_replayed_trace(e2e, replayed):
+    results = await replay_and_check(e2e, replayed)
     assert [what for what, ok in results if not ok] == []
     assert len(results) == 12
 
@@ -80,3 +84,11 @@ def checks_through_the_api(e2e, api_token, uuid, phases):
     rows = [e2e.phase_row(get, uuid, p) for p in phases.values() if p["end"] - p["start"] >= 5]
     idle = get("/api/v1/alerts/", kind="idle", page_size=100)["results"]
     return e2e.checks(rows, idle, phases, e2e.integrity(uuid))
+
+
+async def test_a_short_idle_window_is_named_in_seconds(e2e, replayed):
+    from monitoring.models import Alert
+
+    await replay_and_check(e2e, replayed)
+    message = (await Alert.objects.filter(kind="idle").afirst()).message
+    assert message.endswith("for the last 5 s.")
