@@ -13,6 +13,7 @@ django_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from console import serving  # noqa: E402
+from console.edge import RefuseNulWebsocket  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 serving.install()  # bounded websocket frames and buffering under daphne
@@ -29,7 +30,7 @@ if settings.INPROCESS_SCHEDULER:
 
     InProcessScheduler().start()
 
-application = ProtocolTypeRouter({"http": http_app, "websocket": URLRouter(websocket_urlpatterns)})
+application = ProtocolTypeRouter({"http": http_app, "websocket": RefuseNulWebsocket(URLRouter(websocket_urlpatterns))})
 
 # Everything imported so far lives as long as the process: move it out of the cyclic
 # collector's reach, so a full collection (every few seconds under the live fan-out's

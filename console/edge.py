@@ -28,10 +28,11 @@ def nul_in_form(request) -> str | None:
 
 
 def nul_in_headers(request) -> str | None:
+    """The same for a header, and for a cookie (a quoted one may spell NUL as \\000)."""
     for key, value in request.META.items():
         if key.startswith("HTTP_") and isinstance(value, str) and NUL in value:
             return f"The {key[5:].replace('_', '-').title()} header contains a NUL character."
-    return None
+    return _nul_in_pairs(((key, [value]) for key, value in request.COOKIES.items()), "cookie")
 
 
 def _nul_in_pairs(pairs, what: str) -> str | None:
@@ -43,7 +44,7 @@ def _nul_in_pairs(pairs, what: str) -> str | None:
 
 class RefuseNulMiddleware:
     """A NUL (U+0000) anywhere a request carries text: the path, the query string, a
-    header, a form field's name or value. PostgreSQL text cannot hold
+    header or cookie, a form field's name or value. PostgreSQL text cannot hold
     one, and a choice, a lookup or a filter would take it to the database before any
     field validator runs (Django's forms.CharField prohibits NUL, but ModelChoiceField,
     django-filter's filters and the sign-in's lockout and audit read raw values);
@@ -67,3 +68,37 @@ class RefuseNulMiddleware:
         response = bad_request(request, HostileRequest(problem))
         response._has_been_logged = True  # the line above, not django.request's warning
         return response
+
+
+class RefuseNulWebsocket:
+    """The same for a websocket handshake (ASGI): a NUL in its path, query string, a
+    header or a cookie closes it before any consumer, session or token lookup runs (an
+    HTTP 403 at the handshake)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        problem = _nul_in_handshake(scope) if scope["type"] == "websocket" else None
+        if problem is None:
+            return await self.app(scope, receive, send)
+        log.info("refused a websocket to %r: %s", scope.get("path", "")[:200], problem)
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close"})
+
+
+def _nul_in_handshake(scope) -> str | None:
+    from urllib.parse import unquote_to_bytes
+
+    from django.http.cookie import parse_cookie
+
+    if NUL in scope.get("path", ""):
+        return "The URL path contains a NUL character."
+    if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+        return "The query string contains a NUL character."
+    for name, value in scope.get("headers", []):
+        if b"\x00" in value:
+            return f"The {name.decode('latin-1').title()} header contains a NUL character."
+        if name.lower() == b"cookie" and any(NUL in k + v for k, v in parse_cookie(value.decode("latin-1")).items()):
+            return "A cookie contains a NUL character."
+    return None

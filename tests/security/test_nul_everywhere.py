@@ -1,5 +1,5 @@
 """A NUL (U+0000) anywhere in a request, on every URL the console routes, GET and
-POST, page and API: in the path, the query string, a header, a form field (name or
+POST, page and API: in the path, the query string, a header or cookie, a form field (name or
 value, multipart too) or a JSON field at any depth. Every one is a 400 naming where the
 NUL is, and none reaches the database: PostgreSQL text cannot hold U+0000 (it answers
 with a DataError, a 500), so here every statement is checked for a NUL parameter,
@@ -135,6 +135,8 @@ def test_a_nul_in_a_header_is_a_400(world, route):
     with nul_watch():
         for header in ("HTTP_USER_AGENT", "HTTP_X_REQUEST_ID", "HTTP_X_FORWARDED_FOR", "HTTP_REFERER"):
             _refused(world["bob"].get(path, **{header: "curl/8\x00"}), f"{header} on {path}")
+        cookie = 'sessionid="abcdefghij\\000"'  # a quoted cookie's octal escape is a NUL once parsed
+        _refused(world["anonymous"].get(path, HTTP_COOKIE=cookie), f"a NUL in a cookie on {path}")
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -24,3 +24,22 @@ async def test_a_nul_in_an_agents_user_agent_is_not_stored(fleet):
     await sync_to_async(flush_refusals)(now=timezone.now() + timedelta(minutes=1))
     event = await AuditEvent.objects.filter(action="agent.reject").alast()
     assert event.user_agent == "gpuconsole-agent/0.1"
+
+
+@pytest.mark.parametrize(("path", "headers"), [
+    ("/ws/live/%00", []),
+    ("/ws/live/?x=%00", []),
+    ("/ws/live/", [(b"cookie", b'sessionid="abcdefghij\\000"')]),
+    ("/ws/live/", [(b"user-agent", b"a\x00b")]),
+    ("/ws/agent/", [(b"authorization", b"Bearer gph_\x00")]),
+    ("/ws/agent/?token=%00", []),
+])
+async def test_a_nul_in_a_handshake_is_refused_before_any_lookup(path, headers):
+    from channels.testing import WebsocketCommunicator
+
+    from console.asgi import application
+
+    socket = WebsocketCommunicator(application, path, headers=[(b"origin", b"http://testserver"), *headers])
+    connected, _ = await socket.connect()
+    assert not connected
+    await socket.disconnect()
