@@ -88,5 +88,27 @@ def read(path: str | Path) -> Iterator[tuple[int, dict | BadLine]]:
                 yield number, exc
 
 
+def newest(path: str | Path, nbytes: int = 64 << 10) -> list[dict]:
+    """The heads in the file's last ``nbytes`` (whole lines only; unreadable ones left out)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - nbytes))
+            data = handle.read(nbytes)
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    if len(data) == nbytes and size > nbytes:
+        lines = lines[1:]  # the first may be cut
+    found = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                found.append(parse(line, number))
+            except BadLine:
+                continue
+    return found
+
+
 def message(head: dict) -> bytes:
     return signing.head_message(head["tree_size"], head["root"], head["chain_hash"], head["time"])

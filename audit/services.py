@@ -23,7 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chain, context, keys, merkle, publish, sealer, signing, stream
+from . import chain, context, headlog, keys, merkle, publish, sealer, signing, stream
 from .models import (
     ActorType,
     AuditEvent,
@@ -500,9 +500,10 @@ def write_checkpoint(*, now: datetime | None = None) -> Checkpoint | None:
     except ValueError as exc:
         _tamper_found((last.seq + 1) if last else 1, f"gap: {exc}")
         return None
-    frontier, size = merkle.extend(
-        last.frontier_bytes() if last else [], last.seq if last else 0, leaves
-    )
+    base, base_frontier = (last.seq, last.frontier_bytes()) if last else (0, [])
+    if not _matches_published(base, base_frontier, leaves, head.seq):
+        return None
+    frontier, size = merkle.extend(base_frontier, base, leaves)
     if size != head.seq:
         _tamper_found(
             size + 1, f"gap: the log holds {size} events up to the chain head #{head.seq}"
@@ -517,6 +518,39 @@ def write_checkpoint(*, now: datetime | None = None) -> Checkpoint | None:
             return checkpoint
     except IntegrityError:  # another worker signed the same head a moment ago
         return Checkpoint.objects.filter(seq=head.seq).first()
+
+
+def _matches_published(base: int, frontier: list[bytes], leaves: list[bytes], head_seq: int) -> bool:
+    """Before a checkpoint signs #base+1..#head_seq: the newest heads published outside the
+    database must agree (none beyond the chain head; the newest one in that span has the
+    root these leaves give at its size), so a rewritten or rolled back tail is reported
+    (``audit.tamper``), not signed."""
+    from .verification import _head_signed
+
+    path = publish.heads_path()
+    heads = headlog.newest(path) if path else []
+    if not heads:
+        return True
+    trusted = keys.public_keys()
+    heads = [h for h in heads if _head_signed(h, trusted)]
+    beyond = max((h["tree_size"] for h in heads if h["tree_size"] > head_seq), default=None)
+    if beyond is not None and ChainHead.objects.values_list("seq", flat=True).get(id=1) < beyond:
+        # (re-read: the head may have moved, and been published, since it was read)
+        _tamper_found(head_seq + 1, f"rollback: tree head #{beyond} was published but the chain head is #{head_seq}")
+        return False
+    within = [h for h in heads if base < h["tree_size"] <= head_seq]
+    if not within:
+        return True
+    newest = max(within, key=lambda h: h["tree_size"])
+    size = newest["tree_size"]
+    edge, _ = merkle.extend(frontier, base, leaves[: size - base])
+    if merkle.frontier_root(edge).hex() != newest["root"]:
+        _tamper_found(
+            base + 1,
+            f"rewritten: events #{base + 1}..#{size} do not match the tree head published at {newest['time']}",
+        )
+        return False
+    return True
 
 
 def _tamper_found(seq, reason: str) -> None:

@@ -137,3 +137,23 @@ def test_the_sealer_thread_publishes_after_the_commit(settings):
         sealer.stop()
     assert heads(settings)[-1]["tree_size"] == 3
     assert verify().valid
+
+
+def test_the_next_checkpoint_does_not_sign_a_rewritten_tail(committed, tamper):
+    committed(5)
+    services.write_checkpoint()
+    committed(3)
+    rewrite_tail(tamper, 7, "UPDATE audit_auditevent SET details = '{\"i\": 42}' WHERE seq = 7")
+    assert services.write_checkpoint() is None
+    event = AuditEvent.objects.get(action="audit.tamper")
+    assert event.details["first_broken_seq"] == 6 and event.details["reason"].startswith("rewritten: events #6..#8")
+
+
+def test_the_next_checkpoint_does_not_sign_a_rolled_back_tail(committed, tamper):
+    committed(5)
+    services.write_checkpoint()
+    committed(3)
+    tamper("DELETE FROM audit_auditevent WHERE seq > 6")
+    tamper("UPDATE audit_chainhead SET seq = 6, hash = (SELECT hash FROM audit_auditevent WHERE seq = 6)")
+    assert services.write_checkpoint() is None
+    assert AuditEvent.objects.get(action="audit.tamper").details["reason"].startswith("rollback: tree head #8")
