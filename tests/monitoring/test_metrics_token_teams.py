@@ -53,3 +53,11 @@ def test_a_limited_operator_token_has_no_fleet_wide_powers(api, ops, acme, fleet
     assert response.status_code == 403
     unlimited = api(ops).post("/api/v1/teams/", {"name": "Initech"})
     assert unlimited.status_code == 201
+
+
+def test_a_limited_operator_token_gets_the_teams_overview_not_the_fleets(api, ops, acme, readings):
+    _, raw = console_services.create_api_token(actor=ops, user=ops, name="ci", teams=[acme])
+    client = api()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {raw}")
+    assert client.get("/api/v1/overview/").json()["scope"] == "teams"
+    assert api(ops).get("/api/v1/overview/").json()["scope"] == "fleet"
