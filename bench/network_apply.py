@@ -48,24 +48,23 @@ from monitoring.agent import protocol as wire  # noqa: E402
 SIZES = (1, 100, 1000)
 
 
-def interfaces(count: int, team_size: int) -> list[wire.NetInterface]:
+def interfaces(count: int, team_size: int) -> tuple[list[wire.NetInterface], dict[str, list[str]]]:
     hosts = ipaddress.IPv4Network("10.231.0.0/16").hosts()
     addresses = [f"{next(hosts)}/32" for _ in range(count)]
+    groups = {f"g{start}": addresses[start:start + team_size] for start in range(0, count, team_size)}
     out = []
     for n, address in enumerate(addresses):
-        start = n - n % team_size
-        team = addresses[start:start + team_size]
         out.append(wire.NetInterface(
             ifname=f"gc{n + 1}", address=address,
-            inbound=[wire.NetRule(proto="any", peers=team),
+            inbound=[wire.NetRule(proto="any", group=f"g{n - n % team_size}"),
                      wire.NetRule(proto="tcp", peers=["10.0.0.0/8"], ports=(443, 443)),
                      wire.NetRule(proto="tcp", peers=["10.231.250.0/24"], ports=(8000, 8100))],
             outbound=[wire.NetRule(proto="any", peers=["0.0.0.0/0"])],
         ))
-    return out
+    return out, groups
 
 
-def naive(ifaces: list[wire.NetInterface]) -> str:
+def naive(ifaces: list[wire.NetInterface], groups: dict[str, list[str]]) -> str:
     """The same allow rules, one nft rule per interface and peer, in one chain."""
     lines = []
     for i in ifaces:
@@ -73,7 +72,8 @@ def naive(ifaces: list[wire.NetInterface]) -> str:
         lines.append(f'iifname "{i.ifname}" ip saddr != {own} drop')
         for r in i.inbound:
             match = "" if r.proto == "any" else (f"{r.proto} dport {r.ports[0]}-{r.ports[1]} " if r.ports else "")
-            lines += [f'oifname "{i.ifname}" ip saddr {p} {match}accept' for p in r.peers]
+            peers = groups[r.group] if r.group else r.peers
+            lines += [f'oifname "{i.ifname}" ip saddr {p} {match}accept' for p in peers]
         lines.append(f'oifname "{i.ifname}" drop')
     body = "\n".join(f"\t\t{line}" for line in lines)
     return (f"table inet naive\ndelete table inet naive\ntable inet naive {{\n\tchain forward {{\n"
@@ -96,20 +96,21 @@ def timed(runs: int, func, *args) -> float:
 def agent_side(ns: str, runs: int, team_size: int) -> None:
     nft = ("ip", "netns", "exec", ns, "nft")
     print(f"{'instances':>9}  {'rules':>6}  {'render ms':>9}  {'apply ms':>8}  {'one team':>8}  "
-          f"{'naive ms':>8}  {'empty table ms':>14}")
+          f"{'naive ms':>8}  {'empty table ms':>14}  {'frame KiB':>9}")
     for count in SIZES:
-        ifaces = interfaces(count, team_size)
-        one_team = firewall.render(interfaces(count, count))
-        script = firewall.render(ifaces)
+        ifaces, groups = interfaces(count, team_size)
+        one_team = firewall.render(*interfaces(count, count))
+        script = firewall.render(ifaces, groups)
         firewall.nft_apply(script, nft)  # in place, as on a host already enforcing
-        render_ms = timed(runs, firewall.render, ifaces)
+        render_ms = timed(runs, firewall.render, ifaces, groups)
         apply_ms = timed(runs, firewall.nft_apply, script, nft)
         one_ms = timed(runs, firewall.nft_apply, one_team, nft)
-        naive_ms = timed(runs, firewall.nft_apply, naive(ifaces), nft)
+        naive_ms = timed(runs, firewall.nft_apply, naive(ifaces, groups), nft)
+        frame = wire.encode(wire.Ruleset(version=1, hash="0" * 64, interfaces=ifaces, groups=groups))
         empty_ms = timed(runs, firewall.nft_apply, EMPTY, nft)
         rules = sum(len(i.inbound) + len(i.outbound) for i in ifaces)
         print(f"{count:>9}  {rules:>6}  {render_ms:>9.1f}  {apply_ms:>8.1f}  {one_ms:>8.1f}  "
-              f"{naive_ms:>8.1f}  {empty_ms:>14.1f}")
+              f"{naive_ms:>8.1f}  {empty_ms:>14.1f}  {len(frame) / 1024:>9.1f}")
     listed = subprocess.run([*nft, "list", "table", "inet", firewall.TABLE], capture_output=True, text=True)
     print(f"  in force after the runs: {listed.stdout.count('chain ')} chains in table inet {firewall.TABLE}")
 

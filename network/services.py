@@ -535,9 +535,9 @@ def _on_host(host_id: int):
     return _live().filter(instance__host_id=host_id, instance__state__in=HOLDING_STATES)
 
 
-def desired(host_id: int) -> list[wire.NetInterface]:
-    """The interfaces of the instances on the host, with their groups' rules, sources and
-    destinations expanded to CIDRs (a group: its members' addresses, wherever they run).
+def desired(host_id: int) -> tuple[list[wire.NetInterface], dict[str, list[str]]]:
+    """The interfaces of the instances on the host with their groups' rules, and the
+    members' addresses (wherever they run) of each group a rule names as its peers.
     Read as plain rows, four queries whatever the size; interfaces with the same groups
     share their rule lists."""
     interfaces = list(_on_host(host_id).values_list("pk", "instance_id", "address"))
@@ -563,7 +563,8 @@ def desired(host_id: int) -> list[wire.NetInterface]:
         inbound, outbound = shared[key]
         out.append(wire.NetInterface(ifname=ifname(instance_id), address=f"{address}/32", inbound=inbound,
                                      outbound=outbound))
-    return sorted(out, key=lambda i: i.ifname)
+    named = {r.group for i in out for r in (*i.inbound, *i.outbound) if r.group}
+    return sorted(out, key=lambda i: i.ifname), {g: sorted(peers[int(g[1:])]) for g in sorted(named)}
 
 
 def _group_addresses(group_ids: set) -> dict[int, list[str]]:
@@ -579,19 +580,18 @@ def _net_rules(rules: list[tuple], peers: dict[int, list[str]]) -> list[wire.Net
     rules: deduplicated, in one order."""
     out = set()
     for _, _, protocol, port_from, port_to, cidr, peer_group in rules:
-        targets = [cidr] if cidr else peers.get(peer_group, [])
-        if not targets:  # a group with no members yet allows nothing
+        if not cidr and not peers.get(peer_group):  # a group with no members yet allows nothing
             continue
         ports = None if port_from is None else (port_from, port_to)
-        out.add((protocol, tuple(sorted(set(targets))), ports))
-    return [wire.NetRule(proto=p, peers=list(t), ports=ports)
-            for p, t, ports in sorted(out, key=lambda x: (x[0], x[1], x[2] or (-1, -1)))]
+        out.add((protocol, cidr, f"g{peer_group}" if not cidr else "", ports))
+    return [wire.NetRule(proto=p, peers=[cidr] if cidr else [], group=group, ports=ports)
+            for p, cidr, group, ports in sorted(out, key=lambda x: (x[0], x[1], x[2], x[3] or (-1, -1)))]
 
 
 def sync_host(*, host_id: int, now: datetime | None = None) -> HostRules:
     """Compute the host's rules; when they changed, the next version, sent to its agent."""
-    interfaces = desired(host_id)
-    digest = wire.ruleset_digest(interfaces)
+    interfaces, groups = desired(host_id)
+    digest = wire.ruleset_digest(interfaces, groups)
     with transaction.atomic():
         try:
             rules, _ = HostRules.objects.select_for_update().get_or_create(host_id=host_id)
@@ -601,14 +601,21 @@ def sync_host(*, host_id: int, now: datetime | None = None) -> HostRules:
             return rules
         rules.version += 1
         rules.hash = digest
-        rules.frame = wire.encode(wire.Ruleset(version=rules.version, hash=digest, interfaces=interfaces))
+        rules.frame = wire.encode(wire.Ruleset(version=rules.version, hash=digest, interfaces=interfaces,
+                                               groups=groups))
         rules.changed_at = now or timezone.now()
-        rules.save(update_fields=["version", "hash", "frame", "changed_at"])
+        # The agent's word on an older version no longer applies; a frame too large to
+        # send is never sent (the host shows as refused, and operators are alerted).
+        too_large = len(rules.frame) > wire.MAX_FRAME_BYTES
+        rules.error = (f"the ruleset is {len(rules.frame)} bytes, over the {wire.MAX_FRAME_BYTES} one frame may "
+                       "carry; it was not sent") if too_large else ""
+        rules.save(update_fields=["version", "hash", "frame", "changed_at", "error"])
         _live().filter(instance__host_id=host_id, instance__state__in=HOLDING_STATES).update(placed_on_id=host_id)
         record_event(actor="system", action="network.rules.version", target=rules.host, team=None,
                      details={"version": rules.version, "hash": digest, "interfaces": len(interfaces)})
         frame = rules.frame
-        transaction.on_commit(lambda: push(host_id, frame))
+        if not too_large:
+            transaction.on_commit(lambda: push(host_id, frame))
     return rules
 
 
@@ -631,9 +638,12 @@ def push(host_id: int, frame: str) -> None:
 
 
 def current_frame(host_id: int) -> str | None:
-    """The ruleset frame a connecting agent gets first (None: nothing to enforce yet)."""
+    """The ruleset frame a connecting agent gets first (None: nothing to enforce yet, or
+    too large to send)."""
     rules = HostRules.objects.filter(host_id=host_id).only("frame").first()
-    return rules.frame if rules is not None and rules.frame else None
+    if rules is None or not rules.frame or len(rules.frame) > wire.MAX_FRAME_BYTES:
+        return None
+    return rules.frame
 
 
 @transaction.atomic

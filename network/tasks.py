@@ -20,6 +20,7 @@ def check_hosts(now: str | None = None) -> int:
     now = datetime.fromisoformat(now) if now else timezone.now()
     behind = [r for r in HostRules.objects.exclude(version=0) if not r.in_force]
     for rules in behind:
-        services.push(rules.host_id, rules.frame)
+        if len(rules.frame) <= services.wire.MAX_FRAME_BYTES:
+            services.push(rules.host_id, rules.frame)
     alerting.reconcile(now)
     return len(behind)

@@ -39,9 +39,13 @@ class ApplyError(Exception):
     """The kernel (or nft) refused the ruleset; the previous one is still in force."""
 
 
-def _peers(field: str, peers: list[str], sets: dict[tuple[str, ...], str]) -> str:
-    """``ip saddr @p_N`` for the peers (one named set per distinct list, shared by every
-    chain that names it), or nothing where one of them is everywhere."""
+def _peers(field: str, rule: NetRule, sets: dict[tuple[str, ...], str], groups: dict[str, list[str]]) -> str | None:
+    """``ip saddr @…`` for the rule's peers (a group's members, or a list of CIDRs: one
+    named set per distinct list, shared by every chain that names it), nothing where a
+    peer is everywhere, or None where there is no peer at all (the rule allows nothing)."""
+    peers = groups.get(rule.group, []) if rule.group else rule.peers
+    if not peers:
+        return None
     if any(p.endswith("/0") for p in peers):  # the wire schema's CIDR4 pattern: "/0" is everywhere
         return ""
     key = tuple(sorted(set(peers)))
@@ -66,8 +70,10 @@ def _chain(name: str, lines: list[str]) -> list[str]:
     return [f"\tchain {name} {{", *(f"\t\t{line}" for line in lines), "\t}"]
 
 
-def render(interfaces: list[NetInterface]) -> str:
-    """The nft script that replaces the table with these interfaces' rules."""
+def render(interfaces: list[NetInterface], groups: dict[str, list[str]] | None = None) -> str:
+    """The nft script that replaces the table with these interfaces' rules (``groups``:
+    the members' addresses of the groups the rules name)."""
+    groups = groups or {}
     ordered = sorted(interfaces, key=lambda i: i.ifname)
     forward = ["type filter hook forward priority filter; policy accept;"]
     chains: list[str] = []
@@ -84,10 +90,12 @@ def render(interfaces: list[NetInterface]) -> str:
         # Allowed outbound goes on to the destination's inbound chain (``return``);
         # allowed inbound is accepted.
         out = ["meta nfproto != ipv4 drop", f"ip saddr != {own} drop"]
-        out += [f"{_peers('daddr', r.peers, sets)}{_match(r)}return" for r in iface.outbound]
+        out += [f"{peers}{_match(r)}return" for r in iface.outbound
+                if (peers := _peers("daddr", r, sets, groups)) is not None]
         chains += _chain(f"out_{n}", [*out, "drop"])
         inbound = ["meta nfproto != ipv4 drop"]
-        inbound += [f"{_peers('saddr', r.peers, sets)}{_match(r)}accept" for r in iface.inbound]
+        inbound += [f"{peers}{_match(r)}accept" for r in iface.inbound
+                    if (peers := _peers("saddr", r, sets, groups)) is not None]
         chains += _chain(f"in_{n}", [*inbound, "drop"])
     named = []
     for peers, name in sets.items():
@@ -128,14 +136,14 @@ class Enforcer:
 
     def apply(self, ruleset: Ruleset) -> RulesetApplied:
         """Apply ``ruleset`` unless it is the one in force; the report for the server."""
-        digest = protocol.ruleset_digest(ruleset.interfaces)
+        digest = protocol.ruleset_digest(ruleset.interfaces, ruleset.groups)
         if digest != ruleset.hash:
             return self._refused(ruleset, "the ruleset's hash does not match its interfaces")
         if ruleset.version == self.version and digest == self.hash:
             return RulesetApplied(version=self.version, hash=self.hash, ok=True, offered=ruleset.version)
         started = time.monotonic()
         try:
-            nft_apply(render(ruleset.interfaces), self.nft)
+            nft_apply(render(ruleset.interfaces, ruleset.groups), self.nft)
         except (ApplyError, ValueError) as exc:
             return self._refused(ruleset, str(exc))
         self.version, self.hash = ruleset.version, digest

@@ -476,24 +476,29 @@ def parse_server_frame(text) -> dict | None:
 
 # --- network rules (docs/network.md): server "ruleset" -> agent "ruleset_applied" ------------
 # A host's desired rules, whole: every interface of its instances with the allow rules
-# in each direction, sources and destinations already expanded to CIDRs by the server.
+# in each direction. A rule names its peers as CIDRs or as a security group, whose
+# members' addresses the ruleset lists once under ``groups``.
 MAX_NET_INTERFACES = 4096
 MAX_NET_RULES = 512
 MAX_NET_PEERS = 4096
 IFNAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z"  # Linux: at most 15 bytes
 CIDR4 = r"^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}/([0-9]|[12][0-9]|3[0-2])\Z"
+NET_GROUP = r"^g[0-9]{1,18}\Z"
 Port = Annotated[int, Meta(ge=0, le=65535)]
+Cidr = Annotated[str, Meta(pattern=CIDR4)]
+GroupRef = Annotated[str, Meta(pattern=NET_GROUP)]
 
 
-class NetRule(Struct, gc=False):
+class NetRule(Struct, gc=False, omit_defaults=True):
     proto: Literal["tcp", "udp", "icmp", "any"]
-    peers: Annotated[list[Annotated[str, Meta(pattern=CIDR4)]], Meta(min_length=1, max_length=MAX_NET_PEERS)]
+    peers: Annotated[list[Cidr], Meta(max_length=MAX_NET_PEERS)] = msgspec.field(default_factory=list)
+    group: GroupRef | Literal[""] = ""  # the members of this group (``Ruleset.groups``), instead of peers
     ports: tuple[Port, Port] | None = None  # tcp/udp only; None: every port
 
 
 class NetInterface(Struct, gc=False):
     ifname: Annotated[str, Meta(pattern=IFNAME)]
-    address: Annotated[str, Meta(pattern=CIDR4)]  # the instance's own address, as a /32
+    address: Cidr  # the instance's own address, as a /32
     inbound: Annotated[list[NetRule], Meta(max_length=MAX_NET_RULES)]
     outbound: Annotated[list[NetRule], Meta(max_length=MAX_NET_RULES)]
 
@@ -502,6 +507,8 @@ class Ruleset(Struct, tag="ruleset", tag_field="type"):
     version: _int(1, SAFE_INT)
     hash: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
     interfaces: Annotated[list[NetInterface], Meta(max_length=MAX_NET_INTERFACES)]
+    groups: dict[GroupRef, Annotated[list[Cidr], Meta(max_length=MAX_NET_PEERS)]] = msgspec.field(
+        default_factory=dict)
 
 
 class RulesetApplied(Struct, tag="ruleset_applied", tag_field="type", omit_defaults=True):
@@ -512,6 +519,7 @@ class RulesetApplied(Struct, tag="ruleset_applied", tag_field="type", omit_defau
     error: _text(MAX_MESSAGE) = ""
 
 
-def ruleset_digest(interfaces: list[NetInterface]) -> str:
-    """SHA-256 of the interfaces' canonical JSON: what both ends compare."""
-    return hashlib.sha256(msgspec.json.encode(interfaces)).hexdigest()
+def ruleset_digest(interfaces: list[NetInterface], groups: dict[str, list[str]] | None = None) -> str:
+    """SHA-256 of the ruleset's canonical JSON (its groups, then its interfaces): what
+    both ends compare."""
+    return hashlib.sha256(msgspec.json.encode([dict(sorted((groups or {}).items())), interfaces])).hexdigest()

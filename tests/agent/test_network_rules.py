@@ -108,3 +108,12 @@ async def test_a_connected_agent_applies_a_ruleset_and_reports_it(server_class, 
         assert await asyncio.wait_for(runner.run(source, {source.host: link}, once=True), 15) == 0
     assert [(r["version"], r["ok"]) for r in server.reports] == [(9, True)]
     assert len(server.received) == 20  # the samples went on as before
+
+
+def test_a_rule_naming_a_group_allows_its_members_and_an_empty_group_nothing():
+    rule = wire.NetRule(proto="tcp", group="g4", ports=(5432, 5432))
+    web = wire.NetInterface(ifname="gc7", address="10.231.1.7/32", inbound=[rule], outbound=[])
+    members = firewall.render([web], {"g4": ["10.231.1.8/32", "10.231.1.9/32"]})
+    assert "elements = { 10.231.1.8/32, 10.231.1.9/32 }" in members
+    assert "ip saddr @p_0 tcp dport 5432 accept" in members
+    assert "dport 5432" not in firewall.render([web], {"g4": []})

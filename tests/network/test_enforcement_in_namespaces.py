@@ -101,7 +101,8 @@ def test_a_ruleset_the_kernel_rejects_leaves_the_previous_one_in_force(world):
     # Two interfaces of one name: nft parses it, the kernel refuses the duplicate map key.
     twice = [*good.interfaces, wire.NetInterface(ifname=good.interfaces[0].ifname, address="10.231.1.250/32",
                                                  inbound=[], outbound=[])]
-    bad = wire.Ruleset(version=good.version + 1, hash=wire.ruleset_digest(twice), interfaces=twice)
+    bad = wire.Ruleset(version=good.version + 1, hash=wire.ruleset_digest(twice, good.groups), interfaces=twice,
+                       groups=good.groups)
     HostRules.objects.filter(pk=rules.pk).update(version=bad.version, hash=bad.hash, frame=wire.encode(bad))
     services.push(world["host"].pk, wire.encode(bad))
     assert reaches(world, "web", "db") and not reaches(world, "lab", "web")

@@ -2,12 +2,19 @@
 versioned, changed only when the rules change."""
 
 from instances import services as instance_services
+from monitoring.agent import protocol as wire
 from network import services
 from network.models import HostRules, Interface
 
 
 def ruleset(host):
-    return {i.ifname: i for i in services.desired(host.pk)}
+    interfaces, _ = services.desired(host.pk)
+    return {i.ifname: i for i in interfaces}
+
+
+def peers(host, rule):
+    """A rule's peers, a group's members where it names one."""
+    return services.desired(host.pk)[1][rule.group] if rule.group else rule.peers
 
 
 def test_default_group_members_reach_each_other_and_no_one_else(fleet, acme, globex, bob, charlie, running):
@@ -17,9 +24,9 @@ def test_default_group_members_reach_each_other_and_no_one_else(fleet, acme, glo
     lab = running(charlie, globex, "lab", host=host)
     rules = ruleset(host)
     acme_addresses = sorted(f"{i.interface.address}/32" for i in (web, db))
-    assert [r.peers for r in rules[f"gc{web.pk}"].inbound] == [acme_addresses]
-    assert f"{lab.interface.address}/32" not in rules[f"gc{web.pk}"].inbound[0].peers
-    assert [r.peers for r in rules[f"gc{lab.pk}"].inbound] == [[f"{lab.interface.address}/32"]]
+    assert [peers(host, r) for r in rules[f"gc{web.pk}"].inbound] == [acme_addresses]
+    assert f"{lab.interface.address}/32" not in peers(host, rules[f"gc{web.pk}"].inbound[0])
+    assert [peers(host, r) for r in rules[f"gc{lab.pk}"].inbound] == [[f"{lab.interface.address}/32"]]
     assert rules[f"gc{web.pk}"].outbound[0].peers == ["0.0.0.0/0"]
 
 
@@ -66,4 +73,15 @@ def test_the_frame_sent_carries_the_version_and_hash(fleet, acme, bob, running):
     rules = HostRules.objects.get(host=host)
     frame = msgspec.json.decode(rules.frame, type=wire.Ruleset)
     assert (frame.version, frame.hash) == (rules.version, rules.hash)
-    assert wire.ruleset_digest(frame.interfaces) == rules.hash
+    assert wire.ruleset_digest(frame.interfaces, frame.groups) == rules.hash
+
+
+def test_a_ruleset_too_large_for_one_frame_is_not_sent_and_says_so(fleet, acme, bob, running, monkeypatch):
+    sent = []
+    monkeypatch.setattr(services, "push", lambda host_id, frame: sent.append(frame))
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", 200)
+    host = fleet["hosts"]["h100-a"]
+    running(bob, acme, "web", host=host)
+    rules = HostRules.objects.get(host=host)
+    assert sent == [] and services.current_frame(host.pk) is None
+    assert "over the 200 one frame may carry" in services.applied_state(rules).text
