@@ -25,7 +25,7 @@ from .models import (
     Region,
     SliceProfile,
 )
-from .services import MAX_GPUS_PER_INSTANCE, is_stuck, largest_pool
+from .services import MAX_GPUS_PER_INSTANCE, is_stuck, largest_pool, state_note
 
 
 def plain_name_or_blank(value: str) -> None:
@@ -45,8 +45,9 @@ class CostListSerializer(serializers.ListSerializer):
 class CostFields(serializers.Serializer):
     """``price_per_hour`` (null: not billed now), ``cost_month_to_date`` (metered, up to
     ``cost_as_of``), ``cost_so_far`` (this month up to the response: billing's figure,
-    the metered part plus the price per hour since ``cost_since``) and ``stuck``
-    (stopping past the grace: billing stopped there)."""
+    the metered part plus the price per hour since ``cost_since``), ``stuck`` (stopping
+    or pending past its grace) and ``state_note`` (why a pending or stopping instance
+    holds GPUs without running, in words)."""
 
     price_per_hour = serializers.SerializerMethodField()
     cost_month_to_date = serializers.SerializerMethodField()
@@ -54,6 +55,7 @@ class CostFields(serializers.Serializer):
     cost_so_far = serializers.SerializerMethodField()
     cost_since = serializers.SerializerMethodField()
     stuck = serializers.SerializerMethodField()
+    state_note = serializers.SerializerMethodField()
 
     def _cost(self, obj):
         costs = getattr(self, "_costs", None)
@@ -88,6 +90,9 @@ class CostFields(serializers.Serializer):
 
     def get_stuck(self, obj) -> bool:
         return is_stuck(obj)
+
+    def get_state_note(self, obj) -> str:
+        return state_note(obj)
 
 
 class RegionSerializer(serializers.ModelSerializer):
@@ -271,7 +276,7 @@ class InstanceSerializer(OwnTeamAndImageChoices, CostFields, serializers.ModelSe
             "id", "team", "name", "gpu_model", "slice_profile", "slice", "gpu_count", "pricing_model", "region",
             "image", "max_price", "subnet", "security_groups", "private_address",
             "state", "host", "gpus", "labels", "created_at", "state_changed_at", "price_per_hour", "cost_month_to_date",
-            "cost_as_of", "cost_so_far", "cost_since", "stuck",
+            "cost_as_of", "cost_so_far", "cost_since", "stuck", "state_note",
         ]
         read_only_fields = ["state", "created_at", "state_changed_at"]
         list_serializer_class = CostListSerializer

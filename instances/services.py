@@ -146,6 +146,8 @@ def is_stuck(instance: Instance, now: datetime | None = None) -> bool:
 
 def state_note(instance: Instance, now: datetime | None = None) -> str:
     """Why an instance that holds GPUs without running is where it is, in words ('' otherwise)."""
+    if instance.state not in (State.PENDING, State.STOPPING):
+        return ""
     now = now or timezone.now()
     since = f"since {instance.state_changed_at:%Y-%m-%d %H:%M} UTC"
     where = f" on {instance.host.name}" if instance.host_id else ""

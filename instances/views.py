@@ -48,7 +48,7 @@ def instance_list(request):
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
     costs = catalog.instance_costs(page.object_list, now=timezone.now())
     for i in page.object_list:
-        i.cost, i.stuck = costs.get(i.pk), services.is_stuck(i)
+        i.cost, i.stuck, i.note = costs.get(i.pk), services.is_stuck(i), services.state_note(i)
     context = {"page": page, "states": State.choices, "state": state,
                "currency": getattr(settings, "BILLING_CURRENCY", "USD")}
     return render(request, "instances/list.html", context)
@@ -74,6 +74,7 @@ def _cost_context(request, instance: Instance) -> dict:
     cost = catalog.instance_costs([instance], now=timezone.now()).get(instance.pk)
     return {
         "cost": cost, "reserved_note": getattr(cost, "note", ""), "stuck": services.is_stuck(instance),
+        "state_note": services.state_note(instance),
         "grace_minutes": int(services.stopping_grace().total_seconds() // 60), "is_operator": is_operator(request.user),
         "currency": getattr(settings, "BILLING_CURRENCY", "USD"),
     }

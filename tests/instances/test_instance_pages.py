@@ -107,13 +107,15 @@ def test_the_list_shows_price_and_spend_per_instance(logged_in, bob, acme_instan
     assert "Price/h (USD)" in page and '<td class="num mono">2.00</td>' in page
 
 
-def test_a_stuck_stop_is_flagged_and_operators_can_force_it(logged_in, bob, ops, acme_instance):
+def test_a_stuck_stop_is_flagged_and_operators_can_force_it(logged_in, bob, ops, acme, launch):
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from instances.services import stop_instance
+    from instances.services import mark_running, stop_instance
 
+    hour_ago = timezone.now() - timedelta(hours=1)
+    acme_instance = mark_running(instance=launch(bob, acme, at=hour_ago), at=hour_ago)
     stop_instance(actor=bob, instance=acme_instance, at=timezone.now() - timedelta(minutes=11), finish=False)
     assert "Stuck in <strong>stopping</strong>" in logged_in(bob).get(f"/instances/{acme_instance.pk}/").content.decode()
     assert 'id="force-stop"' not in logged_in(bob).get(f"/instances/{acme_instance.pk}/").content.decode()
