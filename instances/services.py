@@ -340,7 +340,7 @@ def _transition(
         raise LifecycleError(
             f"Instance {instance.name} is {instance.state}; it cannot become {to_state}."
         )
-    at = at or timezone.now()
+    at = _when(instance, at)
     # Metering reads the events in time order: one dated before the last would reorder
     # the instance's history (an end before its start bills it for ever).
     if at < instance.state_changed_at:
@@ -371,6 +371,12 @@ def _transition(
     )
     _announce(instance)
     return instance
+
+
+def _when(instance: Instance, at: datetime | None) -> datetime:
+    """``at`` as given; else now, or the instance's last change where this server's clock
+    is behind the one that wrote it (a change never goes before the last)."""
+    return at if at is not None else max(timezone.now(), instance.state_changed_at)
 
 
 def _locked(instance: Instance) -> Instance:
@@ -537,7 +543,7 @@ def start_instance(
     placement = place(
         gpu_model=instance.gpu_model, count=instance.gpu_count, slice_profile=instance.slice_profile
     )
-    at = at or timezone.now()
+    at = _when(instance, at)
     _allocate(instance, placement, at)
     _transition(instance, State.PENDING, actor=actor, action="instance.start", at=at)
     if provision:
@@ -548,7 +554,7 @@ def start_instance(
 @transaction.atomic
 def stop_instance(*, actor, instance: Instance, at: datetime | None = None, finish: bool = True) -> Instance:
     instance = _locked(instance)
-    at = at or timezone.now()
+    at = _when(instance, at)
     if instance.state == State.PENDING:
         _release(instance, at)
         return _transition(instance, State.STOPPED, actor=actor, action="instance.stop", at=at)
@@ -563,7 +569,7 @@ def stop_instance(*, actor, instance: Instance, at: datetime | None = None, fini
 @transaction.atomic
 def finish_stop(*, actor="system", instance: Instance, at: datetime | None = None) -> Instance:
     instance = _locked(instance)
-    at = at or timezone.now()
+    at = _when(instance, at)
     _release(instance, at)
     return _transition(instance, State.STOPPED, actor=actor, action="instance.stopped", at=at)
 
@@ -573,7 +579,7 @@ def terminate_instance(*, actor, instance: Instance, at: datetime | None = None)
     instance = _locked(instance)
     if instance.state == State.TERMINATED:
         raise LifecycleError(f"Instance {instance.name} is already terminated.")
-    at = at or timezone.now()
+    at = _when(instance, at)
     _release(instance, at)
     return _transition(instance, State.TERMINATED, actor=actor, action="instance.terminate", at=at)
 
@@ -585,7 +591,7 @@ def fail_instance(*, actor="system", instance: Instance, reason: str, at: dateti
     instance = _locked(instance)
     if instance.state != State.PENDING:
         raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a pending instance can fail to start.")
-    at = at or timezone.now()
+    at = _when(instance, at)
     _release(instance, at)
     return _transition(instance, State.FAILED, actor=actor, action="instance.fail", reason=reason, by_platform=True,
                        at=at)
@@ -599,7 +605,7 @@ def preempt_instance(
     if instance.pricing_model not in PREEMPTIBLE:
         raise LifecycleError(f"Instance {instance.name} is {instance.get_pricing_model_display()}; only spot instances "
                              "and low-priority jobs are preempted.")
-    at = at or timezone.now()
+    at = _when(instance, at)
     _release(instance, at)
     return _transition(
         instance, State.PREEMPTED, actor=actor, action="instance.preempt", reason=reason, by_platform=True, at=at
@@ -613,7 +619,7 @@ def force_stop(*, actor, instance: Instance, at: datetime | None = None) -> Inst
     instance = _locked(instance)
     if instance.state != State.STOPPING:
         raise LifecycleError(f"Instance {instance.name} is {instance.state}; only a stopping instance can be forced.")
-    at = at or timezone.now()
+    at = _when(instance, at)
     stuck_for = int((at - instance.state_changed_at).total_seconds())
     _release(instance, at)
     return _transition(instance, State.STOPPED, actor=actor, action="instance.force_stop", at=at,

@@ -46,3 +46,9 @@ def test_a_pending_instance_that_fails_gives_its_gpus_back(launch, bob, acme):
 def test_only_a_pending_instance_can_fail(acme_instance):
     with pytest.raises(services.LifecycleError, match="only a pending instance"):
         services.fail_instance(instance=acme_instance, reason="boot timeout")
+
+
+def test_a_change_without_a_time_behind_another_servers_clock_is_dated_at_the_last(launch, bob, acme):
+    ahead = timezone.now() + timedelta(seconds=5)  # launched by a server whose clock runs ahead
+    instance = services.mark_running(instance=launch(bob, acme, at=ahead))
+    assert instance.state == State.RUNNING and instance.state_changed_at == ahead
