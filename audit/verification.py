@@ -34,6 +34,7 @@ class Segment:
     count: int = 0
     broken_seq: int | None = None
     reason: str = ""
+    published: bool = False  # the heads published outside the database, not a stretch of the walk
 
     @property
     def valid(self) -> bool:
@@ -49,7 +50,9 @@ class Segment:
             if self.last is not None and self.last >= self.first
             else f"#{self.first}.."
         )
-        if self.checkpoint_seq is not None:
+        if self.published:
+            where = f"heads published outside the database, newest #{self.checkpoint_seq} at {self.checkpoint_time}"
+        elif self.checkpoint_seq is not None:
             where = f"checkpoint #{self.checkpoint_seq} signed {self.checkpoint_time}"
         else:
             where = "unsigned tail"
@@ -448,7 +451,7 @@ def _check_published(report: Report, published, roots: dict, key: dict, *, last_
     end = last_seq or 0
     first = report.first_seq or 1
     newest = max(by_size, default=0)
-    seg = Segment(first=first, last=max(end, newest))
+    seg = Segment(first=first, last=max(end, newest), published=True)
     seg.checkpoint_seq = newest or None
     if newest:
         seg.checkpoint_time = by_size[newest][-1]["time"]

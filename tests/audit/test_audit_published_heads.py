@@ -157,3 +157,14 @@ def test_the_next_checkpoint_does_not_sign_a_rolled_back_tail(committed, tamper)
     tamper("UPDATE audit_chainhead SET seq = 6, hash = (SELECT hash FROM audit_auditevent WHERE seq = 6)")
     assert services.write_checkpoint() is None
     assert AuditEvent.objects.get(action="audit.tamper").details["reason"].startswith("rollback: tree head #8")
+
+
+def test_verify_audit_names_the_published_heads(committed, tamper, capsys):
+    from django.core.management import CommandError, call_command
+
+    committed(3)
+    rewrite_tail(tamper, 3, "UPDATE audit_auditevent SET details = '{\"i\": 8}' WHERE seq = 3")
+    with pytest.raises(CommandError):
+        call_command("verify_audit")
+    out = capsys.readouterr().out
+    assert "heads published outside the database, newest #3" in out and "INVALID at #1: rewritten" in out
