@@ -434,21 +434,47 @@ class HostLink:
                 raise TimeoutError
             async with asyncio.timeout(left):
                 text = await ws.recv()
-            frame = protocol.parse_server_frame(text)
-            if frame is None:
-                log.warning(self._say("ignored a server frame that is not a JSON object"))
-                continue
-            if frame["type"] == "error":
-                # Reported with the close that follows it, as one line.
-                self._last_error = frame
-                log.debug("server error frame: %s", frame)
-                continue
-            if frame["type"] == "ack":
-                await self._apply_ack(frame)
-            if frame["type"] == "ruleset":
-                await firewall.answer(ws, text, self.network)
-                continue
-            return frame
+            frame = await self._take(ws, text)
+            if frame is not None:
+                return frame
+
+    async def _take(self, ws, text) -> dict | None:
+        """A server frame for the caller, or None when it was dealt with here."""
+        frame = protocol.parse_server_frame(text)
+        if frame is None:
+            log.warning(self._say("ignored a server frame that is not a JSON object"))
+            return None
+        if frame["type"] == "error":
+            # Reported with the close that follows it, as one line.
+            self._last_error = frame
+            log.debug("server error frame: %s", frame)
+            return None
+        if frame["type"] == "ack":
+            await self._apply_ack(frame)
+        if frame["type"] == "ruleset":
+            await firewall.answer(ws, text, self.network)
+            return None
+        return frame
+
+    async def _wait_reading(self, ws) -> None:
+        """Wait for records to send, reading what the server sends meanwhile (a new
+        ruleset is applied now, not after the next sample)."""
+        ready = asyncio.ensure_future(self._ready.wait())
+        incoming = None
+        try:
+            while not ready.done():
+                incoming = asyncio.ensure_future(ws.recv())
+                await asyncio.wait([ready, incoming], return_when=asyncio.FIRST_COMPLETED)
+                if not incoming.done():
+                    incoming.cancel()  # recv() is safe to cancel: nothing is lost
+                    await asyncio.gather(incoming, return_exceptions=True)
+                if incoming.done() and not incoming.cancelled():
+                    await self._take(ws, incoming.result())  # a closed socket raises here
+        finally:
+            ready.cancel()
+            if incoming is not None and not incoming.done():  # this wait was itself cancelled
+                incoming.cancel()
+                incoming.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def _await_welcome(self, ws) -> None:
         deadline = time.monotonic() + WELCOME_TIMEOUT_S
@@ -488,7 +514,7 @@ class HostLink:
                 if batch is not None:
                     return batch
                 continue
-            await self._ready.wait()
+            await self._wait_reading(ws)
             await self._hello_again_if_needed(ws)
             if self._closed_seen:
                 await ws.recv()  # raises ConnectionClosed with the close code

@@ -117,3 +117,35 @@ def test_a_rule_naming_a_group_allows_its_members_and_an_empty_group_nothing():
     assert "elements = { 10.231.1.8/32, 10.231.1.9/32 }" in members
     assert "ip saddr @p_0 tcp dport 5432 accept" in members
     assert "dport 5432" not in firewall.render([web], {"g4": []})
+
+
+async def test_an_agent_waiting_for_its_next_sample_applies_a_ruleset_at_once(server_class, make_link, replay,
+                                                                              small_trace, tmp_path):
+    from monitoring.agent import runner
+    from monitoring.agent.spool import Spool
+
+    class RulesServer(server_class):
+        """Acks the first samples, then sends a ruleset; notes what comes next."""
+
+        seen: list = []
+        reported = asyncio.Event()
+
+        async def _samples(self, ws, frame):
+            self.seen.append(frame.get("type"))
+            if frame.get("type") == "ruleset_applied":
+                self.reported.set()
+                return
+            await super()._samples(ws, frame)
+            if len(self.seen) == 1:
+                await ws.send(wire.encode(ruleset(2)))
+
+    async with RulesServer() as server:
+        source = replay(small_trace, speed=0.05)  # a sample every 4 s
+        link = make_link(server.url, Spool(tmp_path / "spool"), source)
+        link.network = firewall.Enforcer(nft=("true",))
+        agent = asyncio.create_task(runner.run(source, {source.host: link}))
+        await asyncio.wait_for(server.reported.wait(), 10)
+        source.stop_event.set()
+        agent.cancel()
+        await asyncio.gather(agent, return_exceptions=True)
+    assert server.seen[:2] == ["samples", "ruleset_applied"]  # not held until the next sample
