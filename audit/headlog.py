@@ -21,14 +21,16 @@ FIELDS = ("chain_hash", "key_fingerprint", "root", "signature", "time", "tree_si
 MAX_LINE = 1024  # a head is ~330 bytes; a longer line is not one
 
 
-def line_of(head: dict) -> bytes:
-    return (json.dumps({k: head[k] for k in FIELDS}, separators=(",", ":"), sort_keys=True) + "\n").encode()
+def line_of(head: dict, extra: dict | None = None) -> bytes:
+    fields = {k: head[k] for k in FIELDS} | (extra or {})
+    return (json.dumps(fields, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
-def append(path: str | Path, head: dict) -> None:
-    """Append ``head`` and fsync it (and, for a new file, its directory entry)."""
+def append(path: str | Path, head: dict, extra: dict | None = None) -> None:
+    """Append ``head`` (with ``extra`` fields: a witness's) and fsync it (and, for a new
+    file, its directory entry)."""
     path = Path(path)
-    line = line_of(head)
+    line = line_of(head, extra)
     created = not path.exists()
     if created:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,15 +55,16 @@ class BadLine(ValueError):
     pass
 
 
-def parse(line: bytes, number: int) -> dict:
-    """One head from one line; BadLine says what is wrong with it."""
+def parse(line: bytes, number: int, *, extra: bool = False) -> dict:
+    """One head from one line (``extra``: other fields may follow, as a witness's do);
+    BadLine says what is wrong with it."""
     if len(line) > MAX_LINE:
         raise BadLine(f"line {number}: longer than {MAX_LINE} bytes")
     try:
         head = json.loads(line)
     except ValueError:
         raise BadLine(f"line {number}: not JSON") from None
-    if not isinstance(head, dict) or set(head) != set(FIELDS):
+    if not isinstance(head, dict) or not (set(head) >= set(FIELDS) if extra else set(head) == set(FIELDS)):
         raise BadLine(f"line {number}: not a tree head")
     size = head["tree_size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -71,7 +74,7 @@ def parse(line: bytes, number: int) -> dict:
     return head
 
 
-def read(path: str | Path) -> Iterator[tuple[int, dict | BadLine]]:
+def read(path: str | Path, *, extra: bool = False) -> Iterator[tuple[int, dict | BadLine]]:
     """(line number, head or BadLine) for every line of the file, streamed; nothing
     when the file does not exist."""
     try:
@@ -83,7 +86,7 @@ def read(path: str | Path) -> Iterator[tuple[int, dict | BadLine]]:
             if not line.strip():
                 continue
             try:
-                yield number, parse(line, number)
+                yield number, parse(line, number, extra=extra)
             except BadLine as exc:
                 yield number, exc
 

@@ -12,6 +12,7 @@ import time as clock
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
@@ -424,20 +425,21 @@ def chain_status(event: AuditEvent) -> dict:
 
 
 def _published_heads() -> tuple[dict[int, list[dict]], list[str]] | None:
-    """The heads in ``AUDIT_HEADS_FILE`` by tree size, and the file's unreadable lines;
-    None where no file is configured."""
+    """The heads in ``AUDIT_HEADS_FILE`` and in a witness's copy (``AUDIT_WITNESS_FILE``)
+    by tree size, and the files' unreadable lines; None where neither is configured."""
     from django.conf import settings
 
-    path = getattr(settings, "AUDIT_HEADS_FILE", "")
-    if not path:
+    files = [(getattr(settings, "AUDIT_HEADS_FILE", ""), False), (getattr(settings, "AUDIT_WITNESS_FILE", ""), True)]
+    if not any(path for path, _ in files):
         return None
     by_size: dict[int, list[dict]] = {}
     bad: list[str] = []
-    for _number, head in headlog.read(path):
-        if isinstance(head, headlog.BadLine):
-            bad.append(str(head))
-        else:
-            by_size.setdefault(head["tree_size"], []).append(head)
+    for path, witnessed in files:
+        for _number, head in headlog.read(path, extra=witnessed) if path else ():
+            if isinstance(head, headlog.BadLine):
+                bad.append(f"{Path(path).name}: {head}")
+            else:
+                by_size.setdefault(head["tree_size"], []).append(head)
     return by_size, bad
 
 

@@ -3,6 +3,7 @@
 import pytest
 from django.conf import settings
 
+from audit import chain, services
 from audit.models import AuditEvent
 
 on_postgres = pytest.mark.skipif(
@@ -20,3 +21,15 @@ def events_after(seq: int) -> list[AuditEvent]:
 
 def last_event() -> AuditEvent:
     return AuditEvent.objects.order_by("-seq").first()
+
+
+def rewrite_tail(tamper, first: int, edit: str) -> None:
+    """Edit records from #first on and recompute their hashes and the chain head, as
+    someone with database superuser rights would: the chain itself verifies again."""
+    tamper(edit)
+    prev = AuditEvent.objects.get(seq=first - 1).hash if first > 1 else chain.GENESIS_HASH
+    for event in AuditEvent.objects.filter(seq__gte=first).order_by("seq"):
+        digest = services.chain_hash(event, prev)
+        tamper("UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s", [prev, digest, event.seq])
+        prev = digest
+    tamper("UPDATE audit_chainhead SET hash = %s", [prev])

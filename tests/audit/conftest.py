@@ -75,3 +75,20 @@ def tamper():
             cursor.execute(sql, params)
 
     return _sql
+
+
+@pytest.fixture
+def committed(db, django_capture_on_commit_callbacks):
+    """Append events, each batch in its own transaction whose commit hooks run."""
+
+    def _batch(n, **kwargs):
+        start = len(connection.run_on_commit)
+        with django_capture_on_commit_callbacks(execute=True):
+            made = [
+                services.record_event(actor="system", action="test.event", details={"i": i}, **kwargs)
+                for i in range(n)
+            ]
+        del connection.run_on_commit[start:]  # run, as a commit would have
+        return made
+
+    return _batch

@@ -7,44 +7,15 @@ import json
 import threading
 
 import pytest
-from django.db import connection
+from audit_support import rewrite_tail
 
-from audit import chain, headlog, publish, services
+from audit import headlog, publish, services
 from audit.models import AuditEvent, ChainHead
 from audit.verification import verify
 
 
-@pytest.fixture
-def committed(db, django_capture_on_commit_callbacks):
-    """Append events, each batch in its own transaction whose commit hooks run."""
-
-    def _batch(n, **kwargs):
-        start = len(connection.run_on_commit)
-        with django_capture_on_commit_callbacks(execute=True):
-            made = [
-                services.record_event(actor="system", action="test.event", details={"i": i}, **kwargs)
-                for i in range(n)
-            ]
-        del connection.run_on_commit[start:]  # run, as a commit would have
-        return made
-
-    return _batch
-
-
 def heads(settings) -> list[dict]:
     return [head for _, head in headlog.read(settings.AUDIT_HEADS_FILE)]
-
-
-def rewrite_tail(tamper, first: int, edit: str) -> None:
-    """Edit records from #first on and recompute their hashes and the chain head, as
-    someone with database superuser rights would: the chain itself verifies again."""
-    tamper(edit)
-    prev = AuditEvent.objects.get(seq=first - 1).hash if first > 1 else chain.GENESIS_HASH
-    for event in AuditEvent.objects.filter(seq__gte=first).order_by("seq"):
-        digest = services.chain_hash(event, prev)
-        tamper("UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s", [prev, digest, event.seq])
-        prev = digest
-    tamper("UPDATE audit_chainhead SET hash = %s", [prev])
 
 
 def test_one_head_per_committed_batch_not_per_record(committed, settings):
