@@ -293,7 +293,6 @@ def _check_group_name(team, name: str, exclude: SecurityGroup | None = None) -> 
 @transaction.atomic
 def create_group(*, actor, team, name: str, description: str = "", rules: list[dict] | None = None) -> SecurityGroup:
     _check_group_name(team, name)
-    default_group(actor=actor, team=team)
     group = SecurityGroup.objects.create(team=team, name=name, description=description)
     if rules is None:  # as AWS does: a new group lets nothing in and everything out
         rules = [{"direction": Direction.OUTBOUND, "protocol": Protocol.ANY, "cidr": EVERYWHERE,

@@ -21,6 +21,7 @@ from instances.models import GpuModel, Host, Region
 from jobs import services as job_services
 from monitoring import services as monitoring_services
 from monitoring.alerts import Condition, raise_alert
+from network import services as network_services
 from scaling import services as scaling_services
 
 
@@ -103,6 +104,39 @@ def _host(world: World):
 
 def _region(world: World):
     return Region.objects.get()
+
+
+def _acme_network(world: World):
+    """Acme's default VPC, subnet and group (a team's first launch makes them)."""
+    return network_services.ensure_defaults(actor=world.users["bob"], team=world.acme)
+
+
+def _vpc(world: World):
+    return network_services.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
+
+
+def _subnet(world: World):
+    return network_services.create_subnet(actor=world.users["bob"], vpc=_vpc(world), name="walk", cidr="10.77.1.0/24")
+
+
+def _security_group(world: World):
+    return network_services.create_group(actor=world.users["bob"], team=world.acme, name="walk", rules=[])
+
+
+def _security_rule(world: World):
+    group = _security_group(world)
+    return network_services.add_rule(actor=world.users["bob"], group=group, direction="inbound", protocol="tcp",
+                                     port_from=22, cidr="10.0.0.0/8")
+
+
+def _interface(world: World):
+    """A running instance's interface (``pk``) and another group of its team (``group``)."""
+    from types import SimpleNamespace
+
+    _acme_network(world)
+    with network_services.on_network(actor=world.users["bob"], team=world.acme):
+        instance = _running(world, name="walk-net")
+    return SimpleNamespace(pk=instance.interface.pk, group=_security_group(world).pk)
 
 
 def _spot(world: World):
@@ -573,8 +607,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
                     "pricing_model": "on_demand",
                 },
             ),
-            ("instance.launch",),
+            ("network.interface.attach", "instance.launch"),  # the address, given as the instance is made
             "bob",
+            prepare=_acme_network,
             team="acme",
         )
     },
@@ -626,8 +661,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
                     "pricing_model": "on_demand",
                 },
             ),
-            ("instance.launch",),
+            ("network.interface.attach", "instance.launch"),  # the address, given as the instance is made
             "bob",
+            prepare=_acme_network,
             team="acme",
         )
     },
@@ -1031,4 +1067,52 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     },
     # --- audit ----------------------------------------------------------------------
     "POST /audit/verify/": {"": Recipe(_form("/audit/verify/"), ("audit.verify",), "audrey")},
+    # --- network --------------------------------------------------------------------
+    "POST /api/v1/vpcs/": {"": Recipe(
+        _json("post", "/api/v1/vpcs/", lambda w, _: {"team": w.acme.pk, "name": "lab", "cidr": "10.78.0.0/16"}),
+        ("network.vpc.create",), "bob", team="acme")},
+    "DELETE /api/v1/vpcs/<pk>/": {"": Recipe(_json("delete", "/api/v1/vpcs/{p.pk}/"), ("network.vpc.delete",), "bob",
+                                             prepare=_vpc, team="acme")},
+    "POST /api/v1/subnets/": {"": Recipe(
+        _json("post", "/api/v1/subnets/", lambda w, p: {"vpc": p.pk, "name": "b", "cidr": "10.77.2.0/24"}),
+        ("network.subnet.create",), "bob", prepare=_vpc, team="acme")},
+    "DELETE /api/v1/subnets/<pk>/": {"": Recipe(_json("delete", "/api/v1/subnets/{p.pk}/"),
+                                                ("network.subnet.delete",), "bob", prepare=_subnet, team="acme")},
+    "POST /api/v1/security-groups/": {"": Recipe(
+        _json("post", "/api/v1/security-groups/", lambda w, _: {"team": w.acme.pk, "name": "web"}),
+        ("network.group.create",), "bob", team="acme")},
+    "PATCH /api/v1/security-groups/<pk>/": {"": Recipe(
+        _json("patch", "/api/v1/security-groups/{p.pk}/", {"description": "changed"}),
+        ("network.group.update",), "bob", prepare=_security_group, team="acme")},
+    "DELETE /api/v1/security-groups/<pk>/": {"": Recipe(
+        _json("delete", "/api/v1/security-groups/{p.pk}/"), ("network.group.delete",), "bob",
+        prepare=_security_group, team="acme")},
+    "POST /api/v1/security-groups/<pk>/rules/": {"": Recipe(
+        _json("post", "/api/v1/security-groups/{p.pk}/rules/",
+              {"direction": "inbound", "protocol": "tcp", "port_from": 443, "cidr": "10.0.0.0/8"}),
+        ("network.rule.add",), "bob", prepare=_security_group, team="acme")},
+    "DELETE /api/v1/security-groups/<pk>/rules/<rule_id>/": {"": Recipe(
+        _json("delete", "/api/v1/security-groups/{p.group_id}/rules/{p.pk}/"), ("network.rule.remove",), "bob",
+        prepare=_security_rule, team="acme")},
+    "PATCH /api/v1/network-interfaces/<pk>/": {"": Recipe(
+        _json("patch", "/api/v1/network-interfaces/{p.pk}/", lambda w, p: {"security_groups": [p.group]}),
+        ("network.interface.groups",), "bob", prepare=_interface, team="acme")},
+    "POST /networks/": {"": Recipe(
+        _form("/networks/", lambda w, _: {"team": w.acme.pk, "name": "lab", "cidr": "10.78.0.0/16"}),
+        ("network.vpc.create",), "bob", team="acme")},
+    "POST /networks/<pk>/": {"": Recipe(_form("/networks/{p.pk}/", {"name": "b", "cidr": "10.77.2.0/24"}),
+                                        ("network.subnet.create",), "bob", prepare=_vpc, team="acme")},
+    "POST /security-groups/": {"": Recipe(
+        _form("/security-groups/", lambda w, _: {"team": w.acme.pk, "name": "web"}),
+        ("network.group.create",), "bob", team="acme")},
+    "POST /security-groups/<pk>/": {"": Recipe(
+        _form("/security-groups/{p.pk}/", {"direction": "inbound", "protocol": "tcp", "port_from": "443",
+                                           "cidr": "10.0.0.0/8"}),
+        ("network.rule.add",), "bob", prepare=_security_group, team="acme")},
+    "POST /security-groups/<pk>/rules/<rule_id>/remove/": {"": Recipe(
+        _form("/security-groups/{p.group_id}/rules/{p.pk}/remove/"), ("network.rule.remove",), "bob",
+        prepare=_security_rule, team="acme")},
+    "POST /network-interfaces/<pk>/groups/": {"": Recipe(
+        _form("/network-interfaces/{p.pk}/groups/", lambda w, p: {"security_groups": [p.group]}),
+        ("network.interface.groups",), "bob", prepare=_interface, team="acme")},
 }
