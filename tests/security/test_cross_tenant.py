@@ -59,7 +59,18 @@ def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_ins
                            format="json").status_code == 201
         billing.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
         billing.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
+        _network(who, team, acme_instance if team == acme else globex_instance)
     return {"member": bob, "admin": alice, "auditor": auditor}
+
+
+def _network(who, team, instance):
+    """The team's default network, a group with a rule, and an interface for its instance."""
+    from network import services as network
+
+    network.ensure_defaults(actor=who, team=team)
+    group = network.create_group(actor=who, team=team, name="web")
+    network.add_rule(actor=who, group=group, direction="inbound", protocol="tcp", port_from=443, cidr="10.0.0.0/8")
+    network.attach_instance(actor=who, instance=instance, groups=[group.pk])
 
 
 def _auditor(acme):
@@ -125,7 +136,8 @@ def test_the_matrix(api, world, charlie):
     assert not failures, "\n".join(failures)
     # The matrix is only as good as its reach: every tenant resource with ids must be in it.
     reached = {_collection(p) for _, p in covered}
-    for resource in ("instances", "budgets", "reservations", "invoices", "teams", "members", "audit/events", "jobs"):
+    for resource in ("instances", "budgets", "reservations", "invoices", "teams", "members", "audit/events", "jobs",
+                     "vpcs", "subnets", "security-groups", "network-interfaces"):
         assert API + resource + "/" in reached, f"no Globex {resource} reached: {sorted(reached)}"
 
 
@@ -141,7 +153,8 @@ def _page_patterns():
     holds the same objects."""
     same_as = {"instances": "instances", "invoices": "invoices", "budgets": "budgets", "audit": "audit/events",
                "gpus": "gpus", "monitoring/gpus": "gpus", "monitoring/instances": "instances", "alerts": "alerts",
-               "jobs": "jobs"}
+               "jobs": "jobs", "networks": "vpcs", "security-groups": "security-groups",
+               "network-interfaces": "network-interfaces"}
     for pattern in get_resolver().url_patterns:
         for sub in getattr(pattern, "url_patterns", [pattern]):
             route = str(sub.pattern)
@@ -161,7 +174,7 @@ def test_pages_with_another_teams_id(api, world, charlie, route, resource):
     field = {"pk": "id", "seq": "seq", "uuid": "uuid"}.get(converters[0], "id")
     for role, user in world.items():
         foreign = _globex_only(api, charlie, user, API + resource + "/", field)
-        if resource in ("instances", "invoices", "budgets", "audit/events", "jobs"):
+        if resource in ("instances", "invoices", "budgets", "audit/events", "jobs", "vpcs", "security-groups"):
             assert foreign, f"no Globex {resource} to try as {role}"
         client = Client()
         client.force_login(user)
