@@ -1,6 +1,6 @@
 """The demo played forward: what ``make run``'s scheduler does while the demo runs
 (spot market steps, max-price notices, preemptions, queue passes, scaling decisions on
-the team's pushed queue depth, provisioning, metering), at chosen times rather than the
+the team's pushed queue depth, provisioning, failing boots never confirmed, metering), at chosen times rather than the
 wall clock's. ``advance`` plays [start, end) one tick at a time, so a test (or a demo
 that should look as if it has run for an hour) sees the state an hour of running leaves."""
 
@@ -35,6 +35,7 @@ class Played:
     preempted: int = 0
     started_jobs: int = 0
     scaling_changes: int = 0
+    failed: int = 0
 
 
 def advance(*, start: datetime, end: datetime, tick: timedelta = TICK, seed: int = 29) -> Played:
@@ -66,6 +67,7 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
     alerting.reconcile(decisions, now=t)
     played.scaling_changes += sum(d.changed for d in decisions)
     played.launched += _provision(t)
+    played.failed += len(instance_services.fail_overdue(now=t))
     if (t - start) % METER_STEP < TICK:
         billing_services.meter_recent(now=t)
 
@@ -79,7 +81,8 @@ def _push_depths(t: datetime, start: datetime) -> None:
 
 def _provision(t: datetime) -> int:
     """What the provisioning task does: an instance launched at least a minute ago runs.
-    The demo's one instance that never boots (``acme-new-job``) stays pending."""
+    The demo's one instance whose host never confirms the boot (``acme-new-job``) stays
+    pending: stuck after PENDING_GRACE_SECONDS, failed after PENDING_FAIL_SECONDS."""
     booted = 0
     due = Instance.objects.filter(state=State.PENDING, state_changed_at__lte=t - STARTUP).exclude(name="acme-new-job")
     for instance in due.order_by("state_changed_at", "pk"):

@@ -282,6 +282,8 @@ SPOT_MARKET_SIMULATION = envbool("SPOT_MARKET_SIMULATION", False)
 STOPPING_GRACE_SECONDS = envint("STOPPING_GRACE_SECONDS", 600, minimum=0)
 # A `pending` (placed, not yet running) longer than this is flagged as stuck.
 PENDING_GRACE_SECONDS = envint("PENDING_GRACE_SECONDS", 600, minimum=0)
+# ... and one still pending after this long has failed: its GPUs are given back.
+PENDING_FAIL_SECONDS = envint("PENDING_FAIL_SECONDS", 1800, minimum=60)
 
 # Identity: API and host tokens, two-factor sign-in, sessions, single sign-on.
 API_TOKEN_DEFAULT_DAYS = envint("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)

@@ -138,6 +138,11 @@ def pending_grace() -> timedelta:
     return timedelta(seconds=getattr(settings, "PENDING_GRACE_SECONDS", 600))
 
 
+def pending_limit() -> timedelta:
+    """How long ``pending`` may last at all: past it the instance fails (``fail_overdue``)."""
+    return timedelta(seconds=getattr(settings, "PENDING_FAIL_SECONDS", 1800))
+
+
 def is_stuck(instance: Instance, now: datetime | None = None) -> bool:
     """Stopping past the stopping grace, or pending past the pending grace."""
     grace = {State.STOPPING: stopping_grace(), State.PENDING: pending_grace()}.get(instance.state)
@@ -155,8 +160,9 @@ def state_note(instance: Instance, now: datetime | None = None) -> str:
         text = (f"Placed{where} and booting {since}: its GPUs are held for it, and it is not billed until the host "
                 "reports it running.")
         if is_stuck(instance, now):
+            fails = instance.state_changed_at + pending_limit()
             text += (f" Stuck: the host has not confirmed the boot within {int(pending_grace().total_seconds() // 60)}"
-                     " minutes; terminate it to give the GPUs back.")
+                     f" minutes; terminate it to give the GPUs back, or it fails at {fails:%Y-%m-%d %H:%M} UTC.")
         return text
     if instance.state == State.STOPPING:
         text = f"Stopping{where} {since}: waiting for the host to confirm."
@@ -595,6 +601,22 @@ def fail_instance(*, actor="system", instance: Instance, reason: str, at: dateti
     _release(instance, at)
     return _transition(instance, State.FAILED, actor=actor, action="instance.fail", reason=reason, by_platform=True,
                        at=at)
+
+
+def fail_overdue(*, now: datetime | None = None) -> list[Instance]:
+    """Fail each instance pending longer than PENDING_FAIL_SECONDS (its host never
+    confirmed the boot), giving its GPUs back. Each is its own transaction."""
+    now = now or timezone.now()
+    failed = []
+    due = Instance.objects.filter(state=State.PENDING, state_changed_at__lte=now - pending_limit()).order_by("pk")
+    for instance in due:
+        waited = int((now - instance.state_changed_at).total_seconds() // 60)
+        try:
+            failed.append(fail_instance(instance=instance, at=now,
+                                        reason=f"the host did not confirm the boot within {waited} minutes"))
+        except LifecycleError:
+            continue  # it ran or ended meanwhile
+    return failed
 
 
 @transaction.atomic

@@ -8,6 +8,7 @@ from .models import Instance, State
 SCHEDULE = {
     "instances.preempt-due": (10, "instances.tasks.preempt_due"),
     "instances.max-prices": (10, "instances.tasks.enforce_max_prices"),
+    "instances.fail-overdue": (60, "instances.tasks.fail_overdue"),
 }
 
 
@@ -29,6 +30,12 @@ def finish_stop(instance_id: int) -> None:
 def preempt_due() -> int:
     """Preempt the spot instances whose notice ran out."""
     return len(services.preempt_due())
+
+
+@shared_task
+def fail_overdue() -> int:
+    """Fail the instances whose boot the host never confirmed, giving their GPUs back."""
+    return len(services.fail_overdue())
 
 
 @shared_task

@@ -43,6 +43,8 @@ def test_after_an_hour_of_demo_nothing_is_billed_after_an_end_and_reconcile_pass
     assert played.ticks == 60
     assert played.launched and played.scaling_changes
     assert Instance.objects.exclude(state__in=HOLDING_STATES).filter(state_changed_at__gte=start).exists()
+    # the boot its host never confirmed failed after 30 minutes and gave its GPUs back
+    assert played.failed == 1 and Instance.objects.get(name="acme-new-job").state == "failed"
     assert reconcile.usage_after_end() == []
     assert reconcile.job_costs_differ() == []
     ended = {i.pk: i.state_changed_at for i in Instance.objects.exclude(state__in=HOLDING_STATES)}
