@@ -158,7 +158,8 @@ def check_rule(values: dict, *, group: SecurityGroup) -> RuleSpec:
         errors["port_to"] = f"The range ends ({high}) before it starts ({low})."
     if proto in (Protocol.ICMP, Protocol.ANY) and (low is not None or high is not None):
         errors["port_from"] = f"A {proto} rule covers every port; ports apply to tcp and udp only."
-    cidr, peer = (values.get("cidr") or "").strip(), values.get("peer_group")
+    cidr, peer = values.get("cidr") or "", values.get("peer_group")
+    cidr = cidr.strip() if isinstance(cidr, str) else cidr
     peer_group = None
     if bool(cidr) == (peer not in (None, "")):
         errors["cidr"] = "Name exactly one source (inbound) or destination (outbound): a CIDR or a security group."

@@ -89,3 +89,10 @@ def test_a_rule_is_removed(api, bob, group):
 def test_an_outsider_cannot_touch_the_group(api, charlie, group):
     r = add(api(charlie), group, direction="inbound", protocol="tcp", port_from=22, cidr="10.0.0.0/8")
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize("cidr", [42, ["10.0.0.0/8"], {"a": 1}])
+def test_a_cidr_that_is_not_text_is_named(api, bob, group, cidr):
+    r = add(api(bob), group, direction="inbound", protocol="tcp", port_from=22, cidr=cidr)
+    assert r.status_code == 400
+    assert "cidr" in r.json()
