@@ -80,6 +80,9 @@ class Host(models.Model):
     # One NVLink domain for every GPU of the host (an HGX board); GPUs may name their own.
     nvlink_group = models.CharField(max_length=40, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Cordoned: takes no new placements (instances/cordon.py); what runs there keeps running.
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    cordon_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["region__name", "name"]
@@ -135,6 +138,8 @@ class Gpu(models.Model):
         "Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="gpus"
     )
     team = models.ForeignKey("console.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    cordon_reason = models.CharField(max_length=300, blank=True)
 
     objects = GpuQuerySet.as_manager(team_path="team")
 
@@ -233,8 +238,9 @@ HOLDING_STATES = (State.PENDING, State.RUNNING, State.STOPPING)
 #   but are not running);
 # - a GPU is "used" when an instance holds it whole or holds any of its MIG/vGPU slices;
 # - a GPU is "free" when a whole-GPU launch could take it now: not held, on an active
-#   passthrough host. GPUs of MIG and vGPU hosts are offered as slices, never whole, and
-#   draining or down hosts take nothing new, so an unused GPU is not always free.
+#   passthrough host, neither it nor its host cordoned. GPUs of MIG and vGPU hosts are
+#   offered as slices, never whole, and draining or down hosts take nothing new, so an
+#   unused GPU is not always free.
 def gpu_used_q(prefix: str = "") -> models.Q:
     """Q for a used GPU; ``prefix`` reaches the GPU from another model (e.g. "gpus__")."""
     return models.Q(**{f"{prefix}instance__isnull": False}) | models.Q(**{f"{prefix}slices__instance__isnull": False})
@@ -244,7 +250,8 @@ def gpu_free_q(prefix: str = "") -> models.Q:
     """Q for a free GPU (see above): the one definition the launch form, placement and
     the fleet's capacity count with."""
     return models.Q(**{f"{prefix}instance__isnull": True, f"{prefix}host__state": HostState.ACTIVE,
-                       f"{prefix}host__kind": HostKind.PASSTHROUGH})
+                       f"{prefix}host__kind": HostKind.PASSTHROUGH, f"{prefix}cordoned_at__isnull": True,
+                       f"{prefix}host__cordoned_at__isnull": True})
 
 
 class Precision(models.TextChoices):

@@ -203,7 +203,8 @@ def place(
     so whole hosts stay free for large jobs. Callers hold the model's row lock."""
     if slice_profile is not None:
         free = GpuSlice.objects.filter(
-            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True
+            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True,
+            gpu__cordoned_at__isnull=True, gpu__host__cordoned_at__isnull=True,
         ).select_related("gpu__host")
         if region is not None:
             free = free.filter(gpu__host__region=region)
@@ -304,7 +305,8 @@ def free_capacity(*, gpu_model: GpuModel, slice_profile: SliceProfile | None = N
     group where the host has groups."""
     if slice_profile is not None:
         rows = GpuSlice.objects.filter(
-            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True
+            profile=slice_profile, instance__isnull=True, gpu__host__state=HostState.ACTIVE, gpu__instance__isnull=True,
+            gpu__cordoned_at__isnull=True, gpu__host__cordoned_at__isnull=True,
         ).values("gpu__host").annotate(n=Count("id")).values_list("n", flat=True)
         counts = list(rows)
     else:
