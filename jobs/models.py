@@ -101,6 +101,7 @@ class EventKind(models.TextChoices):
     SUBMIT = "submit", "Submitted"
     START = "start", "Started"
     PREEMPT = "preempt", "Preempted"
+    RETRY = "retry", "Instance failed, queued again"
     RESUME = "resume", "Resumed"
     FINISH = "finish", "Finished"
     CANCEL = "cancel", "Cancelled"

@@ -221,6 +221,8 @@ def _settle(pk: int, now: datetime) -> Job | None:
         return None
     if instance.state == State.PREEMPTED:
         return _requeue(job, instance, now)
+    if instance.state == State.FAILED:
+        return _retry(job, instance)
     _close_run(job, instance.state_changed_at, f"instance {instance.state}")
     job.state, job.ended_at = JobState.FINISHED, instance.state_changed_at
     job.save(update_fields=["state", "ended_at"])
@@ -240,6 +242,21 @@ def _requeue(job: Job, instance: Instance, now: datetime) -> Job:
     job.save(update_fields=["state", "queue_key", "preempted_at", "waiting_since", "preempt_reason", "wait_note"])
     _event(job, EventKind.PREEMPT, at, f"preempted by a paying launch ({why}); back at the head of the queue", instance)
     record_event(actor="system", action="job.preempt", target=job, team=job.team_id,
+                 details={"instance": instance.pk, "reason": why, "requeued": "head"})
+    return job
+
+
+def _retry(job: Job, instance: Instance) -> Job:
+    """Its instance never started (the host did not confirm the boot): the job did not
+    run, so it goes back to the head of the queue and its next run is a new instance."""
+    at = instance.state_changed_at
+    why = instance.events.filter(to_state=State.FAILED).values_list("reason", flat=True).last() or "failed to start"
+    _close_run(job, at, f"instance failed: {why}")
+    job.state, job.queue_key, job.waiting_since, job.wait_note = JobState.QUEUED, _head_key(), at, ""
+    job.save(update_fields=["state", "queue_key", "waiting_since", "wait_note"])
+    _event(job, EventKind.RETRY, at, f"its instance {instance.name} failed to start ({why}); back at the head of the "
+                                     "queue", instance)
+    record_event(actor="system", action="job.retry", target=job, team=job.team_id,
                  details={"instance": instance.pk, "reason": why, "requeued": "head"})
     return job
 
