@@ -26,7 +26,16 @@ from django.views.decorators.http import require_POST
 
 from console.models import Team
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.models import Gpu, GpuSlice, Host, HostKind, Instance, gpu_used_q, nvlink_groups
+from instances.models import (
+    Gpu,
+    GpuSlice,
+    Host,
+    HostKind,
+    Instance,
+    gpu_used_q,
+    nvlink_groups,
+    nvlink_text,
+)
 
 from . import charts, figures, queries, readings, services
 from .models import (
@@ -418,6 +427,10 @@ def host_detail(request, pk):
     )
     sliced = figures.sliced_util(now, [g.pk for g in gpus])
     devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g} for g in gpus]
+    for device in devices:  # live, a GPU in MIG mode follows its slices' readings
+        if device["gpu"].pk in sliced:
+            device["slices"] = {s.uuid: 1 / max(1, s.profile.slices_per_gpu) for s in pieces
+                                if s.gpu_id == device["gpu"].pk}
     # The charts offer every slice too; on a MIG host first, as its GPUs report no
     # utilization of their own.
     slice_devices = [slice_device(s, latest.get(s.uuid), now) for s in pieces]
@@ -427,6 +440,7 @@ def host_detail(request, pk):
         "host": host,
         "nvlink": nvlink,
         "nvlink_most": max(map(len, nvlink.values()), default=0),
+        "nvlink_text": nvlink_text(nvlink),
         "agent": AgentState.objects.filter(host=host).first(),
         "devices": devices,
         "slices": [

@@ -185,6 +185,8 @@
       this.last = new Map();
       this.seen = new Map();
       this.withoutTensor = new Map();
+      this.parentOf = new Map();
+      this.sliceUtil = new Map();
       this.listeners = [];
       document.querySelectorAll(".gpu-tile[data-uuid]").forEach((el) => {
         const list = this.byUuid.get(el.dataset.uuid) || [];
@@ -192,14 +194,36 @@
         this.byUuid.set(el.dataset.uuid, list);
         // Fresh at render: count the silence from now; stale: already silent.
         this.seen.set(el.dataset.uuid, el.classList.contains("stale") ? -Infinity : performance.now());
+        // A GPU in MIG mode has no utilization of its own: its slices' readings make it,
+        // each by its share of the GPU (monitoring.figures.sliced_util).
+        if (el.dataset.slices) {
+          el.dataset.slices.split(",").forEach((pair) => {
+            const [slice, share] = pair.split("=");
+            this.parentOf.set(slice, [el.dataset.uuid, Number(share)]);
+          });
+          if (el.dataset.slicedUtil !== "") this.last.set(el.dataset.uuid, { uuid: el.dataset.uuid, m: { gpu_util: Number(el.dataset.slicedUtil) } });
+        }
       });
       GC.live.on("gpus", (data) => this.offer(data.gpus || []));
       setInterval(() => this.sweep(), 2000);
       this.flushing = false;
     }
 
+    /* A slice's utilization, as its GPU's share: the GPU's utilization of its slices. */
+    fromSlice(g) {
+      const [parent, share] = this.parentOf.get(g.uuid);
+      if (g.stale || !g.m || g.m.gpu_util === null || g.m.gpu_util === undefined) return null;
+      if (!this.sliceUtil.has(parent)) this.sliceUtil.set(parent, new Map());
+      const parts = this.sliceUtil.get(parent);
+      parts.set(g.uuid, [g.m.gpu_util, share]);
+      let sum = 0, weight = 0;
+      parts.forEach(([u, w]) => { sum += u * w; weight += w; });
+      return { uuid: parent, t: g.t, m: { gpu_util: sum / weight } };
+    }
+
     offer(gpus) {
       const now = performance.now();
+      gpus = gpus.concat(gpus.filter((g) => this.parentOf.has(g.uuid)).map((g) => this.fromSlice(g)).filter(Boolean));
       gpus.forEach((g) => {
         if (!g.stale) this.seen.set(g.uuid, now);
         // Slow metrics (energy, GPM) come every few readings: keep the last value seen.

@@ -39,5 +39,6 @@ def test_the_host_page_lists_each_group_and_the_most_for_one_instance(client, op
     client.force_login(ops)
     page = client.get(f"/hosts/{host.pk}/").content.decode()
     groups = page.split('id="nvlink-groups">')[1].split("</dd>")[0]
-    assert "h100-b-nvl0</span> <span class=\"muted\">(gpu0, gpu1)" in groups and "h100-b-nvl3" in groups
-    assert "at most 2 GPUs for one instance here" in groups
+    assert groups.startswith("4 groups of 2 GPUs")
+    assert '<span title="h100-b-nvl0">gpu0+1</span>' in groups and '<span title="h100-b-nvl3">gpu6+7</span>' in groups
+    assert "at most 2 for one instance here" in groups

@@ -69,3 +69,14 @@ def test_the_host_page_shows_the_gpus_utilization_and_charts_its_slices(client, 
     charted = [d["uuid"] for d in context["panel"]["devices"]]
     assert charted[0].startswith("MIG-") and len(charted) == 2 + 14
     assert gpu.uuid in charted
+
+
+def test_the_host_page_tells_the_browser_which_slices_make_a_gpu(client, ops, mig_readings):
+    host, gpu = mig_readings
+    client.force_login(ops)
+    page = client.get(f"/hosts/{host.pk}/").content.decode()
+    tile = page.split(f'data-uuid="{gpu.uuid}"')[1].split(">")[0]
+    assert 'data-sliced-util="10"' in tile
+    slices = dict(pair.split("=") for pair in tile.split('data-slices="')[1].split('"')[0].split(","))
+    assert set(slices) == set(gpu.slices.values_list("uuid", flat=True))
+    assert {round(float(share), 4) for share in slices.values()} == {round(1 / 7, 4)}
