@@ -2,9 +2,10 @@
 dcgm-exporter's metric names and labels, so existing Grafana dashboards work.
 
 Labels as dcgm-exporter writes them (``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
-``modelName``, ``Hostname``, and ``GPU_I_ID``/``GPU_I_PROFILE`` on MIG slices, whose
-``UUID`` and ``gpu`` are their parent's), plus ``team``, ``instance`` (the console
-instance's name) and ``instance_id``. Units follow DCGM: MiB, W, mJ, ratios 0-1 for
+``modelName``, the GPU's host as ``instance``, ``hostname`` and ``Hostname``, and
+``GPU_I_ID``/``GPU_I_PROFILE`` on MIG slices, whose ``UUID`` and ``gpu`` are their
+parent's), plus ``team``, ``console_instance`` (the console instance's name) and
+``instance_id``. Units follow DCGM: MiB, W, mJ, ratios 0-1 for
 the profiling (GPM) fields. A GPU whose agent went quiet keeps only
 ``gpuconsole_gpu_stale 1``: Prometheus then marks its DCGM series stale.
 """
@@ -83,16 +84,22 @@ def gpu_labels(row: GpuLatest) -> list[tuple[str, object]]:
     gpu = row.gpu
     pairs = [
         ("gpu", gpu.index), ("UUID", gpu.uuid), ("pci_bus_id", gpu.pci_bus_id), ("device", f"nvidia{gpu.index}"),
-        ("modelName", gpu.model.name), ("Hostname", row.host.name),
+        ("modelName", gpu.model.name), *host_labels(row.host.name),
     ]
     if row.slice is not None:
         pairs += [("GPU_I_PROFILE", row.slice.profile.name), ("GPU_I_ID", row.slice.gpu_instance_id)]
     pairs += [
         ("team", row.team.slug if row.team else ""),
-        ("instance", row.instance.name if row.instance else ""),
+        ("console_instance", row.instance.name if row.instance else ""),
         ("instance_id", row.instance_id or ""),
     ]
     return pairs
+
+
+def host_labels(name: str) -> list[tuple[str, str]]:
+    # dcgm-exporter's dashboards select hosts by `instance`; its newer releases label
+    # `hostname`, older dashboards `Hostname`.
+    return [("Hostname", name), ("hostname", name), ("instance", name)]
 
 
 def rows():
@@ -140,7 +147,7 @@ def _console_series(readings, now, teams) -> list[str]:
         ("gpuconsole_agent_bad_frames_total", "counter", "Frames refused as bad.", "bad_frames"),
     ]:
         out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
-        out += [f'{name}{{Hostname="{escape(a.host.name)}"}} {int(getattr(a, attr))}' for a in agents]
+        out += [f"{name}{labels(host_labels(a.host.name))} {int(getattr(a, attr))}" for a in agents]
     alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
     if teams is not None:
         alerts = alerts.filter(team_id__in=teams)

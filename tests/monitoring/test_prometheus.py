@@ -51,8 +51,8 @@ def test_a_held_gpu_has_dcgm_names_units_and_labels(scrape, acme_instance):
     labels, value = found["DCGM_FI_DEV_GPU_UTIL"][0]
     assert value == 87
     assert labels == {"gpu": str(gpu.index), "UUID": gpu.uuid, "pci_bus_id": "", "device": f"nvidia{gpu.index}",
-                      "modelName": "H100-80GB", "Hostname": "h100-a", "team": "acme", "instance": "acme-train",
-                      "instance_id": str(acme_instance.pk)}
+                      "modelName": "H100-80GB", "Hostname": "h100-a", "hostname": "h100-a", "instance": "h100-a",
+                      "team": "acme", "console_instance": "acme-train", "instance_id": str(acme_instance.pk)}
     assert found["DCGM_FI_DEV_FB_USED"][0][1] == 40 * 1024
     assert found["DCGM_FI_DEV_FB_FREE"][0][1] == 40 * 1024
     assert found["DCGM_FI_DEV_POWER_USAGE"][0][1] == pytest.approx(612.345)
@@ -84,7 +84,7 @@ def test_the_last_xid_and_agent_counters(scrape, fleet):
     AgentState.objects.create(host=gpu.host, connected=True, samples=1234, bad_frames=2)
     found = series(scrape())
     assert found["DCGM_FI_DEV_XID_ERRORS"][0][1] == 79
-    assert found["gpuconsole_agent_samples_total"] == [({"Hostname": "h100-a"}, 1234)]
+    assert found["gpuconsole_agent_samples_total"] == [({"Hostname": "h100-a", "hostname": "h100-a", "instance": "h100-a"}, 1234)]
     assert found["gpuconsole_agent_bad_frames_total"][0][1] == 2
 
 
