@@ -1,9 +1,10 @@
 """GPU events from the agent (XID errors, a GPU lost or back): stored as rows, and a
-lost GPU raises its alert until the agent reports it back."""
+lost GPU raises its alert until the agent reports it back. A "health" event carries the
+GPU's health facts, kept with its verdict (``verdicts``), not as a row of its own."""
 
 from __future__ import annotations
 
-from . import alerts
+from . import alerts, verdicts
 from .models import AlertKind, GpuEvent
 
 
@@ -14,6 +15,9 @@ def store(host_id: int, host_name: str, events: list) -> None:
     rows = []
     for record, device, when, instance_id, team_id in events:
         e = record.event
+        if e.kind == "health":
+            verdicts.store_facts(device.gpu_id, e.facts or {}, when)
+            continue
         rows.append(GpuEvent(
             time=when, kind=e.kind, host_id=host_id, gpu_id=device.gpu_id, uuid=record.device,
             code=e.code, message=e.message, instance_id=instance_id, team_id=team_id,

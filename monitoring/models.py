@@ -328,6 +328,7 @@ class AlertKind(models.TextChoices):
     SCALING_AT_MAX = "scaling_at_max", "Scaling group at its maximum"
     SPOT_MAX = "spot_max", "Spot price against max price"
     NETWORK_RULES = "network_rules", "Network rules not applied"
+    GPU_HEALTH = "gpu_health", "GPU health"
 
 
 class Category(models.TextChoices):
@@ -586,3 +587,60 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.notification_id} #{self.attempt}: {'ok' if self.ok else self.error}"
+
+
+# --- host health and diagnostics (docs/operations.md) ---------------------------------
+
+
+class GpuHealth(models.Model):
+    """A GPU's health: the facts its agent last sent and the verdict judged from them
+    (monitoring/health.py). Operators only: no team, never shown to tenants."""
+
+    gpu = models.OneToOneField("instances.Gpu", on_delete=models.CASCADE, related_name="health")
+    facts = models.JSONField(default=dict, blank=True)
+    facts_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=10, default="healthy")
+    reasons = models.JSONField(default=list, blank=True)
+    # Since when a hardware clock-event reason has been held (judged on each evaluation).
+    throttled_since = models.DateTimeField(null=True, blank=True)
+    changed_at = models.DateTimeField(default=timezone.now)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} {self.state}"
+
+    @property
+    def summary(self) -> str:
+        return "; ".join(r["text"] for r in self.reasons) or "healthy"
+
+
+class BundleState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    STORED = "stored", "Stored"
+    FAILED = "failed", "Failed"
+
+
+class DiagnosticsBundle(models.Model):
+    """One diagnostics bundle of a host, collected by its agent on an operator's request.
+    Operators only: no team, never shown to tenants."""
+
+    host = models.ForeignKey("instances.Host", on_delete=models.CASCADE, related_name="+")
+    state = models.CharField(max_length=10, choices=BundleState.choices, default=BundleState.REQUESTED)
+    requested_at = models.DateTimeField(default=timezone.now)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The agent uploads with its host token and this one-time key (sent in the request frame).
+    upload_key_hash = models.CharField(max_length=64)
+    stored_at = models.DateTimeField(null=True, blank=True)
+    file = models.CharField(max_length=255, blank=True, help_text="name in the diagnostics storage")
+    size = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    manifest = models.JSONField(default=dict, blank=True)
+    error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"diagnostics of {self.host_id} at {self.requested_at:%Y-%m-%d %H:%M:%S} ({self.state})"

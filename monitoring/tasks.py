@@ -15,6 +15,7 @@ SCHEDULE = {
     "monitoring.alerts": (15, "monitoring.tasks.evaluate_alerts"),
     "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
     "monitoring.notify": (5, "monitoring.tasks.deliver_notifications"),
+    "monitoring.health": (30, "monitoring.tasks.evaluate_health"),
 }
 
 
@@ -51,3 +52,10 @@ def publish_stale() -> int:
 @shared_task
 def deliver_notifications() -> int:
     return notify.dispatch()
+
+
+@shared_task
+def evaluate_health() -> int:
+    from . import verdicts
+
+    return len(verdicts.evaluate())

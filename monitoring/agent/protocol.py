@@ -63,7 +63,8 @@ METRICS: dict[str, tuple[float, float, bool]] = {
     "dram_bw_util_pct": (0, 100, False),
 }
 
-EVENT_KINDS = ("xid", "gpu_lost", "gpu_back")
+EVENT_KINDS = ("xid", "gpu_lost", "gpu_back", "health")
+MAX_FACTS = 32  # a "health" event's facts (monitoring/health.py: FACTS)
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 BOOT_ID_RE = re.compile(r"^[0-9a-f]{32}\Z")
@@ -176,6 +177,10 @@ class Event(Struct, omit_defaults=True, gc=False):
     kind: _text(32, 1)
     code: _int(0, 65535) | None = None
     message: Annotated[str, Meta(max_length=MAX_MESSAGE, pattern=NO_NUL)] = ""
+    # A "health" event: the GPU's health facts (ECC, retired pages, row remapping, links),
+    # sent when they change.
+    facts: Annotated[dict[Annotated[str, Meta(pattern=METRIC_NAME.pattern)], _int(0, SAFE_INT)],
+                     Meta(max_length=MAX_FACTS)] | UnsetType = UNSET
 
 
 class Record(Struct, omit_defaults=True, gc=False):

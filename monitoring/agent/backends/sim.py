@@ -64,6 +64,26 @@ XID_CODES = (13, 31, 43, 63, 94)
 XID_CHANCE = 2e-6
 ECC_CHANCE = 1e-5
 
+# Health facts of a sound H100/H200 (monitoring/health.py: FACTS), sent in a "health"
+# event only by a GPU given a fault (``SimGpu.set_fault``, or "fault" in a fleet file).
+SOUND_FACTS = {
+    "ecc_corrected_aggregate": 0, "ecc_uncorrected_aggregate": 0, "retired_sbe": 0, "retired_dbe": 0,
+    "retired_pending": 0, "remap_correctable": 0, "remap_uncorrectable": 0, "remap_pending": 0, "remap_failed": 0,
+    "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "nvlink_links": 18, "nvlink_down": 0,
+}
+# fault -> (facts, metrics) it changes; "xid:<code>" and "lost" are events instead.
+FAULTS = {
+    "none": ({}, {}),
+    "ecc_uncorrected": ({"ecc_uncorrected_aggregate": 2}, {"ecc_uncorrected_volatile": 2}),
+    "retired_pending": ({"retired_dbe": 1, "retired_pending": 1}, {}),
+    "remap_pending": ({"remap_uncorrectable": 1, "remap_pending": 1}, {}),
+    "remap_failed": ({"remap_uncorrectable": 8, "remap_failed": 1}, {}),
+    "pcie_width": ({"pcie_width": 8}, {}),
+    "pcie_gen": ({"pcie_gen": 3}, {"gpu_util": 95}),
+    "nvlink_down": ({"nvlink_down": 2}, {}),
+    "thermal": ({}, {"clocks_event_reasons": 0x40}),  # hardware thermal slowdown
+}
+
 
 log = logging.getLogger(__name__)
 FOLLOW_EVERY_S = 2.0
@@ -98,7 +118,7 @@ class SimGpu:
     __slots__ = (
         "uuid", "index", "name", "memory_total", "power_limit_mw", "rng", "weights", "kind",
         "left", "burst", "temp", "energy_mj", "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx",
-        "ecc", "pid", "mem_frac", "slices", "mode", "follow", "alloc",
+        "ecc", "pid", "mem_frac", "slices", "mode", "follow", "alloc", "fault", "fault_sent",
     )  # fmt: skip
 
     def __init__(self, spec: dict, seed: int):
@@ -122,6 +142,36 @@ class SimGpu:
         self.slices = [SimSlice(sl, seed, self.mode) for sl in spec.get("slices", ())]
         self.follow = False
         self.alloc = ("free", "")
+        self.fault = None
+        self.fault_sent = True
+        if spec.get("fault"):
+            self.set_fault(spec["fault"])
+
+    def set_fault(self, fault: str | None) -> None:
+        """Simulate a fault from the next tick on: a name of FAULTS, "xid:<code>" or "lost";
+        None or "none" clears it."""
+        if fault not in (None, "lost") and fault not in FAULTS and not fault.startswith("xid:"):
+            raise FleetError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}, xid:<code> or lost")
+        self.fault = None if fault == "none" else fault
+        self.fault_sent = False
+
+    def fault_records(self, now: float, m: dict) -> list[dict]:
+        """The fault's changes to this tick's metrics (in place), and its events the first time."""
+        facts, metrics = FAULTS.get(self.fault or "none", ({}, {}))
+        reasons = m.get("clocks_event_reasons", 0)
+        m.update(metrics)
+        if "clocks_event_reasons" in metrics:
+            m["clocks_event_reasons"] |= reasons
+        if self.fault_sent:
+            return []
+        self.fault_sent = True
+        fault = self.fault or ""
+        if fault == "lost":
+            return [{"t": now, "gpu": self.uuid, "event": {"kind": "gpu_lost", "message": "GPU is lost"}}]
+        if fault.startswith("xid:"):
+            code = int(fault[4:])
+            return [{"t": now, "gpu": self.uuid, "event": {"kind": "xid", "code": code, "message": f"Xid {code}"}}]
+        return [{"t": now, "gpu": self.uuid, "event": {"kind": "health", "facts": {**SOUND_FACTS, **facts}}}]
 
     def hello(self) -> dict:
         return {
@@ -357,6 +407,8 @@ class SimSource(Source):
                 records.append(record)
                 if event is not None:
                     records.append({"t": now, "gpu": gpu.uuid, "event": event})
+                if not gpu.fault_sent or gpu.fault:
+                    records.extend(gpu.fault_records(now, m))
             out[host.host] = records
         return out
 
