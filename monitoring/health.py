@@ -195,7 +195,11 @@ def _link_reasons(facts: dict, metrics: dict) -> list[Reason]:
         out.append(Reason(DEGRADED, f"PCIe link at Gen{gen} of Gen{gen_max} while busy",
                           "check the slot and BIOS settings; reboot the host when it is drained"))
     links, down = facts.get("nvlink_links") or 0, facts.get("nvlink_down") or 0
-    if links and down:
+    if links and down == links:
+        # A card with no bridge fitted reports every link down; the host's NVLink group
+        # (instances.Host.nvlink_group) says whether one was expected.
+        out.append(Reason(HEALTHY, f"no NVLink link active (0 of {links})"))
+    elif links and down:
         out.append(Reason(DEGRADED, f"{down} of {links} NVLink links inactive",
                           "reset the GPU when it is drained; if links stay down, check the NVLink bridges or baseboard"))
     return out

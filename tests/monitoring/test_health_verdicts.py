@@ -77,3 +77,9 @@ def test_an_unknown_fault_name_is_refused():
 
     with pytest.raises(FleetError, match="unknown fault"):
         SimGpu({"uuid": "GPU-sim-0", "index": 0}, seed=3).set_fault("melted")
+
+
+def test_a_gpu_with_no_nvlink_link_up_at_all_is_a_card_without_a_bridge():
+    verdict = health.judge(facts={"nvlink_links": 18, "nvlink_down": 18})
+    assert verdict.state == "healthy"
+    assert "no NVLink link active" in verdict.summary

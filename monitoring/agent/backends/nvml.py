@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import diagnostics
 from ..procinfo import ProcessNames
 from ..protocol import MAX_SLICES
 
@@ -155,6 +156,7 @@ class _Gpu(_Device):
     proc_ts: int = 0
     proc_sm: dict = field(default_factory=dict)
     vgpu_ts: int = 0
+    facts: dict | None = None  # the health facts last sent
 
     def hello(self) -> dict:
         entry = {
@@ -738,6 +740,21 @@ class NvmlSource(Source):
                 records.append({"t": now, "gpu": gpu.uuid, "m": m})
         return records
 
+    def sample_health(self, now: float | None = None) -> list[dict]:
+        """A "health" event for each GPU whose health facts changed (monitoring/health.py):
+        ECC aggregates, retired pages, row remapping, PCIe link, NVLink links; on the
+        counter cadence (tens of microseconds per GPU)."""
+        now = time.time() if now is None else now
+        records = []
+        for gpu in self.gpus:
+            if gpu.lost:
+                continue
+            facts = diagnostics.health_facts(self.nv, gpu.handle)
+            if facts and facts != gpu.facts:
+                gpu.facts = facts
+                records.append({"t": now, "gpu": gpu.uuid, "event": {"kind": "health", "facts": facts}})
+        return records
+
     def _field_request(self, gpu: _Gpu) -> list:
         """(metric, field id, scope, scale) for each counter's current candidate field."""
         wanted = []
@@ -843,6 +860,7 @@ class NvmlSource(Source):
                 emit(host, self.sample_fast())
                 emit(host, self.sample_slow())
                 emit(host, self.sample_counters())
+                emit(host, self.sample_health())
                 self.done.set()
 
             self.spawn(once, "nvml-once")
@@ -851,7 +869,8 @@ class NvmlSource(Source):
         self._slow_due = time.monotonic()
         self._mig_due = self._slow_due + MIG_RESCAN_S
         steps = {"nvml-fast": (self.interval, lambda: emit(host, self.sample_tick())),
-                 "nvml-counters": (self.counter_interval, lambda: emit(host, self.sample_counters()))}  # fmt: skip
+                 "nvml-counters": (self.counter_interval, lambda: emit(host, self.sample_counters())),
+                 "nvml-health": (self.counter_interval, lambda: emit(host, self.sample_health()))}  # fmt: skip
         for name, (interval, step) in steps.items():
             if loop is None:
                 self.spawn(lambda interval=interval, step=step: run_every(stop, interval, step), name)
