@@ -383,3 +383,19 @@ def best_reservation(
     if actual_cents <= cost_cents:
         return None  # saves less than a cent
     return Saving(best.gpus, actual_cents, cost_cents, actual_cents - cost_cents)
+
+
+# --- advice -----------------------------------------------------------------------------
+
+# A month of advice is 730 hours (365 days × 24 / 12), as cloud price calculators count.
+HOURS_PER_MONTH = 730
+
+
+def monthly(price_per_hour) -> Decimal:
+    """What ``price_per_hour`` costs over a 730-hour month, to the cent (one rounding)."""
+    return to_cents(money(price_per_hour) * HOURS_PER_MONTH * SECONDS_PER_HOUR)
+
+
+def monthly_saving(current_per_hour, proposed_per_hour) -> Decimal:
+    """A month at the current price less a month at the proposed one, each to the cent."""
+    return monthly(current_per_hour) - monthly(proposed_per_hour)

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "scaling",
     "jobs",
     "network",
+    "savings",
     "axes",
 ]
 

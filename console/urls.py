@@ -28,7 +28,8 @@ urlpatterns = [
 urlpatterns += [
     path("", include(module))
     for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls",
-                   "scaling.urls", "jobs.urls", "network.urls")
+                   "scaling.urls", "jobs.urls", "network.urls",
+                   "savings.urls")
 ]
 
 handler400 = "console.views.bad_request"

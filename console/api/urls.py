@@ -9,13 +9,15 @@ from instances import api as instances_api
 from jobs import api as jobs_api
 from monitoring import api as monitoring_api
 from network import api as network_api
+from savings import api as savings_api
 from scaling import api as scaling_api
 
 from . import routes, views
 
 router = DefaultRouter()
 extra = []
-for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api, jobs_api, network_api):
+for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api, jobs_api, network_api,
+               savings_api):
     for prefix, viewset, basename in module.routes:
         router.register(prefix, viewset, basename=basename)
     extra += getattr(module, "urlpatterns", [])

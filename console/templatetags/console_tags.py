@@ -16,6 +16,7 @@ SECTIONS = [
     ("vpc-list", "Network", None),
     ("cost-explorer", "Costs", "sees_costs"),
     ("invoice-list", "Invoices", "sees_bills"),
+    ("savings", "Savings", "is_admin"),
     ("audit-events", "Audit", "is_auditor"),
     ("team-members", "Team", "in_team"),
 ]

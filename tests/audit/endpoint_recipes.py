@@ -111,6 +111,14 @@ def _acme_network(world: World):
     return network_services.ensure_defaults(actor=world.users["bob"], team=world.acme)
 
 
+def _dismissed_advice(world: World):
+    from savings import services as savings_services
+
+    instance = _running(world)
+    savings_services.dismiss(actor=world.users["alice"], instance=instance, kind="stop")
+    return instance
+
+
 def _vpc(world: World):
     return network_services.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
 
@@ -1115,4 +1123,13 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     "POST /network-interfaces/<pk>/groups/": {"": Recipe(
         _form("/network-interfaces/{p.pk}/groups/", lambda w, p: {"security_groups": [p.group]}),
         ("network.interface.groups",), "bob", prepare=_interface, team="acme")},
+    "POST /api/v1/recommendations/<pk>/dismiss/": {"": Recipe(
+        _json("post", "/api/v1/recommendations/{p.pk}/dismiss/", {"kind": "stop", "days": 7}),
+        ("savings.recommendation.snooze",), "alice", prepare=_running, team="acme")},
+    "POST /api/v1/recommendations/<pk>/restore/": {"": Recipe(
+        _json("post", "/api/v1/recommendations/{p.pk}/restore/", {"kind": "stop"}),
+        ("savings.recommendation.restore",), "alice", prepare=_dismissed_advice, team="acme")},
+    "POST /savings/<pk>/dismiss/": {"": Recipe(
+        _form("/savings/{p.pk}/dismiss/", {"kind": "stop"}), ("savings.recommendation.dismiss",), "alice",
+        prepare=_running, team="acme")},
 }
