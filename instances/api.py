@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count, F, Prefetch
 from django.http import Http404
 from django.urls import path
 from django.utils import timezone
@@ -93,7 +93,7 @@ class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModel
 class GpuViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     """GPUs: operators see the fleet, teams the GPUs their instances hold."""
 
-    queryset = Gpu.objects.select_related("host", "model").prefetch_related(
+    queryset = Gpu.objects.select_related("host", "model").annotate(job=F("instance__job_run__job__name")).prefetch_related(
         Prefetch("slices", queryset=GpuSlice.objects.select_related("profile"))
     )
     serializer_class = GpuSerializer

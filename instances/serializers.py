@@ -131,11 +131,12 @@ class GpuSerializer(serializers.ModelSerializer):
     instance = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     team = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     slices = GpuSliceSerializer(many=True, read_only=True)
+    job = serializers.CharField(read_only=True, allow_null=True, default=None, help_text="the job whose run holds it")
 
     class Meta:
         model = Gpu
         fields = ["uuid", "host", "index", "model", "memory_total", "pci_bus_id", "nvlink_group", "instance", "team",
-                  "slices"]
+                  "job", "slices"]
 
 
 class HostSerializer(serializers.ModelSerializer):

@@ -2,6 +2,7 @@
 alerts, and operators' host tokens."""
 
 from django.db import transaction
+from django.db.models import F
 from django.http import JsonResponse
 from django.urls import path
 from django.utils import timezone
@@ -101,7 +102,7 @@ class InstanceMetricsView(APIView):
 class GpuLatestViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     """The latest reading of each GPU and slice (``stale`` when its agent went quiet)."""
 
-    queryset = GpuLatest.objects.select_related("host", "gpu")
+    queryset = GpuLatest.objects.select_related("host", "gpu").annotate(job=F("instance__job_run__job__name"))
     serializer_class = GpuLatestSerializer
     lookup_field = "uuid"
     lookup_value_regex = "[^/]+"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
 from .models import ACTIVE_STATES, AgentState, Alert, GpuEvent, GpuLatest, stale_after_s
@@ -92,6 +92,7 @@ def gpu_labels(row: GpuLatest) -> list[tuple[str, object]]:
         ("team", row.team.slug if row.team else ""),
         ("console_instance", row.instance.name if row.instance else ""),
         ("instance_id", row.instance_id or ""),
+        ("console_job", row.job_name or ""),
     ]
     return pairs
 
@@ -106,7 +107,7 @@ def rows():
     last_xid = GpuEvent.objects.filter(gpu=OuterRef("gpu"), kind="xid").order_by("-time", "-id").values("code")[:1]
     return (
         GpuLatest.objects.select_related("host", "gpu__model", "slice__profile", "team", "instance")
-        .annotate(last_xid=Subquery(last_xid))
+        .annotate(last_xid=Subquery(last_xid), job_name=F("instance__job_run__job__name"))
         .order_by("host__name", "gpu__index", "slice__gpu_instance_id")
     )
 

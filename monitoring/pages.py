@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, F
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -104,6 +104,17 @@ def gpu_device(gpu: Gpu, latest: GpuLatest | None, now, sliced_util: float | Non
     }
 
 
+# A job's run is an instance; its job, where it has one, read in the same query.
+HOLDER_JOB = {"job_name": F("instance__job_run__job__name"), "job_priority": F("instance__job_run__job__priority")}
+
+
+def holder(gpu: Gpu) -> dict | None:
+    """Who holds a whole GPU now (None: free): its instance, team and, for a job's run, the job."""
+    if gpu.instance is None:
+        return None
+    return {"instance": gpu.instance, "team": gpu.team, "job": gpu.job_name, "priority": gpu.job_priority}
+
+
 def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
     metrics = latest.metrics if latest else {}
     reading = readings.of_latest(latest, now=now) if latest else {"t": None, "stale": True}
@@ -151,7 +162,8 @@ def team_context(user, *, page=None) -> dict:
     now = timezone.now()
     teams = list(Team.objects.for_user(user).order_by("name"))
     shown = Paginator(
-        figures.holding(user).select_related("team", "gpu_model", "slice_profile", "host").order_by("team__name", "name"),
+        figures.holding(user).select_related("team", "gpu_model", "slice_profile", "host")
+        .annotate(job_name=F("job_run__job__name"), job_priority=F("job_run__job__priority")).order_by("team__name", "name"),
         INSTANCES_PER_PAGE,
     ).get_page(page)
     instances = list(shown.object_list)
@@ -419,14 +431,14 @@ def host_detail(request, pk):
     require_operator(request.user)
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
     now = timezone.now()
-    gpus = list(host.gpus.select_related("model", "instance", "team").order_by("index"))
+    gpus = list(host.gpus.select_related("model", "instance", "team").annotate(**HOLDER_JOB).order_by("index"))
     latest = latest_by_uuid(GpuLatest.objects.filter(host=host))
     pieces = list(
         GpuSlice.objects.filter(gpu__host=host).select_related("profile__gpu_model", "gpu", "instance", "team")
         .order_by("gpu__index", "gpu_instance_id")
     )
     sliced = figures.sliced_util(now, [g.pk for g in gpus])
-    devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g} for g in gpus]
+    devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g, "holder": holder(g)} for g in gpus]
     for device in devices:  # live, a GPU in MIG mode follows its slices' readings
         if device["gpu"].pk in sliced:
             device["slices"] = {s.uuid: 1 / max(1, s.profile.slices_per_gpu) for s in pieces

@@ -70,10 +70,11 @@ class GpuLatestSerializer(serializers.ModelSerializer):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu = serializers.SlugRelatedField(slug_field="uuid", read_only=True)
     stale = serializers.SerializerMethodField()
+    job = serializers.CharField(read_only=True, allow_null=True, default=None, help_text="the job whose run holds it")
 
     class Meta:
         model = GpuLatest
-        fields = ["uuid", "gpu", "host", "instance", "team", "time", "last_seen", "stale", "metrics"]
+        fields = ["uuid", "gpu", "host", "instance", "team", "job", "time", "last_seen", "stale", "metrics"]
         read_only_fields = fields
 
     def get_stale(self, row) -> bool:

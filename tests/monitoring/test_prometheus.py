@@ -52,7 +52,8 @@ def test_a_held_gpu_has_dcgm_names_units_and_labels(scrape, acme_instance):
     assert value == 87
     assert labels == {"gpu": str(gpu.index), "UUID": gpu.uuid, "pci_bus_id": "", "device": f"nvidia{gpu.index}",
                       "modelName": "H100-80GB", "Hostname": "h100-a", "hostname": "h100-a", "instance": "h100-a",
-                      "team": "acme", "console_instance": "acme-train", "instance_id": str(acme_instance.pk)}
+                      "team": "acme", "console_instance": "acme-train", "instance_id": str(acme_instance.pk),
+                      "console_job": ""}
     assert found["DCGM_FI_DEV_FB_USED"][0][1] == 40 * 1024
     assert found["DCGM_FI_DEV_FB_FREE"][0][1] == 40 * 1024
     assert found["DCGM_FI_DEV_POWER_USAGE"][0][1] == pytest.approx(612.345)
