@@ -230,6 +230,8 @@ def create_subnet(*, actor, vpc: Vpc, name: str, cidr: str, is_default: bool = F
 
 @transaction.atomic
 def delete_subnet(*, actor, subnet: Subnet) -> None:
+    if subnet.is_default:
+        raise ValidationError({"subnet": "The default subnet cannot be deleted; launches that name no subnet use it."})
     if _in_use([subnet]):
         raise ValidationError({"subnet": f"Subnet {subnet.name} still has instances; terminate them first."})
     Interface.objects.filter(subnet=subnet).delete()
@@ -654,13 +656,16 @@ def record_report(*, host: Host, report: wire.RulesetApplied, now: datetime | No
     if rules is None:
         rules = HostRules.objects.create(host=host)
     moved = (rules.applied_version, rules.applied_hash) != (report.version, report.hash)
+    # A host that keeps refusing (e.g. an agent without --network, asked again every 10 s)
+    # is audited once per version and reason, not on every answer.
+    new_refusal = not report.ok and report.error != rules.error
     rules.applied_version, rules.applied_hash = report.version, report.hash
     rules.reported_at = now
     rules.error = "" if report.ok else report.error
     if moved:
         rules.applied_at = now
     rules.save(update_fields=["applied_version", "applied_hash", "reported_at", "error", "applied_at"])
-    if moved or not report.ok:
+    if moved or new_refusal:
         record_event(actor="system", action="network.rules.applied" if report.ok else "network.rules.refused",
                      target=host, outcome="success" if report.ok else "failure",
                      details={"version": report.version, "hash": report.hash, "offered": report.offered,

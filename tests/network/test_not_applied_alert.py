@@ -40,3 +40,15 @@ def test_a_team_member_does_not_see_the_operators_alert(api, fleet, acme, bob, r
     seen = api(bob).get("/api/v1/alerts/")
     assert seen.status_code == 200
     assert AlertKind.NETWORK_RULES not in seen.content.decode()
+
+
+def test_a_host_that_keeps_refusing_is_audited_once_per_reason(fleet, acme, bob, running):
+    from audit.models import AuditEvent
+
+    host = fleet["hosts"]["h100-a"]
+    running(bob, acme, "web", host=host)
+    rules = HostRules.objects.get(host=host)
+    refusal = wire.RulesetApplied(version=0, hash="", ok=False, offered=rules.version, error="not enforced here")
+    for _ in range(3):  # the periodic check asks again every 10 s
+        services.record_report(host=host, report=refusal)
+    assert AuditEvent.objects.filter(action="network.rules.refused").count() == 1

@@ -37,7 +37,16 @@ def test_an_outsider_cannot_put_a_subnet_in_the_teams_vpc(api, charlie, vpc):
 
 
 def test_a_subnet_with_instances_is_not_deleted(api, acme, bob, running, acme_net):
-    running(bob, acme, "web")
-    r = api(bob).delete(f"/api/v1/subnets/{acme_net['subnet'].pk}/")
+    from network import services
+
+    gpu = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="gpu", cidr="10.0.64.0/24")
+    running(bob, acme, "web", subnet=gpu.pk)
+    r = api(bob).delete(f"/api/v1/subnets/{gpu.pk}/")
     assert r.status_code == 400
     assert "still has instances" in r.json()["subnet"][0]
+
+
+def test_the_default_subnet_is_not_deleted(api, bob, acme_net):
+    r = api(bob).delete(f"/api/v1/subnets/{acme_net['subnet'].pk}/")
+    assert r.status_code == 400
+    assert "default subnet cannot be deleted" in r.json()["subnet"][0]
