@@ -149,3 +149,17 @@ async def test_an_agent_waiting_for_its_next_sample_applies_a_ruleset_at_once(se
         agent.cancel()
         await asyncio.gather(agent, return_exceptions=True)
     assert server.seen[:2] == ["samples", "ruleset_applied"]  # not held until the next sample
+
+
+def test_a_restarted_agent_puts_its_rules_back_before_it_connects(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from monitoring.agent import cli
+
+    applied = []
+    monkeypatch.setattr(firewall, "nft_apply", lambda script, nft=("nft",): applied.append(script))
+    (tmp_path / "network-rules.json").write_text(wire.encode(ruleset(4)))
+    link = SimpleNamespace(network=None)
+    cli._enforce_network(SimpleNamespace(spool_dirs={"h": tmp_path}), {"h": link})
+    assert link.network.version == 4 and len(applied) == 1
+    assert 'jump in_0' in applied[0]
