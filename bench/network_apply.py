@@ -188,12 +188,12 @@ for g in gpus:
     add_gpu(actor=ops, host=host, index=g["index"], uuid=g["uuid"], model=model, memory_total=g["memory_total"])
 token = monitoring_services.create_host_token(actor=ops, host=host)[1]
 team = Team.objects.create(name="Acme", slug="acme")
-later, services._resync_on_commit = services._resync_on_commit, lambda *a, **k: None  # one version at the end
+later, services.resync_on_commit = services.resync_on_commit, lambda *a, **k: None  # one version at the end
 for n in range({count}):
     instance = Instance.objects.create(team=team, name=f"i{{n}}", gpu_model=model, gpu_count=1,
                                        pricing_model="on_demand", state=State.RUNNING, host=host)
     services.attach_instance(actor=ops, instance=instance)
-services._resync_on_commit = later
+services.resync_on_commit = later
 services.resync(hosts=[host.pk])
 group = services.default_group(actor=ops, team=team)
 json.dump({{"host": host.name, "host_id": host.pk, "token": token, "gpus": gpus, "group": group.pk,

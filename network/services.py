@@ -303,7 +303,7 @@ def create_group(*, actor, team, name: str, description: str = "", rules: list[d
     _write_rules(group, rules, field="rules")
     record_event(actor=actor, action="network.group.create", target=group, team=team,
                  details={"name": name, "rules": [_rule_details(r) for r in group.rules.all()]})
-    _resync_on_commit(team.pk)
+    resync_on_commit(team.pk)
     return group
 
 
@@ -343,7 +343,7 @@ def update_group(*, actor, group: SecurityGroup, name: str | None = None, descri
         _write_rules(group, rules, field="rules")
         changed["rules"] = {"before": before, "after": [_rule_details(r) for r in group.rules.all()]}
     record_event(actor=actor, action="network.group.update", target=group, team=group.team_id, details=changed)
-    _resync_on_commit(group.team_id)
+    resync_on_commit(group.team_id)
     return group
 
 
@@ -356,7 +356,7 @@ def add_rule(*, actor, group: SecurityGroup, **values) -> SecurityRule:
     rule = SecurityRule.objects.create(group=group, **vars(spec))
     record_event(actor=actor, action="network.rule.add", target=group, team=group.team_id,
                  details={"group": group.name, "rule": _rule_details(rule)})
-    _resync_on_commit(group.team_id)
+    resync_on_commit(group.team_id)
     return rule
 
 
@@ -366,7 +366,7 @@ def remove_rule(*, actor, rule: SecurityRule) -> None:
     record_event(actor=actor, action="network.rule.remove", target=group, team=group.team_id,
                  details={"group": group.name, "rule": _rule_details(rule)})
     rule.delete()
-    _resync_on_commit(group.team_id)
+    resync_on_commit(group.team_id)
 
 
 @transaction.atomic
@@ -480,7 +480,7 @@ def attach_instance(*, actor, instance: Instance, subnet=None, groups=None) -> I
     record_event(actor=actor, action="network.interface.attach", target=instance, team=team,
                  details={"address": interface.address, "subnet": chosen.name, "vpc": chosen.vpc.name,
                           "security_groups": sorted(g.name for g in members)})
-    _resync_on_commit(team.pk, hosts=[instance.host_id])
+    resync_on_commit(team.pk, hosts=[instance.host_id])
     return interface
 
 
@@ -498,7 +498,7 @@ def set_groups(*, actor, interface: Interface, groups) -> Interface:
     interface.groups.set(found)
     record_event(actor=actor, action="network.interface.groups", target=interface.instance, team=interface.team_id,
                  details={"address": interface.address, "before": before, "after": sorted(g.name for g in found)})
-    _resync_on_commit(interface.team_id, hosts=[interface.instance.host_id, interface.placed_on_id])
+    resync_on_commit(interface.team_id, hosts=[interface.instance.host_id, interface.placed_on_id])
     return interface
 
 
@@ -516,7 +516,7 @@ def release(*, actor, instance: Instance) -> None:
 # --- what each host enforces --------------------------------------------------------------
 
 
-def _resync_on_commit(team_id: int, hosts=()) -> None:
+def resync_on_commit(team_id: int, hosts=()) -> None:
     transaction.on_commit(lambda: resync(team_id=team_id, hosts=hosts))
 
 

@@ -23,4 +23,4 @@ def instance_saved(sender, instance: Instance, created: bool, update_fields=None
         return
     if instance.state == State.TERMINATED:
         services.release(actor="system", instance=instance)
-    services._resync_on_commit(instance.team_id, hosts=[instance.host_id, interface.placed_on_id])
+    services.resync_on_commit(instance.team_id, hosts=[instance.host_id, interface.placed_on_id])
