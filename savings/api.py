@@ -1,17 +1,19 @@
 """/api/v1/recommendations/: rightsizing advice for a team's running instances, and
-dismiss / snooze / restore of one instance's advice."""
+dismiss / snooze / restore of one instance's advice; /api/v1/idle-stop-policies/."""
 
 from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
+from console.models import Team
 from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
-from . import services
+from . import idle_stop, services
+from .models import IdleStopPolicy
 
 
 def _team_id(value) -> int | None:
@@ -84,3 +86,57 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
 
 
 routes = [("recommendations", RecommendationViewSet, "recommendation")]
+
+
+class IdleStopPolicySerializer(serializers.ModelSerializer):
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.all())
+    instance = serializers.PrimaryKeyRelatedField(queryset=Instance.objects.all(), allow_null=True, required=False)
+    idle_minutes = serializers.CharField()
+    warn_minutes = serializers.CharField(required=False)
+
+    class Meta:
+        model = IdleStopPolicy
+        fields = ["id", "team", "instance", "idle_minutes", "warn_minutes", "enabled", "updated_at"]
+        read_only_fields = ["updated_at"]
+        validators = []  # the service decides (one policy per target is an update, not an error)
+
+    def to_representation(self, obj):
+        data = super().to_representation(obj)
+        data["idle_minutes"], data["warn_minutes"] = obj.idle_minutes, obj.warn_minutes
+        return data
+
+
+class IdleStopPolicyViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+                            mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Opt-in idle stop: stop the team's running instances (or one instance) after
+    ``idle_minutes`` with every GPU idle by real activity, with a notice ``warn_minutes``
+    before. Off unless a team adds one; ``enabled: false`` turns it off."""
+
+    queryset = IdleStopPolicy.objects.select_related("team", "instance")
+    serializer_class = IdleStopPolicySerializer
+    filterset_fields = ["team"]
+    read_roles = ADMIN_ROLES
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        self.require_role(data["team"].pk, ADMIN_ROLES, "set idle-stop policies")
+        serializer.instance = idle_stop.set_policy(
+            actor=self.request.user, team=data["team"], instance=data.get("instance"),
+            idle_minutes=data["idle_minutes"], warn_minutes=data.get("warn_minutes", 10),
+            enabled=data.get("enabled", True))
+
+    def perform_update(self, serializer):
+        policy, data = serializer.instance, serializer.validated_data
+        self.require_role(policy.team_id, ADMIN_ROLES, "change idle-stop policies")
+        serializer.instance = idle_stop.set_policy(
+            actor=self.request.user, team=policy.team, instance=policy.instance,
+            idle_minutes=data.get("idle_minutes", policy.idle_minutes),
+            warn_minutes=data.get("warn_minutes", policy.warn_minutes), enabled=data.get("enabled", policy.enabled))
+
+    def perform_destroy(self, policy):
+        self.require_role(policy.team_id, ADMIN_ROLES, "delete idle-stop policies")
+        idle_stop.delete_policy(actor=self.request.user, policy=policy)
+
+
+routes.append(("idle-stop-policies", IdleStopPolicyViewSet, "idle-stop-policy"))

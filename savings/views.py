@@ -13,6 +13,7 @@ from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
 from . import services
+from .models import IdleStopNotice, IdleStopPolicy
 
 
 def _team(request) -> tuple[Team, list[Team]]:
@@ -34,6 +35,8 @@ def savings(request):
         "team": team, "teams": teams, "days": days, "currency": currency(),
         "open": [r for r in recs if r.dismissal is None], "set_aside": [r for r in recs if r.dismissal is not None],
         "total": sum((r.monthly_saving for r in recs if r.dismissal is None), start=services.Decimal(0)),
+        "policies": IdleStopPolicy.objects.filter(team=team).select_related("instance").order_by("instance__name"),
+        "notices": IdleStopNotice.objects.filter(team=team).select_related("instance").order_by("-warned_at")[:20],
     }
     return render(request, "savings/savings.html", context)
 

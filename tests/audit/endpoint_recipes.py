@@ -102,6 +102,19 @@ def _host(world: World):
     return Host.objects.get(name="h100-a")
 
 
+def _cordoned_host(world: World):
+    from instances import cordon
+
+    return cordon.cordon_host(actor=world.users["ops"], host=_host(world), reason="walk")
+
+
+def _cordoned_gpu(world: World):
+    from instances import cordon
+    from instances.models import Gpu
+
+    return cordon.cordon_gpu(actor=world.users["ops"], gpu=Gpu.objects.get(uuid="GPU-h100-a-0"), reason="walk")
+
+
 def _region(world: World):
     return Region.objects.get()
 
@@ -117,6 +130,12 @@ def _dismissed_advice(world: World):
     instance = _running(world)
     savings_services.dismiss(actor=world.users["alice"], instance=instance, kind="stop")
     return instance
+
+
+def _idle_policy(world: World):
+    from savings import idle_stop
+
+    return idle_stop.set_policy(actor=world.users["alice"], team=world.acme, idle_minutes=60)
 
 
 def _vpc(world: World):
@@ -601,6 +620,26 @@ RECIPES: dict[str, dict[str, Recipe]] = {
             "ops",
             prepare=_host,
         )
+    },
+    "POST /api/v1/hosts/<pk>/cordon/": {
+        "": Recipe(_json("post", "/api/v1/hosts/{p.pk}/cordon/", {"reason": "rack work"}), ("host.cordon",), "ops",
+                   prepare=_host)
+    },
+    "POST /api/v1/hosts/<pk>/uncordon/": {
+        "": Recipe(_json("post", "/api/v1/hosts/{p.pk}/uncordon/"), ("host.uncordon",), "ops", prepare=_cordoned_host)
+    },
+    "POST /api/v1/hosts/<pk>/drain/": {
+        "": Recipe(_json("post", "/api/v1/hosts/{p.pk}/drain/"), ("host.cordon", "host.drain"), "ops", prepare=_host)
+    },
+    "POST /api/v1/gpus/<uuid>/cordon/": {
+        "": Recipe(_json("post", "/api/v1/gpus/GPU-h100-a-0/cordon/", {"reason": "XID 48"}), ("gpu.cordon",), "ops")
+    },
+    "POST /api/v1/gpus/<uuid>/uncordon/": {
+        "": Recipe(_json("post", "/api/v1/gpus/{p.uuid}/uncordon/"), ("gpu.uncordon",), "ops", prepare=_cordoned_gpu)
+    },
+    "POST /api/v1/hosts/<pk>/diagnostics/": {
+        "": Recipe(_json("post", "/api/v1/hosts/{p.pk}/diagnostics/"), ("host.diagnostics.collect",), "ops",
+                   prepare=_host, status=(202,))
     },
     "POST /api/v1/instances/": {
         "": Recipe(
@@ -1129,6 +1168,15 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     "POST /api/v1/recommendations/<pk>/restore/": {"": Recipe(
         _json("post", "/api/v1/recommendations/{p.pk}/restore/", {"kind": "stop"}),
         ("savings.recommendation.restore",), "alice", prepare=_dismissed_advice, team="acme")},
+    "POST /api/v1/idle-stop-policies/": {"": Recipe(
+        _json("post", "/api/v1/idle-stop-policies/", lambda w, _: {"team": w.acme.pk, "idle_minutes": 60}),
+        ("savings.idle_stop.set",), "alice", team="acme")},
+    "PATCH /api/v1/idle-stop-policies/<pk>/": {"": Recipe(
+        _json("patch", "/api/v1/idle-stop-policies/{p.pk}/", {"enabled": False}), ("savings.idle_stop.off",),
+        "alice", prepare=_idle_policy, team="acme")},
+    "DELETE /api/v1/idle-stop-policies/<pk>/": {"": Recipe(
+        _json("delete", "/api/v1/idle-stop-policies/{p.pk}/"), ("savings.idle_stop.delete",), "alice",
+        prepare=_idle_policy, team="acme")},
     "POST /savings/<pk>/dismiss/": {"": Recipe(
         _form("/savings/{p.pk}/dismiss/", {"kind": "stop"}), ("savings.recommendation.dismiss",), "alice",
         prepare=_running, team="acme")},
