@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.db.models import Count, F, Prefetch
+from django.db.models import Count, F, Prefetch, Q
 from django.http import Http404
 from django.urls import path
 from django.utils import timezone
@@ -16,7 +16,7 @@ from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
 from network import services as network_services
 
-from . import catalog, images, services
+from . import catalog, cordon_api, images, services
 from .models import (
     Gpu,
     GpuModel,
@@ -70,7 +70,11 @@ class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModel
     """Fleet hosts (operators). PATCH state to drain a host or mark it down."""
 
     queryset = Host.objects.select_related("region").annotate(
-        gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=gpu_free_q("gpus__"))
+        gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=gpu_free_q("gpus__")),
+        # monitoring keeps each GPU's health verdict (GpuHealth, related name "health")
+        gpus_failed=Count("gpus", filter=Q(gpus__health__state="failed")),
+        gpus_degraded=Count("gpus", filter=Q(gpus__health__state="degraded")),
+        gpus_cordoned=Count("gpus", filter=Q(gpus__cordoned_at__isnull=False)),
     ).order_by("region__name", "name")
     serializer_class = HostSerializer
     filterset_fields = ["region__name", "kind", "state"]
@@ -84,6 +88,7 @@ class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModel
             nvlink_group=data.get("nvlink_group", ""),
         )
         serializer.instance.gpu_count = serializer.instance.gpus_free = 0
+        serializer.instance.gpus_failed = serializer.instance.gpus_degraded = serializer.instance.gpus_cordoned = 0
 
     def perform_update(self, serializer):
         host = services.update_host(actor=self.request.user, host=serializer.instance, **serializer.validated_data)
@@ -307,4 +312,5 @@ routes = [
 
 urlpatterns = [
     path("launch-quote/", LaunchQuoteView.as_view(), name="launch-quote"),
+    *cordon_api.urlpatterns,
 ]

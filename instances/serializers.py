@@ -147,11 +147,22 @@ class HostSerializer(serializers.ModelSerializer):
     nvlink_group = serializers.CharField(max_length=40, required=False, allow_blank=True, validators=[plain_name])
     gpu_count = serializers.IntegerField(read_only=True)
     gpus_free = serializers.IntegerField(read_only=True)
+    gpus_failed = serializers.IntegerField(read_only=True)
+    gpus_degraded = serializers.IntegerField(read_only=True)
+    gpus_cordoned = serializers.IntegerField(read_only=True)
+    health = serializers.SerializerMethodField()
 
     class Meta:
         model = Host
-        fields = ["id", "name", "region", "kind", "state", "nvlink_group", "gpu_count", "gpus_free", "created_at"]
-        read_only_fields = ["created_at"]
+        fields = ["id", "name", "region", "kind", "state", "nvlink_group", "gpu_count", "gpus_free", "health",
+                  "gpus_failed", "gpus_degraded", "gpus_cordoned", "cordoned_at", "cordon_reason", "created_at"]
+        read_only_fields = ["created_at", "cordoned_at", "cordon_reason"]
+
+    def get_health(self, host) -> str:
+        """The worst verdict of its GPUs; why in words: /api/v1/hosts/{id}/health/."""
+        if getattr(host, "gpus_failed", 0):
+            return "failed"
+        return "degraded" if getattr(host, "gpus_degraded", 0) else "healthy"
 
     def validate_name(self, value):
         taken = Host.objects.filter(name=value)

@@ -18,7 +18,7 @@ from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.tenancy import ADMIN_ROLES, WRITE_ROLES, is_operator
 from instances.models import Gpu, GpuSlice, Instance
 
-from . import figures, queries, services
+from . import figures, health_api, queries, services
 from .models import Alert, AlertRule, GpuEvent, GpuLatest, HostToken, NotificationChannel, Silence
 from .serializers import (
     AlertRuleSerializer,
@@ -375,4 +375,5 @@ urlpatterns = [
     path("overview/", OverviewView.as_view(), name="overview-figures"),
     path("gpus/<str:uuid>/metrics/", GpuMetricsView.as_view(), name="gpu-metrics"),
     path("instances/<int:pk>/metrics/", InstanceMetricsView.as_view(), name="instance-metrics"),
+    *health_api.urlpatterns,
 ]

@@ -42,7 +42,7 @@ from instances.models import Instance
 from monitoring.agent import protocol as p
 from network import agent_link
 
-from . import fanout, frames, ingest, inventory, services
+from . import diagnostics, fanout, frames, ingest, inventory, services
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +302,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # services.revoke_host_token / rotate_host_token reach this connection here.
         self.token_group = services.token_group(token.pk)
         await self.channel_layer.group_add(self.token_group, self.channel_name)
+        await self.channel_layer.group_add(diagnostics.agent_group(self.host.pk), self.channel_name)
 
     def _expire_at(self, when: float) -> None:
         if getattr(self, "expiry", None) is not None:
@@ -337,6 +338,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 handle.cancel()
         if getattr(self, "token_group", None) is not None:
             await self.channel_layer.group_discard(self.token_group, self.channel_name)
+            await self.channel_layer.group_discard(diagnostics.agent_group(self.host.pk), self.channel_name)
         await agent_link.left(self)
         if self.acker is not None:
             self.acker.cancel()
@@ -416,6 +418,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
 
     async def network_ruleset(self, message):
+        await self.send(text_data=message["frame"])
+
+    async def diagnostics_request(self, message):
         await self.send(text_data=message["frame"])
 
     async def send_frame(self, frame: dict):

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from . import firewall, protocol
+from . import diagnostics, firewall, protocol
 from .outbox import Outbox
 from .spool import Batch, Spool, SpoolError
 
@@ -122,6 +122,7 @@ class HostLink:
         self.label = label
         self.backoff = backoff or Backoff()
         self.outbox = Outbox(self.boot_id)
+        diagnostics.LOG_TAIL.install()
         self._last_error: dict | None = None
         self._rehello: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None  # the outbox has records (or a spool check is due)
@@ -453,6 +454,9 @@ class HostLink:
             await self._apply_ack(frame)
         if frame["type"] == "ruleset":
             await firewall.answer(ws, text, self.network)
+            return None
+        if frame["type"] == "diagnostics":  # collected and uploaded off the event loop
+            asyncio.ensure_future(asyncio.to_thread(diagnostics.answer, frame, server=self.server, token=self.token))
             return None
         return frame
 
