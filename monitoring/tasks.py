@@ -16,6 +16,7 @@ SCHEDULE = {
     "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
     "monitoring.notify": (5, "monitoring.tasks.deliver_notifications"),
     "monitoring.health": (30, "monitoring.tasks.evaluate_health"),
+    "monitoring.diagnostics": (600, "monitoring.tasks.expire_diagnostics"),
 }
 
 
@@ -59,3 +60,10 @@ def evaluate_health() -> int:
     from . import verdicts
 
     return len(verdicts.evaluate())
+
+
+@shared_task
+def expire_diagnostics() -> int:
+    from . import diagnostics
+
+    return diagnostics.expire()
