@@ -7,7 +7,8 @@ Labels as dcgm-exporter writes them (``gpu``, ``UUID``, ``pci_bus_id``, ``device
 parent's), plus ``team``, ``console_instance`` (the console instance's name) and
 ``instance_id``. Units follow DCGM: MiB, W, mJ, ratios 0-1 for
 the profiling (GPM) fields. A GPU whose agent went quiet keeps only
-``gpuconsole_gpu_stale 1``: Prometheus then marks its DCGM series stale.
+``gpuconsole_gpu_stale 1``: Prometheus then marks its DCGM series stale. The fleet's
+scrape also carries each GPU's health verdict (``gpuconsole_gpu_health``) and cordon.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.utils import timezone
 from .models import ACTIVE_STATES, AgentState, Alert, GpuEvent, GpuLatest, stale_after_s
 
 MIB = 1024 * 1024
+HEALTH_VALUE = {"healthy": 0, "degraded": 1, "failed": 2}
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ def rows():
     last_xid = GpuEvent.objects.filter(gpu=OuterRef("gpu"), kind="xid").order_by("-time", "-id").values("code")[:1]
     return (
         GpuLatest.objects.select_related("host", "gpu__model", "slice__profile", "team", "instance")
-        .annotate(last_xid=Subquery(last_xid), job_name=F("instance__job_run__job__name"))
+        .annotate(last_xid=Subquery(last_xid), job_name=F("instance__job_run__job__name"),
+                  health_state=F("gpu__health__state"), cordoned_at=F("gpu__cordoned_at"))
         .order_by("host__name", "gpu__index", "slice__gpu_instance_id")
     )
 
@@ -140,6 +143,15 @@ def _console_series(readings, now, teams) -> list[str]:
             "# TYPE gpuconsole_gpu_last_seen_seconds gauge"]
     out += [f"gpuconsole_gpu_last_seen_seconds{labels(pairs)} {(now - row.last_seen).total_seconds():.1f}"
             for row, pairs, _ in readings]
+    if teams is None:  # health and cordons are the operators' (monitoring/verdicts.py)
+        whole = [(row, pairs) for row, pairs, _ in readings if row.slice_id is None]
+        out += ["# HELP gpuconsole_gpu_health The GPU's health verdict: 0 healthy, 1 degraded, 2 failed.",
+                "# TYPE gpuconsole_gpu_health gauge"]
+        out += [f"gpuconsole_gpu_health{labels(pairs)} {HEALTH_VALUE.get(row.health_state, 0)}" for row, pairs in whole]
+        out += ["# HELP gpuconsole_gpu_cordoned 1 while the GPU (or its host) takes no new placements.",
+                "# TYPE gpuconsole_gpu_cordoned gauge"]
+        out += [f"gpuconsole_gpu_cordoned{labels(pairs)} {int(row.cordoned_at is not None or row.host.cordoned_at is not None)}"
+                for row, pairs in whole]
     agents = [] if teams is not None else list(AgentState.objects.select_related("host").order_by("host__name"))
     for name, kind, help_, attr in [
         ("gpuconsole_agent_connected", "gauge", "1 while the host's agent is connected.", "connected"),

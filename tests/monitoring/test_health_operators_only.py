@@ -45,3 +45,16 @@ def test_the_operator_reads_the_failing_gpu_in_words(api, ops, fleet):
     assert body["gpus"][0]["cordoned"] is True
     [row] = [h for h in api(ops).get("/api/v1/hosts/").json()["results"] if h["name"] == "h200-a"]
     assert row["health"] == "failed" and row["gpus_cordoned"] == 1 and row["gpus_free"] == 0
+
+
+def test_metrics_carry_the_health_gauge_for_operators_only(api, ops, fleet, client, bob, acme, launch):
+    gpu = Gpu.objects.select_related("host").get(uuid="GPU-h200-a-0")
+    tick(gpu, sim_of(gpu, "xid:79"))
+    verdicts.evaluate()
+    from monitoring import exposition
+
+    text = exposition.render()
+    [line] = [x for x in text.splitlines() if x.startswith("gpuconsole_gpu_health{") and 'UUID="GPU-h200-a-0"' in x]
+    assert line.endswith(" 2")
+    assert any(x.startswith("gpuconsole_gpu_cordoned{") and x.endswith(" 1") for x in text.splitlines())
+    assert "gpuconsole_gpu_health" not in exposition.render(teams=[acme.pk])
