@@ -5,6 +5,20 @@ from instances import services as instance_services
 from network import services
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_thread_connections(django_db_setup):
+    """The agent consumer queries from worker threads whose connections outlive a test;
+    close them before the test database is dropped."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    from monitoring.consumers import close_writer_connections
+
+    close_writer_connections()
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
 @pytest.fixture(autouse=True)
 def _after_commit_at_once(monkeypatch):
     """Each test runs in one transaction that never commits: what waits for the commit
