@@ -1,12 +1,13 @@
-"""Every page of the navigation, as each demo user, on the demo as `make run` plays it
+"""Every page of the navigation, as each demo user, on a demo that has run half an hour
 (seed_demo, then rundemo: the console with its periodic work and the demo's agents):
 each page answers 200, is not an error page, and neither it nor anything it loads
 answers 5xx or logs a console error.
 
-The demo has no clock to move forward, so the demo runs for real before the pages are
-read: every periodic task has run at least once, and DEMO_RUN_MINUTES (default 1) more
-minutes of agents and periodic work pass first; CI sets 30 to read the pages of a demo
-that has run half an hour."""
+The demo is seeded DEMO_PLAYED_MINUTES (default 30) ago and played forward to now by
+``console.demo_clock.advance``: every spot market step, preemption, queue pass, scaling
+decision, failed boot and metering run that half hour of ``make run`` would have made.
+Then it runs for real, its agents streaming, for DEMO_RUN_MINUTES (default 0.5) before
+the pages are read."""
 
 import os
 import re
@@ -30,6 +31,20 @@ from conftest import (
 pytestmark = pytest.mark.browser
 
 USERS = ("alice", "bob", "charlie", "audrey", "ops")
+PLAYED = """
+import io, os
+from datetime import timedelta
+from unittest import mock
+from django.core.management import call_command
+from django.utils import timezone
+from console import demo_clock
+end = timezone.now().replace(microsecond=0)
+start = end - timedelta(minutes=float(os.environ.get("DEMO_PLAYED_MINUTES", "30")))
+real, shift = timezone.now, timezone.now() - start
+with mock.patch("django.utils.timezone.now", lambda: real() - shift):
+    call_command("seed_demo", stdout=io.StringIO())
+demo_clock.advance(start=start, end=end)
+"""
 PERIODIC = """
 from console.schedule import _resolve, entries
 for name, (seconds, path) in entries().items():
@@ -67,7 +82,7 @@ def demo(tmp_path_factory):
         _recreate_pg(url, name)
         env["DATABASE_URL"], database = url, (url, name)
     manage = [sys.executable, str(ROOT / "manage.py")]
-    for step in (["migrate", "--noinput", "-v0"], ["seed_demo"], ["shell", "-v0", "-c", PERIODIC]):
+    for step in (["migrate", "--noinput", "-v0"], ["shell", "-v0", "-c", PLAYED], ["shell", "-v0", "-c", PERIODIC]):
         done = subprocess.run(manage + step, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{step[0]}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     log = open(var / "rundemo.log", "w")
@@ -76,7 +91,7 @@ def demo(tmp_path_factory):
     base = f"http://127.0.0.1:{port}"
     try:
         _wait(base + "/healthz", server)
-        time.sleep(60 * float(os.environ.get("DEMO_RUN_MINUTES", "1")))
+        time.sleep(60 * float(os.environ.get("DEMO_RUN_MINUTES", "0.5")))
         assert server.poll() is None, (var / "rundemo.log").read_text()[-4000:]
         yield base
     finally:
