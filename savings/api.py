@@ -1,19 +1,23 @@
 """/api/v1/recommendations/: rightsizing advice for a team's running instances, and
 dismiss / snooze / restore of one instance's advice; /api/v1/idle-stop-policies/."""
 
-from django.core.exceptions import ValidationError
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
-from console.tenancy import ADMIN_ROLES
+from console.tenancy import ADMIN_ROLES, is_operator
 from instances.models import Instance
 
-from . import idle_stop, services
-from .models import IdleStopPolicy
+from . import energy, idle_stop, services
+from .models import IdleStopPolicy, RegionFootprint
 
 
 def _team_id(value) -> int | None:
@@ -140,3 +144,65 @@ class IdleStopPolicyViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mix
 
 
 routes.append(("idle-stop-policies", IdleStopPolicyViewSet, "idle-stop-policy"))
+
+
+def _footprint(fp: energy.Footprint) -> dict:
+    return {"it_kwh": round(fp.it_kwh, 6), "pue": fp.pue, "facility_kwh": round(fp.facility_kwh, 6),
+            "kg_co2e": None if fp.kg_co2e is None else round(fp.kg_co2e, 6)}
+
+
+class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
+    """Energy (from NVML's energy counter) and carbon of a team's instances over the last
+    ``days`` (1–31, default 7): ``?team=`` (required)."""
+
+    queryset = Team.objects.all()
+
+    @extend_schema(responses=dict)
+    def list(self, request):
+        team_id = _team_id(request.query_params.get("team"))
+        if team_id is None:
+            raise ValidationError({"team": "team is required."})
+        team = self.get_queryset().filter(pk=team_id).first()
+        if team is None:
+            raise NotFound("No such team, or not yours to see.")
+        days = request.query_params.get("days", "7")
+        if not days.isascii() or not days.isdigit() or not 1 <= int(days) <= 31:
+            raise ValidationError({"days": "days is a whole number from 1 to 31."})
+        end = timezone.now()
+        rows = energy.by_instance(team.pk, end - timedelta(days=int(days)), end)
+        names = dict(Instance.objects.filter(pk__in=list(rows)).values_list("pk", "name"))
+        total = energy.ZERO
+        for fp in rows.values():
+            total = energy.add(total, fp)
+        return Response({"team": team.pk, "days": int(days), "total": _footprint(total),
+                         "instances": [{"instance": pk, "name": names.get(pk), **_footprint(fp)}
+                                       for pk, fp in sorted(rows.items())]})
+
+
+class RegionFootprintSerializer(serializers.ModelSerializer):
+    pue = serializers.CharField()
+    grid_g_co2e_per_kwh = serializers.CharField()
+
+    class Meta:
+        model = RegionFootprint
+        fields = ["id", "region", "pue", "grid_g_co2e_per_kwh", "updated_at"]
+        read_only_fields = ["updated_at"]
+        validators = []
+
+
+class RegionFootprintViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Each region's PUE and grid carbon intensity: everyone reads, operators set (a POST
+    for a region that has one replaces it)."""
+
+    queryset = RegionFootprint.objects.select_related("region").order_by("region__name")
+    serializer_class = RegionFootprintSerializer
+
+    def perform_create(self, serializer):
+        if not is_operator(self.request.user):
+            raise PermissionDenied("Only operators set a region's PUE and carbon intensity.")
+        data = serializer.validated_data
+        serializer.instance = energy.set_footprint(actor=self.request.user, region=data["region"], pue=data["pue"],
+                                                   grid_g_co2e_per_kwh=data["grid_g_co2e_per_kwh"])
+
+
+routes += [("energy", EnergyViewSet, "energy"), ("region-footprints", RegionFootprintViewSet, "region-footprint")]

@@ -84,3 +84,17 @@ class IdleStopNotice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance_id} stop at {self.stop_at:%H:%M} ({self.status})"
+
+
+class RegionFootprint(models.Model):
+    """What a region's energy costs the climate, set by operators: the data centre's PUE
+    (facility energy ÷ IT energy) and the grid's carbon intensity."""
+
+    region = models.OneToOneField("instances.Region", on_delete=models.CASCADE, related_name="+")
+    pue = models.DecimalField(max_digits=4, decimal_places=2)
+    grid_g_co2e_per_kwh = models.DecimalField(max_digits=6, decimal_places=1)
+    updated_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.region_id}: PUE {self.pue}, {self.grid_g_co2e_per_kwh} g/kWh"

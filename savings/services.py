@@ -173,11 +173,11 @@ def _fewer_words(use: Usage, instance: Instance, n: int) -> tuple[str, str]:
 
 
 def _model_words(use: Usage, instance: Instance, shape: Shape) -> tuple[str, str]:
-    reason = (f"Peak memory {_gb(use.total_mem_peak)} over {instance.gpu_count} GPU(s) and p95 compute "
-              f"{use.busy_gpus_p95:.2f} {instance.gpu_model.name}s' worth fit {shape.count} × {shape.label} (whose {instance.precision} tensor peak is "
+    reason = (f"Peak memory {_gb(use.total_mem_peak)} and p95 compute of {use.busy_gpus_p95:.2f} "
+              f"{instance.gpu_model.name} fit {shape.count} × {shape.label} (its {instance.precision} tensor peak is "
               f"{shape.compute:.0%} of the {instance.gpu_model.name}'s), with {HEADROOM - 1:.0%} headroom.")
-    risk = (f"Another GPU model: kernels, supported precisions and speed differ; a {shape.label} does the same "
-            "work more slowly, so a job that must finish by a deadline may not.")
+    risk = (f"Another GPU model: kernels, supported precisions and speed differ; measure a run on a {shape.label} "
+            "before moving work that must finish by a deadline.")
     return reason, risk
 
 

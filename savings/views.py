@@ -1,10 +1,13 @@
 """The Savings page: a team's rightsizing advice, for its admins and for operators."""
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.models import currency
@@ -12,7 +15,7 @@ from console.models import Team
 from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
-from . import services
+from . import energy, services
 from .models import IdleStopNotice, IdleStopPolicy
 
 
@@ -31,10 +34,18 @@ def savings(request):
     team, teams = _team(request)
     days = 7 if request.GET.get("days") == "7" else 14
     recs = services.recommendations(Instance.objects.filter(team=team), days=days)
+    now = timezone.now()
+    footprints = energy.by_instance(team.pk, now - timedelta(days=days), now)
+    names = dict(Instance.objects.filter(pk__in=list(footprints)).values_list("pk", "name"))
+    total = energy.ZERO
+    for fp in footprints.values():
+        total = energy.add(total, fp)
     context = {
         "team": team, "teams": teams, "days": days, "currency": currency(),
         "open": [r for r in recs if r.dismissal is None], "set_aside": [r for r in recs if r.dismissal is not None],
         "total": sum((r.monthly_saving for r in recs if r.dismissal is None), start=services.Decimal(0)),
+        "energy": sorted(((names.get(pk, pk), fp) for pk, fp in footprints.items()), key=lambda r: -r[1].it_kwh),
+        "energy_total": total,
         "policies": IdleStopPolicy.objects.filter(team=team).select_related("instance").order_by("instance__name"),
         "notices": IdleStopNotice.objects.filter(team=team).select_related("instance").order_by("-warned_at")[:20],
     }

@@ -637,6 +637,21 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     "POST /api/v1/gpus/<uuid>/uncordon/": {
         "": Recipe(_json("post", "/api/v1/gpus/{p.uuid}/uncordon/"), ("gpu.uncordon",), "ops", prepare=_cordoned_gpu)
     },
+    "POST /hosts/<pk>/diagnostics/collect/": {
+        "": Recipe(_form("/hosts/{p.pk}/diagnostics/collect/"), ("host.diagnostics.collect",), "ops", prepare=_host)
+    },
+    "POST /hosts/<pk>/placement/<verb>/": {
+        "cordon": Recipe(_form("/hosts/{p.pk}/placement/cordon/", {"reason": "fans"}), ("host.cordon",), "ops",
+                         prepare=_host),
+        "uncordon": Recipe(_form("/hosts/{p.pk}/placement/uncordon/"), ("host.uncordon",), "ops",
+                           prepare=_cordoned_host),
+        "drain": Recipe(_form("/hosts/{p.pk}/placement/drain/"), ("host.cordon", "host.drain"), "ops", prepare=_host),
+    },
+    "POST /gpus/<uuid>/placement/<verb>/": {
+        "cordon": Recipe(_form("/gpus/GPU-h100-a-0/placement/cordon/", {"reason": "XID 48"}), ("gpu.cordon",), "ops"),
+        "uncordon": Recipe(_form("/gpus/{p.uuid}/placement/uncordon/"), ("gpu.uncordon",), "ops",
+                           prepare=_cordoned_gpu),
+    },
     "POST /api/v1/hosts/<pk>/diagnostics/": {
         "": Recipe(_json("post", "/api/v1/hosts/{p.pk}/diagnostics/"), ("host.diagnostics.collect",), "ops",
                    prepare=_host, status=(202,))
@@ -1177,6 +1192,10 @@ RECIPES: dict[str, dict[str, Recipe]] = {
     "DELETE /api/v1/idle-stop-policies/<pk>/": {"": Recipe(
         _json("delete", "/api/v1/idle-stop-policies/{p.pk}/"), ("savings.idle_stop.delete",), "alice",
         prepare=_idle_policy, team="acme")},
+    "POST /api/v1/region-footprints/": {"": Recipe(
+        _json("post", "/api/v1/region-footprints/", lambda w, _: {"region": w.fleet["region"].pk, "pue": "1.2",
+                                                                   "grid_g_co2e_per_kwh": "350"}),
+        ("savings.footprint.set",), "ops")},
     "POST /savings/<pk>/dismiss/": {"": Recipe(
         _form("/savings/{p.pk}/dismiss/", {"kind": "stop"}), ("savings.recommendation.dismiss",), "alice",
         prepare=_running, team="acme")},

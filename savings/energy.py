@@ -1,0 +1,123 @@
+"""Energy and carbon of instances and teams, from NVML's total-energy counter.
+
+The agent reads each device's counter (millijoules since the driver loaded); the rollups
+keep its increase over each bucket (``energy_mj_delta``), so energy between two readings
+is exact, not power × time. A device-hour with no minute rollups (past their retention)
+is read from its hourly rollup. Facility energy is IT energy × the region's PUE, and
+carbon is facility energy × the grid's intensity, both set by operators per region
+(``RegionFootprint``); a region with none set shows IT energy and no carbon.
+MIG and vGPU slices report no energy of their own: their GPU's counter is the host's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Min, Sum
+from django.utils import timezone
+
+from audit.services import record_event
+from monitoring.models import Rollup1h, Rollup1m
+
+from .models import RegionFootprint
+
+MJ_PER_KWH = 3.6e9
+_PLAIN = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    it_kwh: float
+    pue: float | None
+    facility_kwh: float
+    kg_co2e: float | None
+
+
+def energy_mj(rollups_filter: dict, start: datetime, end: datetime, group: tuple[str, ...]) -> dict[tuple, float]:
+    """{group values + (region id,): millijoules} of the rollups matching ``rollups_filter``
+    whose buckets start in [start, end)."""
+    keys = (*group, "gpu__host__region_id")
+    minutes = Rollup1m.objects.filter(**rollups_filter, bucket__gte=start, bucket__lt=end,
+                                      energy_mj_delta__isnull=False)
+    out: dict[tuple, float] = {}
+    for row in minutes.values(*keys).annotate(mj=Sum("energy_mj_delta")).order_by():
+        out[tuple(row[k] for k in keys)] = row["mj"] or 0.0
+    first = dict(minutes.values("gpu_id").annotate(t=Min("bucket")).order_by().values_list("gpu_id", "t"))
+    hours = Rollup1h.objects.filter(**rollups_filter, bucket__gte=start, bucket__lt=end, energy_mj_delta__isnull=False)
+    for *values, gpu_id, bucket, mj in hours.values_list(*keys, "gpu_id", "bucket", "energy_mj_delta").iterator():
+        if gpu_id in first and bucket + HOUR > first[gpu_id]:
+            continue  # the minute rollups hold this hour
+        key = tuple(values)
+        out[key] = out.get(key, 0.0) + (mj or 0.0)
+    return out
+
+
+def footprint(mj: float, region: RegionFootprint | None) -> Footprint:
+    kwh = mj / MJ_PER_KWH
+    if region is None:
+        return Footprint(kwh, None, kwh, None)
+    facility = kwh * float(region.pue)
+    return Footprint(kwh, float(region.pue), facility, facility * float(region.grid_g_co2e_per_kwh) / 1000)
+
+
+def add(a: Footprint, b: Footprint) -> Footprint:
+    carbon = None if a.kg_co2e is None and b.kg_co2e is None else (a.kg_co2e or 0) + (b.kg_co2e or 0)
+    return Footprint(a.it_kwh + b.it_kwh, None, a.facility_kwh + b.facility_kwh, carbon)
+
+
+ZERO = Footprint(0.0, None, 0.0, None)
+
+
+def by_instance(team_id: int, start: datetime, end: datetime) -> dict[int, Footprint]:
+    """{instance id: its footprint} for the team's instances over [start, end)."""
+    regions = {f.region_id: f for f in RegionFootprint.objects.all()}
+    out: dict[int, Footprint] = {}
+    for (instance_id, region_id), mj in energy_mj({"team_id": team_id}, start, end, ("instance_id",)).items():
+        if instance_id is not None:
+            out[instance_id] = add(out.get(instance_id, ZERO), footprint(mj, regions.get(region_id)))
+    return out
+
+
+def team_total(team_id: int, start: datetime, end: datetime) -> Footprint:
+    total = ZERO
+    for fp in by_instance(team_id, start, end).values():
+        total = add(total, fp)
+    return total
+
+
+def _decimal(value, field: str, low: Decimal, high: Decimal, places: str) -> Decimal:
+    text = str(value)
+    number = Decimal(text) if _PLAIN.fullmatch(text) else None
+    if number is None or not low <= number <= high or number != number.quantize(
+            Decimal(places)):
+        raise ValidationError({field: f"{field} is a number from {low} to {high}, at most {places.count('0')} "
+                                      "decimal places."})
+    return number
+
+
+@transaction.atomic
+def set_footprint(*, actor, region, pue, grid_g_co2e_per_kwh) -> RegionFootprint:
+    """Set a region's PUE (1.00–3.00) and grid carbon intensity (0–2000 g CO2e per kWh)."""
+    errors = {}
+    values = {}
+    for field, value, low, high, places in (("pue", pue, Decimal("1"), Decimal("3"), "0.01"),
+                                            ("grid_g_co2e_per_kwh", grid_g_co2e_per_kwh, Decimal("0"),
+                                             Decimal("2000"), "0.1")):
+        try:
+            values[field] = _decimal(value, field, low, high, places)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    found, _ = RegionFootprint.objects.update_or_create(
+        region=region, defaults={**values, "updated_by": actor if getattr(actor, "pk", None) else None,
+                                 "updated_at": timezone.now()})
+    record_event(actor=actor, action="savings.footprint.set", target=region,
+                 details={"pue": str(values["pue"]), "grid_g_co2e_per_kwh": str(values["grid_g_co2e_per_kwh"])})
+    return found
