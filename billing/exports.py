@@ -40,6 +40,7 @@ FOCUS_COLUMNS = [
     "RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType",
     "ServiceCategory", "ServiceName", "ServiceSubcategory", "SkuId", "SkuPriceId", "SkuMeter",
     "SubAccountId", "SubAccountName", "SubAccountType", "Tags", "x_PricingModel", "x_Note",
+    "x_EnergyKWh", "x_CarbonKgCO2e",
 ]
 CSV_COLUMNS = [
     "charge_period_start", "charge_period_end", "team", "instance_id", "instance", "reservation", "sku", "region",
@@ -58,6 +59,30 @@ FOCUS_PRICING = {
     PricingCategory.COMMITTED: "Committed",
     PricingCategory.DYNAMIC: "Dynamic",
 }
+
+
+# Energy and carbon per charge row come from telemetry, which billing does not read:
+# the app that measures them registers a function {charge id: (kWh, kg CO2e or None)}.
+_energy_source = None
+
+
+def register_energy(source) -> None:
+    global _energy_source
+    _energy_source = source
+
+
+def _energy(qs) -> dict:
+    if _energy_source is None:
+        return {}
+    return _energy_source(list(qs.filter(instance__isnull=False).values(
+        "id", "instance_id", "period_start", "period_end", "consumed_seconds").order_by()))
+
+
+def _energy_cells(found) -> list[str]:
+    if found is None:
+        return ["", ""]
+    kwh, kg = found
+    return [f"{kwh:.6f}", "" if kg is None else f"{kg:.6f}"]
 
 
 class _Echo:
@@ -82,6 +107,9 @@ def stream(qs, fmt: str, invoices=None) -> Iterator[str]:
         (FOCUS_COLUMNS, _focus_row, _focus_line) if fmt == "focus" else (CSV_COLUMNS, _csv_row, _csv_line)
     )
     yield writer.writerow(columns)
+    if fmt == "focus":
+        energy = _energy(qs)
+        build = lambda row, numbers: _focus_row(row, numbers) + _energy_cells(energy.get(row["id"]))  # noqa: E731
     numbers = _invoice_numbers(qs, invoices)
     chunk = []
     rows = qs.order_by("period_start", "team_id", "id").values(*FIELDS)

@@ -121,3 +121,66 @@ def set_footprint(*, actor, region, pue, grid_g_co2e_per_kwh) -> RegionFootprint
     record_event(actor=actor, action="savings.footprint.set", target=region,
                  details={"pue": str(values["pue"]), "grid_g_co2e_per_kwh": str(values["grid_g_co2e_per_kwh"])})
     return found
+
+
+# --- per charge row (the FOCUS export's x_EnergyKWh and x_CarbonKgCO2e) ------------------
+
+
+def charge_energy(rows: list[dict]) -> dict[int, tuple[float, float | None]]:
+    """{charge id: (kWh at the GPUs, kg CO2e or None)} for charge rows (id, instance_id,
+    period_start, period_end, consumed_seconds). Each bucket's energy goes to the one
+    charge period of its instance that holds the bucket's start (the earliest, should two
+    overlap), shared among that period's rows by consumed seconds, so the rows add up to
+    the energy the counters measured while the instance was billed."""
+    periods: dict[int, list[tuple]] = {}
+    for row in rows:
+        if row["instance_id"] is not None:
+            periods.setdefault(row["instance_id"], []).append((row["period_start"], row["period_end"]))
+    if not periods:
+        return {}
+    periods = {iid: sorted(set(p)) for iid, p in periods.items()}
+    start = min(p[0][0] for p in periods.values())
+    end = max(e for p in periods.values() for _, e in p)
+    regions = {f.region_id: f for f in RegionFootprint.objects.all()}
+    groups: dict[tuple, list[float]] = {}  # (instance, period start, period end) -> [kWh, kg or nan]
+    for iid, bucket, region_id, mj in _buckets(list(periods), start, end):
+        period = next(((s, e) for s, e in periods[iid] if s <= bucket < e), None)
+        if period is None:
+            continue
+        fp = footprint(mj, regions.get(region_id))
+        group = groups.setdefault((iid, *period), [0.0, 0.0, True])
+        group[0] += fp.it_kwh
+        group[1] += fp.kg_co2e or 0.0
+        group[2] = group[2] and fp.kg_co2e is not None
+    return _share(rows, groups)
+
+
+def _buckets(instance_ids: list[int], start: datetime, end: datetime):
+    """(instance id, bucket start, region id, mJ) per instance, bucket and region."""
+    minutes = Rollup1m.objects.filter(instance_id__in=instance_ids, bucket__gte=start, bucket__lt=end,
+                                      energy_mj_delta__isnull=False)
+    yield from minutes.values_list("instance_id", "bucket", "gpu__host__region_id").annotate(
+        mj=Sum("energy_mj_delta")).order_by().iterator(chunk_size=5000)
+    first = dict(minutes.values("gpu_id").annotate(t=Min("bucket")).order_by().values_list("gpu_id", "t"))
+    hours = Rollup1h.objects.filter(instance_id__in=instance_ids, bucket__gte=start, bucket__lt=end,
+                                    energy_mj_delta__isnull=False)
+    for iid, bucket, region_id, gpu_id, mj in hours.values_list(
+            "instance_id", "bucket", "gpu__host__region_id", "gpu_id", "energy_mj_delta").iterator(chunk_size=5000):
+        if gpu_id not in first or bucket + HOUR <= first[gpu_id]:
+            yield iid, bucket, region_id, mj or 0.0
+
+
+def _share(rows: list[dict], groups: dict[tuple, list]) -> dict[int, tuple[float, float | None]]:
+    members: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["instance_id"], row["period_start"], row["period_end"])
+        if key in groups:
+            members.setdefault(key, []).append(row)
+    out = {}
+    for key, mine in members.items():
+        kwh, kg, known = groups[key]
+        seconds = sum(r["consumed_seconds"] for r in mine)
+        for r in mine:
+            share = r["consumed_seconds"] / seconds if seconds else 1 / len(mine)
+            out[r["id"]] = (kwh * share, kg * share if known else None)
+    return out

@@ -8,32 +8,11 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from instances.models import GpuHold
 from monitoring.models import Rollup1m
 from savings import energy
 from savings.models import RegionFootprint
 
 MJ_PER_KWH = 3.6e9
-
-
-@pytest.fixture
-def metered(alice, acme, running):
-    """An instance of 2 GPUs whose counters rose by 1.8 kWh and 0.9 kWh over 90 minutes
-    (readings at uneven steps: the counter, not power × time)."""
-    instance = running(alice, acme, "train", count=2)
-    end = timezone.now().replace(second=0, microsecond=0)
-    rows = []
-    for hold, total_kwh in zip(GpuHold.objects.filter(instance=instance), (1.8, 0.9), strict=True):
-        counter, step = 10**12, total_kwh * MJ_PER_KWH / 90
-        for k in range(90, 0, -1):
-            delta = step * (1.5 if k % 2 else 0.5)
-            counter += int(delta)
-            rows.append(Rollup1m(bucket=end - timedelta(minutes=k), gpu_id=hold.gpu_id, instance=instance,
-                                 team_id=acme.pk, samples=60, observed_s=60, energy_mj_delta=int(delta),
-                                 energy_mj_last=counter))
-    Rollup1m.objects.bulk_create(rows)
-    return instance
-
 
 def test_energy_is_the_counters_increase(acme, metered):
     now = timezone.now()

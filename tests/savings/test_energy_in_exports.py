@@ -1,0 +1,40 @@
+"""The FOCUS export carries x_EnergyKWh and x_CarbonKgCO2e per charge row, and its
+energy adds up to the counters' increase while the instance was billed (within 0.1%)."""
+
+import csv
+import io
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing import pricing
+from billing import services as billing_services
+from monitoring.models import Rollup1m
+from savings import energy
+
+MJ_PER_KWH = 3.6e9
+
+
+def _focus(api, user, start, end):
+    body = b"".join(api(user).get(f"/api/v1/costs/export/?format=focus&start={start:%Y-%m-%d}"
+                                  f"&end={end:%Y-%m-%d}").streaming_content)
+    return list(csv.DictReader(io.StringIO(body.decode())))
+
+
+def test_export_energy_is_the_counters_increase(alice, ops, fleet, acme, metered, api):
+    energy.set_footprint(actor=ops, region=fleet["region"], pue="1.10", grid_g_co2e_per_kwh="300")
+    now = timezone.now()
+    day = pricing.floor_day(now - timedelta(hours=3))
+    billing_services.meter_window(actor=ops, start=day, end=now, now=now)
+    rows = [r for r in _focus(api, alice, day, day + timedelta(days=2)) if r["ResourceName"] == "train"]
+    assert rows
+    kwh = sum(Decimal(r["x_EnergyKWh"]) for r in rows)
+    increase = 0
+    for gpu in set(Rollup1m.objects.filter(instance=metered).values_list("gpu_id", flat=True)):
+        mine = list(Rollup1m.objects.filter(instance=metered, gpu_id=gpu).order_by("bucket"))
+        increase += mine[-1].energy_mj_last - (mine[0].energy_mj_last - mine[0].energy_mj_delta)
+    assert float(kwh) == pytest.approx(increase / MJ_PER_KWH, rel=0.001)
+    kg = sum(Decimal(r["x_CarbonKgCO2e"]) for r in rows)
+    assert float(kg) == pytest.approx(increase / MJ_PER_KWH * 1.1 * 0.3, rel=0.001)
