@@ -198,6 +198,10 @@ def host_list(request):
     hosts = Host.objects.select_related("region").annotate(
         gpu_count=Count("gpus", distinct=True),
         gpus_used=Count("gpus", filter=gpu_used_q("gpus__"), distinct=True),
+        # monitoring keeps each GPU's health verdict (related name "health")
+        gpus_failed=Count("gpus", filter=Q(gpus__health__state="failed"), distinct=True),
+        gpus_degraded=Count("gpus", filter=Q(gpus__health__state="degraded"), distinct=True),
+        gpus_cordoned=Count("gpus", filter=Q(gpus__cordoned_at__isnull=False), distinct=True),
     )
     hosts = list(hosts)
     gpus: dict[int, list[tuple[int, str]]] = {}

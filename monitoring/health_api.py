@@ -60,8 +60,8 @@ class HostDiagnosticsView(OperatorOnlyMixin, APIView):
         host = get_object_or_404(Host, pk=pk)
         try:
             bundle = diagnostics.request_bundle(actor=request.user, host=host)
-        except diagnostics.DiagnosticsError as exc:
-            return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_400_BAD_REQUEST)
+        except diagnostics.DiagnosticsError as exc:  # one on its way already: a conflict, not bad input
+            return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_409_CONFLICT)
         return Response(bundle_data(bundle), status=status.HTTP_202_ACCEPTED)
 
 

@@ -37,7 +37,7 @@ from instances.models import (
     nvlink_text,
 )
 
-from . import charts, figures, queries, readings, services
+from . import charts, figures, health_pages, queries, readings, services, verdicts
 from .models import (
     ACTIVE_STATES,
     AgentState,
@@ -225,6 +225,7 @@ def fleet_context(user, *, page=None) -> dict:
         for a in AgentState.objects.filter(host_id__in=host_ids).values("host_id", "connected", "last_seen_at")
     }
     after = stale_after_s()
+    health = verdicts.host_verdicts(hosts)
     sliced = figures.sliced_util(now, [g["id"] for g in gpus])
     by_host: dict[int, list[dict]] = {h.pk: [] for h in hosts}
     for gpu in gpus:
@@ -239,6 +240,7 @@ def fleet_context(user, *, page=None) -> dict:
     for host in hosts:
         cells = sorted(by_host[host.pk], key=lambda c: c["gpu"]["index"])
         summary = host_summary(host, cells, agents.get(host.pk), now)
+        summary["health"] = health[host.pk]
         regions.setdefault(host.region.name, {"region": host.region, "hosts": []})["hosts"].append(
             summary
         )
@@ -463,6 +465,7 @@ def host_detail(request, pk):
             :50
         ],
         "alerts": Alert.objects.filter(host=host, state__in=ACTIVE_STATES)[:20],
+        **health_pages.host_context(host, gpus),
         "panel": panel_config(charted, figures_url=gpu_figures_url(), live={"kind": "host", "id": host.pk}),
         "live": {
             "subscribe": [{"kind": "host", "id": host.pk}],
@@ -493,6 +496,7 @@ def gpu_detail(request, uuid):
         "slices": pieces,
         "events": GpuEvent.objects.filter(gpu=gpu, kind__in=HEALTH_EVENTS)[:50],
         "alerts": Alert.objects.filter(gpu=gpu).order_by("-opened_at")[:20],
+        **health_pages.gpu_context(gpu),
         "panel": panel_config(devices, figures_url=gpu_figures_url(), live={"kind": "host", "id": gpu.host_id}),
         "live": {
             "subscribe": [],

@@ -2,10 +2,13 @@
 
 from django.urls import path
 
-from . import alert_pages, pages, panels
+from . import alert_pages, health_pages, pages, panels
 
 urlpatterns = [
     path("hosts/<int:pk>/", pages.host_detail, name="host-detail"),
+    path("hosts/<int:pk>/diagnostics/collect/", health_pages.host_collect, name="host-collect"),
+    path("hosts/<int:pk>/placement/<str:verb>/", health_pages.host_placement, name="host-placement"),
+    path("gpus/<str:uuid>/placement/<str:verb>/", health_pages.gpu_placement, name="gpu-placement"),
     path("gpus/<str:uuid>/", pages.gpu_detail, name="gpu-detail"),
     path("alerts/", pages.alert_list, name="alert-list"),
     path("alerts/<int:pk>/acknowledge/", pages.alert_acknowledge, name="alert-acknowledge"),

@@ -116,3 +116,8 @@ def test_a_request_never_uploaded_is_given_up_with_the_reason(requested):
     diagnostics.expire(now=timezone.now() + timedelta(minutes=20))
     bundle = DiagnosticsBundle.objects.get()
     assert bundle.state == "failed" and "did not upload it within 15 minutes" in bundle.error
+
+
+def test_a_second_collect_while_one_is_on_its_way_is_a_conflict(requested, api, ops, fleet):
+    response = api(ops).post(f"/api/v1/hosts/{fleet['hosts']['h200-a'].pk}/diagnostics/")
+    assert response.status_code == 409 and response.json()["code"] == "already_requested"
