@@ -345,6 +345,15 @@ LIVE_COALESCE_S = envint("LIVE_COALESCE_MS", 250, minimum=10) / 1000
 # Alerts: what a rule watches, its threshold and hold time are its own (AlertRule);
 # this draws the temperature chart's threshold line.
 ALERT_TEMP_C = envint("ALERT_TEMP_C", 85, minimum=1)
+# Host health (docs/operations.md): a failed GPU is cordoned unless this is off; XID
+# errors count for this long; a hardware clock slowdown counts once held this long.
+HEALTH_AUTO_CORDON = envbool("HEALTH_AUTO_CORDON", True)
+HEALTH_XID_WINDOW_S = envint("HEALTH_XID_WINDOW_S", 86_400, minimum=60)
+HEALTH_THROTTLE_S = envint("HEALTH_THROTTLE_S", 300, minimum=30)
+# Diagnostics bundles: kept this many days, at most this many bytes each; stored through
+# STORAGES["diagnostics"] when defined, else under var/diagnostics.
+DIAGNOSTICS_RETENTION_DAYS = envint("DIAGNOSTICS_RETENTION_DAYS", 30, minimum=1)
+DIAGNOSTICS_MAX_BYTES = envint("DIAGNOSTICS_MAX_BYTES", 64 * 1024 * 1024, minimum=1024 * 1024)
 # Notifications: webhook targets on private/loopback addresses only for these hosts
 # (names, IPs or CIDRs, comma-separated); grouping and retries (monitoring/notify.py).
 ALERT_WEBHOOK_ALLOW_HOSTS = envlist("ALERT_WEBHOOK_ALLOW_HOSTS", [])
