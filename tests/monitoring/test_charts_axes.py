@@ -34,7 +34,7 @@ def all_figures():
         SERIES, memory_total=80 * charts.GIB, power_limit_mw=700_000, alert_c=85
     )
     figures["heatmap"] = charts.heatmap_figure([("h1", [10, 90])])
-    figures["capacity"] = charts.capacity_figure([{"model": "H100-80GB", "used": 3, "free": 5}])
+    figures["capacity"] = charts.capacity_figure([{"model": "H100-80GB", "used": 3, "free": 5, "other": 2}])
     figures["ecc"] = charts.ecc_figure({})
     return figures
 
