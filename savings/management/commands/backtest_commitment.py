@@ -4,6 +4,7 @@ with the advised 1-year reservation, and print both totals. Changes nothing."""
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from billing import pricing
 from console.models import Team
 from savings import commitments
 
@@ -22,7 +23,8 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"No team {team!r}.")
         now = timezone.now()
-        advice = commitments.advise(found, now=now, days=days)
+        # The advice is made from the same whole UTC days the backtest replays.
+        advice = commitments.advise(found, now=pricing.floor_day(now), days=days)
         if not advice:
             self.stdout.write(f"{found.name}: no 1-year reservation would have cost less over the last {days} days.")
             return
