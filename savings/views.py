@@ -15,7 +15,7 @@ from console.models import Team
 from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
-from . import energy, services
+from . import commitments, energy, services, useful_work
 from .models import IdleStopNotice, IdleStopPolicy
 
 
@@ -46,6 +46,9 @@ def savings(request):
         "total": sum((r.monthly_saving for r in recs if r.dismissal is None), start=services.Decimal(0)),
         "energy": sorted(((names.get(pk, pk), fp) for pk, fp in footprints.items()), key=lambda r: -r[1].it_kwh),
         "energy_total": total,
+        "commitments": commitments.advise(team, now=now, days=30),
+        "waste": useful_work.waste_by_day(team, now=now, days=days),
+        "per_pflop": useful_work.per_pflop_hour(team, now=now, days=days),
         "policies": IdleStopPolicy.objects.filter(team=team).select_related("instance").order_by("instance__name"),
         "notices": IdleStopNotice.objects.filter(team=team).select_related("instance").order_by("-warned_at")[:20],
     }
