@@ -603,8 +603,8 @@ class GpuHealth(models.Model):
     reasons = models.JSONField(default=list, blank=True)
     # Since when a hardware clock-event reason has been held (judged on each evaluation).
     throttled_since = models.DateTimeField(null=True, blank=True)
-    changed_at = models.DateTimeField(default=timezone.now)
-    evaluated_at = models.DateTimeField(null=True, blank=True)
+    changed_at = models.DateTimeField(default=timezone.now)  # of its state
+    evaluated_at = models.DateTimeField(null=True, blank=True)  # when the verdict was last written
 
     def __str__(self) -> str:
         return f"{self.gpu_id} {self.state}"

@@ -67,13 +67,13 @@ def evaluate(*, now: datetime | None = None) -> list[GpuHealth]:
     for gpu in gpus:
         row = rows.get(gpu.pk) or GpuHealth(gpu=gpu)
         metrics = latest.get(gpu.pk) or {}
+        held_since = row.throttled_since
         verdict = _judge(row, metrics, xids.get(gpu.pk, ()), gpu.pk in lost, now)
-        if _record(gpu, row, verdict, now):
+        if _record(gpu, row, verdict, now, held_since):
             changed.append(row)
         if verdict.state != health.HEALTHY:
             conditions.append(_condition(gpu, verdict))
     alerts.reconcile(AlertKind.GPU_HEALTH, conditions, now=now)
-    GpuHealth.objects.update(evaluated_at=now)
     return changed
 
 
@@ -87,23 +87,31 @@ def _judge(row: GpuHealth, metrics: dict, xids, lost: bool, now: datetime) -> he
                         throttle_limit_s=throttle_limit_s())
 
 
-@transaction.atomic
-def _record(gpu: Gpu, row: GpuHealth, verdict: health.Verdict, now: datetime) -> bool:
-    """Save the verdict; a change of state is audited, and a failed GPU cordoned."""
+def _record(gpu: Gpu, row: GpuHealth, verdict: health.Verdict, now: datetime, held_since) -> bool:
+    """Save the verdict (a row is written only when something changed); True when its
+    state changed."""
     reasons = verdict.as_dict()["reasons"]
+    if row.pk and row.state == verdict.state and row.reasons == reasons:
+        if row.throttled_since != held_since:
+            GpuHealth.objects.filter(pk=row.pk).update(throttled_since=row.throttled_since)
+        return False
+    return _save(gpu, row, verdict, reasons, now)
+
+
+@transaction.atomic
+def _save(gpu: Gpu, row: GpuHealth, verdict: health.Verdict, reasons: list, now: datetime) -> bool:
+    """A change of state is audited, and a failed GPU cordoned. An operator may uncordon
+    a failed GPU: it is cordoned again only on its next change of state."""
     before = row.state if row.pk else health.HEALTHY
     moved = before != verdict.state
-    if row.pk and not moved and row.reasons == reasons:
-        GpuHealth.objects.filter(pk=row.pk).update(throttled_since=row.throttled_since)
-        return False
-    row.state, row.reasons = verdict.state, reasons
+    row.state, row.reasons, row.evaluated_at = verdict.state, reasons, now
     if moved:
         row.changed_at = now
         record_event(actor="system", action="gpu.health", target=gpu,
                      details={"from": before, "to": verdict.state, "why": verdict.summary[:500],
                               "host": gpu.host.name})
     row.save()
-    if verdict.state == health.FAILED and gpu.cordoned_at is None and auto_cordon():
+    if moved and verdict.state == health.FAILED and gpu.cordoned_at is None and auto_cordon():
         cordon.cordon_gpu(actor="system", gpu=gpu, reason=f"failed: {verdict.summary}"[: cordon.MAX_REASON])
     return moved
 

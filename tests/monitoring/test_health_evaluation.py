@@ -81,3 +81,24 @@ def test_the_host_verdict_names_its_failing_gpu(fleet):
     verdict = verdicts.host_verdicts([gpu.host])[gpu.host_id]
     assert verdict.state == "failed"
     assert verdict.summary.startswith("GPU 3: XID 95")
+
+
+def test_an_evaluation_with_nothing_changed_writes_nothing(fleet, django_assert_max_num_queries):
+    verdicts.evaluate()
+    with django_assert_max_num_queries(6):
+        assert verdicts.evaluate() == []
+
+
+def test_an_operator_may_uncordon_a_failed_gpu_and_it_stays_so(fleet, ops):
+    from instances import cordon
+
+    gpu = _h200()
+    sim = sim_of(gpu, "xid:79")
+    tick(gpu, sim)
+    verdicts.evaluate()
+    cordon.uncordon_gpu(actor=ops, gpu=_h200())
+    sim.fleet[0].gpus[0].set_fault("xid:79")
+    tick(gpu, sim)  # a second XID 79: the same state, other words
+    verdicts.evaluate()
+    assert "2 times" in GpuHealth.objects.get(gpu=gpu).summary
+    assert _h200().cordoned_at is None
