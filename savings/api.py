@@ -116,7 +116,7 @@ class IdleStopPolicyViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mix
     ``idle_minutes`` with every GPU idle by real activity, with a notice ``warn_minutes``
     before. Off unless a team adds one; ``enabled: false`` turns it off."""
 
-    queryset = IdleStopPolicy.objects.select_related("team", "instance")
+    queryset = IdleStopPolicy.objects.select_related("team", "instance").order_by("id")
     serializer_class = IdleStopPolicySerializer
     filterset_fields = ["team"]
     read_roles = ADMIN_ROLES
