@@ -104,7 +104,9 @@ def launch(request):
             messages.success(request, f"Instance {instance.name} launched on {instance.host.name}.")
             return redirect("instance-detail", pk=instance.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "instances/launch.html", {"form": form, "offers": _offers()}, status=status)
+    cordoned = Gpu.objects.filter(Q(cordoned_at__isnull=False) | Q(host__cordoned_at__isnull=False)).count()
+    return render(request, "instances/launch.html", {"form": form, "offers": _offers(), "cordoned": cordoned},
+                  status=status)
 
 
 

@@ -45,3 +45,12 @@ def test_a_too_long_reason_is_refused_and_nothing_changes(ops, fleet):
     with pytest.raises(cordon.CordonError):
         cordon.cordon_host(actor=ops, host=fleet["hosts"]["h100-a"], reason="x" * 301)
     assert Host.objects.get(name="h100-a").cordoned_at is None
+
+
+def test_the_launch_form_counts_no_cordoned_gpu_and_says_so(client, bob, ops, fleet):
+    cordon.cordon_gpu(actor=ops, gpu=Gpu.objects.get(uuid="GPU-h200-a-0"), reason="XID 79")
+    client.force_login(bob)
+    page = client.get("/instances/new/").content.decode()
+    assert 'data-free="H200-141GB">0<' in page
+    assert "1 GPU held out for maintenance is not counted" in page
+    assert "XID 79" not in page
