@@ -68,7 +68,8 @@ def footprint(mj: float, region: RegionFootprint | None) -> Footprint:
 
 def add(a: Footprint, b: Footprint) -> Footprint:
     carbon = None if a.kg_co2e is None and b.kg_co2e is None else (a.kg_co2e or 0) + (b.kg_co2e or 0)
-    return Footprint(a.it_kwh + b.it_kwh, None, a.facility_kwh + b.facility_kwh, carbon)
+    pue = b.pue if a is ZERO else (a.pue if a.pue == b.pue else None)  # None: several regions' PUEs
+    return Footprint(a.it_kwh + b.it_kwh, pue, a.facility_kwh + b.facility_kwh, carbon)
 
 
 ZERO = Footprint(0.0, None, 0.0, None)

@@ -33,6 +33,7 @@ def test_carbon_uses_the_regions_pue_and_grid(ops, fleet, acme, metered):
     total = energy.team_total(acme.pk, now - timedelta(days=1), now)
     assert total.facility_kwh == pytest.approx(2.7 * 1.2, rel=0.001)
     assert total.kg_co2e == pytest.approx(2.7 * 1.2 * 0.4, rel=0.001)
+    assert energy.by_instance(acme.pk, now - timedelta(days=1), now)[metered.pk].pue == 1.2
     assert AuditEvent.objects.filter(action="savings.footprint.set").count() == 1
 
 
