@@ -104,3 +104,18 @@ def test_a_bad_fleet_file_names_the_field(tmp_path):
     path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": -1}]}]))
     with pytest.raises(FleetError, match=r"host #0 gpus\[0\]\.index must be a non-negative"):
         load_fleet(path)
+
+
+def test_a_fleet_file_names_a_bad_fault(tmp_path):
+    import json
+
+    import pytest
+
+    from monitoring.agent.backends.sim import FleetError, load_fleet
+
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}]))
+    with pytest.raises(FleetError, match=r"gpus\[0\]\.fault must be one of"):
+        load_fleet(path)
+    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:79"}]}]))
+    assert load_fleet(path)[0]["gpus"][0]["fault"] == "xid:79"

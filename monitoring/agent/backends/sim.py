@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -150,7 +151,7 @@ class SimGpu:
     def set_fault(self, fault: str | None) -> None:
         """Simulate a fault from the next tick on: a name of FAULTS, "xid:<code>" or "lost";
         None or "none" clears it."""
-        if fault not in (None, "lost") and fault not in FAULTS and not fault.startswith("xid:"):
+        if fault not in (None, "lost") and fault not in FAULTS and not re.fullmatch(r"xid:[0-9]{1,5}", str(fault)):
             raise FleetError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}, xid:<code> or lost")
         self.fault = None if fault == "none" else fault
         self.fault_sent = False
@@ -532,6 +533,10 @@ def _check_gpu(where: str, gpu, seen: set) -> None:
         raise FleetError(f"{where}.name must be a string")
     if gpu.get("mode") not in (None, "mig", "vgpu"):
         raise FleetError(f'{where}.mode must be "mig" or "vgpu"')
+    fault = gpu.get("fault")
+    if fault is not None and not (isinstance(fault, str) and (fault in FAULTS or fault == "lost"
+                                                                or re.fullmatch(r"xid:[0-9]{1,5}", fault))):
+        raise FleetError(f"{where}.fault must be one of {', '.join(FAULTS)}, lost or xid:<code>")
     slices = gpu.get("slices", [])
     if not isinstance(slices, list) or (slices and gpu.get("mode") is None):
         raise FleetError(f"{where}.slices must be a list, and needs a mode")
