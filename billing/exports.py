@@ -62,20 +62,31 @@ FOCUS_PRICING = {
 
 
 # Energy and carbon per charge row come from telemetry, which billing does not read:
-# the app that measures them registers a function {charge id: (kWh, kg CO2e or None)}.
+# the app that measures them registers a function {charge id: (kWh, kg CO2e or None)},
+# and one that totals the kWh of the same rows another way (for reconcile_costs).
 _energy_source = None
+_energy_total = None
 
 
-def register_energy(source) -> None:
-    global _energy_source
-    _energy_source = source
+def register_energy(source, total=None) -> None:
+    global _energy_source, _energy_total
+    _energy_source, _energy_total = source, total
+
+
+def energy_rows(qs) -> list[dict]:
+    return list(qs.filter(instance__isnull=False).values(
+        "id", "instance_id", "period_start", "period_end", "consumed_seconds").order_by())
+
+
+def billed_energy_kwh(qs) -> float | None:
+    """The registered total for the charges of ``qs`` (None: nothing registered)."""
+    return None if _energy_total is None else _energy_total(energy_rows(qs))
 
 
 def _energy(qs) -> dict:
     if _energy_source is None:
         return {}
-    return _energy_source(list(qs.filter(instance__isnull=False).values(
-        "id", "instance_id", "period_start", "period_end", "consumed_seconds").order_by()))
+    return _energy_source(energy_rows(qs))
 
 
 def _energy_cells(found) -> list[str]:

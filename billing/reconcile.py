@@ -127,3 +127,25 @@ def _cents(charges, key: str) -> dict[int, int]:
 def _export_total(charges, invoices, fmt: str, column: str) -> Decimal:
     text = "".join(exports.stream(charges, fmt, invoices))
     return sum((Decimal(row[column]) for row in csv.DictReader(io.StringIO(text))), Decimal("0.00"))
+
+
+ENERGY_TOLERANCE = 0.001  # the counters' increase, read two ways, within 0.1%
+
+
+def energy_differs() -> list[str]:
+    """Each team-month whose FOCUS export's x_EnergyKWh differs from the energy its
+    instances' counters measured while billed (the registered total, read apart)."""
+    found = []
+    for team in Team.objects.order_by("name"):
+        for month in months_of(team):
+            start = pricing.month_start(month)
+            charges = Charge.objects.filter(team=team, month=month)
+            counted = exports.billed_energy_kwh(charges)
+            if counted is None:
+                return []
+            text = "".join(exports.stream(charges, "focus"))
+            exported = sum(float(row["x_EnergyKWh"] or 0) for row in csv.DictReader(io.StringIO(text)))
+            if abs(exported - counted) > ENERGY_TOLERANCE * max(counted, 1e-9):
+                found.append(f"{team.name} {start:%Y-%m}: energy in the FOCUS export {exported:.6f} kWh, "
+                             f"the counters while billed {counted:.6f} kWh")
+    return found

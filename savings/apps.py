@@ -9,6 +9,6 @@ class SavingsConfig(AppConfig):
         # Billing's FOCUS export reads energy per charge row through this (imports point one way).
         from billing import exports
 
-        from .energy import charge_energy
+        from .energy import billed_kwh, charge_energy
 
-        exports.register_energy(charge_energy)
+        exports.register_energy(charge_energy, billed_kwh)

@@ -185,3 +185,23 @@ def _share(rows: list[dict], groups: dict[tuple, list]) -> dict[int, tuple[float
             share = r["consumed_seconds"] / seconds if seconds else 1 / len(mine)
             out[r["id"]] = (kwh * share, kg * share if known else None)
     return out
+
+
+def billed_kwh(rows: list[dict]) -> float:
+    """The GPU energy the counters measured while these charge rows' instances were billed,
+    read apart from ``charge_energy``: the union of each instance's charge periods, summed
+    in the database (``reconcile_costs`` compares the two)."""
+    spans: dict[int, list[list]] = {}
+    for row in sorted(rows, key=lambda r: (r["instance_id"] or 0, r["period_start"])):
+        if row["instance_id"] is None:
+            continue
+        mine = spans.setdefault(row["instance_id"], [])
+        if mine and row["period_start"] <= mine[-1][1]:
+            mine[-1][1] = max(mine[-1][1], row["period_end"])
+        else:
+            mine.append([row["period_start"], row["period_end"]])
+    mj = 0.0
+    for iid, merged in spans.items():
+        for start, end in merged:
+            mj += sum(energy_mj({"instance_id": iid}, start, end, ()).values())
+    return mj / MJ_PER_KWH

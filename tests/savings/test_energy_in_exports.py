@@ -38,3 +38,26 @@ def test_export_energy_is_the_counters_increase(alice, ops, fleet, acme, metered
     assert float(kwh) == pytest.approx(increase / MJ_PER_KWH, rel=0.001)
     kg = sum(Decimal(r["x_CarbonKgCO2e"]) for r in rows)
     assert float(kg) == pytest.approx(increase / MJ_PER_KWH * 1.1 * 0.3, rel=0.001)
+
+
+def test_reconcile_costs_reads_the_exported_energy_against_the_counters(alice, ops, acme, metered, api):
+    from django.core.management import call_command
+
+    from billing import reconcile
+
+    now = timezone.now()
+    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
+    assert reconcile.energy_differs() == []
+    out = io.StringIO()
+    call_command("reconcile_costs", stdout=out)
+    assert "reconcile to the cent" in out.getvalue()
+
+
+def test_an_export_energy_off_from_the_counters_is_named(ops, acme, metered, monkeypatch):
+    from billing import exports, reconcile
+
+    now = timezone.now()
+    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
+    monkeypatch.setattr(exports, "_energy_source", lambda rows: {r["id"]: (1000.0, None) for r in rows})
+    [line] = reconcile.energy_differs()
+    assert line.startswith("Acme") and "energy in the FOCUS export" in line

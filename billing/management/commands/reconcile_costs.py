@@ -37,13 +37,16 @@ class Command(BaseCommand):
                 if result.differences:
                     failed.append(f"{team.name} {m:%Y-%m}")
         late, jobs = reconcile.usage_after_end(), reconcile.job_costs_differ()
-        for line in late + jobs:
+        energy = reconcile.energy_differs()
+        for line in late + jobs + energy:
             self.stdout.write(f"    {line}")
         problems = [f"{len(failed)} of {checked} team-months differ: {', '.join(failed)}"] if failed else []
         if late:
             problems.append(f"{len(late)} bills after an instance's end")
         if jobs:
             problems.append(f"{len(jobs)} jobs whose cost is not their instances' charges")
+        if energy:
+            problems.append(f"{len(energy)} team-months whose exported energy is not the counters'")
         if problems:
             raise CommandError("; ".join(problems))
         self.stdout.write(self.style.SUCCESS(f"{checked} team-months reconcile to the cent; nothing is billed after "
