@@ -152,7 +152,7 @@ def _footprint(fp: energy.Footprint) -> dict:
 
 
 class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
-    """Energy (from NVML's energy counter) and carbon of a team's instances over the last
+    """Energy (from NVML's energy counter) and carbon of a team's instances and jobs over the last
     ``days`` (1–31, default 7): ``?team=`` (required)."""
 
     queryset = Team.objects.all()
@@ -174,7 +174,9 @@ class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
         total = energy.ZERO
         for fp in rows.values():
             total = energy.add(total, fp)
+        jobs = energy.by_job(rows)
         return Response({"team": team.pk, "days": int(days), "total": _footprint(total),
+                         "jobs": [{"job": pk, **_footprint(fp)} for pk, fp in sorted(jobs.items())],
                          "instances": [{"instance": pk, "name": names.get(pk), **_footprint(fp)}
                                        for pk, fp in sorted(rows.items())]})
 

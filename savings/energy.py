@@ -22,6 +22,7 @@ from django.db.models import Min, Sum
 from django.utils import timezone
 
 from audit.services import record_event
+from instances.models import Instance
 from monitoring.models import Rollup1h, Rollup1m
 
 from .models import RegionFootprint
@@ -82,6 +83,15 @@ def by_instance(team_id: int, start: datetime, end: datetime) -> dict[int, Footp
     for (instance_id, region_id), mj in energy_mj({"team_id": team_id}, start, end, ("instance_id",)).items():
         if instance_id is not None:
             out[instance_id] = add(out.get(instance_id, ZERO), footprint(mj, regions.get(region_id)))
+    return out
+
+
+def by_job(per_instance: dict[int, Footprint]) -> dict[int, Footprint]:
+    """{job id: its runs' instances' footprint} from ``by_instance``'s answer."""
+    jobs = Instance.objects.filter(pk__in=list(per_instance), job_run__isnull=False)
+    out: dict[int, Footprint] = {}
+    for instance_id, job_id in jobs.values_list("pk", "job_run__job_id"):
+        out[job_id] = add(out.get(job_id, ZERO), per_instance[instance_id])
     return out
 
 

@@ -54,3 +54,14 @@ def test_only_operators_set_footprints_and_teams_read_their_own_energy(alice, ch
     assert mine["total"]["kg_co2e"] == pytest.approx(2.7 * 1.3 * 0.25, rel=0.001)
     assert api(charlie).get(f"/api/v1/energy/?team={acme.pk}").status_code == 404
     assert "team" in api(alice).get("/api/v1/energy/").json()
+
+
+def test_a_jobs_energy_is_its_runs_instances(acme, metered, fleet):
+    from jobs.models import Job, JobRun
+
+    job = Job.objects.create(team=acme, name="sweep", command="python train.py", gpu_model=fleet["h100"],
+                             gpu_count=2, queue_key=1)
+    JobRun.objects.create(job=job, instance=metered, started_at=timezone.now() - timedelta(hours=2))
+    now = timezone.now()
+    jobs = energy.by_job(energy.by_instance(acme.pk, now - timedelta(days=1), now))
+    assert jobs[job.pk].it_kwh == pytest.approx(2.7, rel=0.001)
