@@ -48,7 +48,7 @@ def savings(request):
         "energy_total": total,
         "commitments": commitments.advise(team, now=now, days=30),
         "waste": useful_work.waste_by_day(team, now=now, days=days),
-        "per_pflop": useful_work.per_pflop_hour(team, now=now, days=days),
+        "per_pflop": useful_work.work(team, now=now, days=days),
         "policies": IdleStopPolicy.objects.filter(team=team).select_related("instance").order_by("instance__name"),
         "notices": IdleStopNotice.objects.filter(team=team).select_related("instance").order_by("-warned_at")[:20],
     }
