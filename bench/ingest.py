@@ -39,6 +39,7 @@ from monitoring.agent import protocol  # noqa: E402
 from monitoring.agent.backends.sim import SimSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import asgi_servers  # noqa: E402
 from wsclient import free_port, free_ports  # noqa: E402,F401  (free_port: bench/outage.py's too)
 
 PYTHON = sys.executable
@@ -130,15 +131,18 @@ class Database:
 
 
 class Server:
-    def __init__(self, db: Database, port: int):
-        self.db, self.port = db, port
+    def __init__(self, db: Database, port: int, kind: str = "daphne"):
+        self.db, self.port, self.kind = db, port, kind
         self.process = None
 
     def start(self) -> None:
         log = open(self.db.var / "daphne.log", "w")  # noqa: SIM115 (closed with the process)
         profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
+        command = asgi_servers.command(self.kind, self.port)
+        if self.kind == "daphne":
+            command = [PYTHON, *profile, "-m", "daphne", *command[1:]]
         self.process = subprocess.Popen(
-            [PYTHON, *profile, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            command,
             cwd=REPO, env=self.db.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -176,8 +180,7 @@ class Server:
                 self.process.kill()
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return asgi_servers.cpu_seconds(self.process.pid)
 
 
 # --- the load ----------------------------------------------------------------------------
@@ -244,12 +247,13 @@ async def send_all(sockets: dict, load: dict[str, dict]) -> float:
     return elapsed
 
 
-def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str = "") -> dict:
-    """``workers`` daphne processes, each host connected to one of them in turn (as a
-    TCP load balancer in front of several ASGI workers would spread them)."""
+def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str = "", kind: str = "daphne") -> dict:
+    """``workers`` server processes (``kind``: daphne, uvicorn or granian), each host
+    connected to one of them in turn (as a TCP load balancer in front of several ASGI
+    workers would spread them)."""
     db.create()
     tokens = db.prepare([h.host for h in sim.fleet], rules)
-    servers = [Server(db, port) for port in free_ports(workers)]
+    servers = [Server(db, port, kind) for port in free_ports(workers)]
     try:
         for server in servers:
             server.start()
@@ -275,7 +279,7 @@ def run_server_load(db: Database, args, sim: SimSource, workers: int, rules: str
         raise SystemExit(f"{db.kind}: sent {records} records, the database holds {stored} samples + {events} events")
     alerts = db.query("SELECT count(*) FROM monitoring_alert")[0][0]
     return {"records": records, "seconds": elapsed, "per_s": records / elapsed, "server_cpu_s": cpu, "alerts": alerts,
-            "server_cpu_us_per_sample": cpu / records * 1e6, "workers": workers, "load": load,
+            "server_cpu_us_per_sample": cpu / records * 1e6, "workers": workers, "server": kind, "load": load,
             "load_average": os.getloadavg()[0]}
 
 
@@ -332,6 +336,8 @@ def main() -> int:
     parser.add_argument("--sqlite-hosts", type=int, default=8)
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.add_argument("--servers", default="daphne",
+                        help="comma-separated ASGI servers, the same load under each: daphne, uvicorn, granian")
     parser.add_argument("--rules", choices=["postgresql", "sqlite"],
                         help="only compare ingest with alert rules off and with many rules, on this database, 1 worker")
     args = parser.parse_args()
@@ -345,21 +351,21 @@ def main() -> int:
         if args.rules:
             compare_rules(args, workdir, results)
             return 0
-        for workers in sorted({1, args.workers}):
-            pg = Database("postgresql", args.pg, workdir / f"pg{workers}")
+        for workers, kind in [(w, k) for w in sorted({1, args.workers}) for k in asgi_servers.parse(args.servers)]:
+            pg = Database("postgresql", args.pg, workdir / f"pg{workers}-{kind}")
             try:
                 sim = SimSource.synthetic(args.hosts, args.gpus, prefix="bench-host", seed=1)
-                run = run_server_load(pg, args, sim, workers)
+                run = run_server_load(pg, args, sim, workers, kind=kind)
                 load = run.pop("load")
                 run["copy"] = copy_baseline(pg, load)
                 run["ratio_to_copy"] = run["per_s"] / run["copy"]["per_s"]
                 results["runs"].append({"database": "postgresql", **run})
             finally:
                 pg.drop()
-        if not args.skip_sqlite:
-            lite = Database("sqlite", None, workdir / "sqlite")
+        for kind in [] if args.skip_sqlite else asgi_servers.parse(args.servers):
+            lite = Database("sqlite", None, workdir / f"sqlite-{kind}")
             sim = SimSource.synthetic(args.sqlite_hosts, args.gpus, prefix="bench-host", seed=1)
-            run = run_server_load(lite, args, sim, 1)
+            run = run_server_load(lite, args, sim, 1, kind=kind)
             run.pop("load")
             results["runs"].append({"database": "sqlite", "hosts": args.sqlite_hosts, **run})
     finally:
@@ -401,7 +407,7 @@ def report(r: dict) -> None:
     print(f"  {'path':50} {'GPU-samples':>11} {'seconds':>8} {'samples/s':>10} {'vs COPY':>8}")
     for run in r["runs"]:
         workers = f"{run['workers']} worker{'s' if run['workers'] > 1 else ''}"
-        name = f"websocket -> daphne ({workers}) -> {run['database']}"
+        name = f"websocket -> {run.get('server', 'daphne')} ({workers}) -> {run['database']}"
         ratio = f"{run['ratio_to_copy']:.2f}x" if "ratio_to_copy" in run else ""
         print(f"  {name:50} {run['records']:>11} {run['seconds']:>8.2f} {run['per_s']:>10.0f} {ratio:>8}"
               f"   server CPU {run['server_cpu_us_per_sample']:.0f} us/sample, load {run['load_average']:.1f}")
@@ -409,6 +415,13 @@ def report(r: dict) -> None:
             copy = run["copy"]
             print(f"  {'  psycopg COPY of the same rows, one stream':50} {copy['records']:>11} {copy['seconds']:>8.2f}"
                   f" {copy['per_s']:>10.0f}")
+    for run in r["runs"]:
+        base = next((b for b in r["runs"] if b.get("server", "daphne") == "daphne" and b["database"] == run["database"]
+                     and b["workers"] == run["workers"]), None)
+        if base is not None and run is not base:
+            print(f"  {run['server']} / daphne ({run['workers']} worker{'s' if run['workers'] > 1 else ''}, "
+                  f"{run['database']}): throughput {run['per_s'] / base['per_s']:.2f}x, server CPU per sample "
+                  f"{run['server_cpu_us_per_sample'] / base['server_cpu_us_per_sample']:.2f}x")
 
 
 if __name__ == "__main__":

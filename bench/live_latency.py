@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-import wsclient  # noqa: E402 (bench/, beside this script)
+import asgi_servers  # noqa: E402 (bench/, beside this script)
+import wsclient  # noqa: E402
 
 SEED = """
 import json
@@ -158,9 +159,7 @@ async def client(url: str, session: str, origin: str, sink: list, counts: list, 
     losses.append(missed(seen, window.gpus, window.seconds))
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+cpu_seconds = asgi_servers.cpu_seconds
 
 
 async def server_cpu(pids: list[int], window: Window) -> list[float]:
@@ -186,10 +185,10 @@ async def measure(port: int, sessions: list[str], gpus: int, warmup: float, seco
     return latencies, counts, closed, window, losses, cpu
 
 
-def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int]:
+def start_server(name: str, env: dict, var: Path, kind: str = "daphne") -> tuple[subprocess.Popen, int]:
     port = wsclient.free_port()
     server = subprocess.Popen(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        asgi_servers.command(kind, port),
         cwd=ROOT,
         env=env,
         stdout=open(var / f"daphne-{name}-{port}.log", "w"),
@@ -199,14 +198,15 @@ def start_server(name: str, env: dict, var: Path) -> tuple[subprocess.Popen, int
     return server, port
 
 
-def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, args) -> dict:
-    """One layer: agents and browsers on one daphne, or (``redis2``) agents on one
-    worker and browsers on another, joined by the Redis channel layer."""
+def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, args, kind: str = "daphne") -> dict:
+    """One layer: agents and browsers on one server process, or (``redis2``) agents on
+    one worker and browsers on another, joined by the Redis channel layer."""
     servers, agent = [], None
+    name = name if kind == "daphne" else f"{name}-{kind}"
     try:
-        servers.append(start_server(name, env, var))
-        if name == "redis2":
-            servers.append(start_server(name, env, var))
+        servers.append(start_server(name, env, var, kind))
+        if name.startswith("redis2"):
+            servers.append(start_server(name, env, var, kind))
         agent_port, browser_port = servers[0][1], servers[-1][1]
         agent = subprocess.Popen(
             [
@@ -299,6 +299,10 @@ def main() -> int:
         default=None,
         help="LIVE_COALESCE_S for the server (default: the setting's own, 0.25 s)",
     )
+    parser.add_argument(
+        "--servers", default="daphne",
+        help="comma-separated ASGI servers, each layer under each in turn: daphne, uvicorn, granian",
+    )
     args = parser.parse_args()
     if not (1 <= args.gpus <= 20_000 and 1 <= args.clients <= 200 and 5 <= args.seconds <= 120):
         parser.error("--gpus 1-20000, --clients 1-200, --seconds 5-120")
@@ -373,13 +377,16 @@ def bench(args, env: dict, var: Path) -> int:
         f"coalescing {'the default' if args.coalesce is None else f'{args.coalesce} s'}"
     )
     results = {}
+    kinds = asgi_servers.parse(args.servers)
     for layer in args.layers.split(","):
         layer_env = dict(env)
         if layer in ("redis", "redis2"):
             layer_env["REDIS_URL"] = args.redis
         elif layer != "memory":
             raise SystemExit(f"unknown layer {layer!r}")
-        results[layer] = run_layer(layer, layer_env, data, fleet_file, var, args)
+        for kind in kinds:
+            key = layer if kinds == ["daphne"] else f"{layer}/{kind}"
+            results[key] = run_layer(layer, layer_env, data, fleet_file, var, args, kind)
     for layer, r in results.items():
         print(f"{layer}: every GPU's readings reached a client {r['ready_after']:.0f} s after the clients connected")
         if r["closed"]:
@@ -389,12 +396,12 @@ def bench(args, env: dict, var: Path) -> int:
         for line in r["errors"]:
             print(f"{layer} server: {line[:200]}")
     print(
-        f"{'layer':8} {'readings':>9} {'missed':>7} {'per client/s':>13} {'msgs/client/s':>14} {'GPUs/msg':>9} "
+        f"{'layer':16} {'readings':>9} {'missed':>7} {'per client/s':>13} {'msgs/client/s':>14} {'GPUs/msg':>9} "
         f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
     )
     for layer, r in results.items():
         print(
-            f"{layer:8} {r['readings']:>9} {r['missed']:>7} {r['per_client_per_s']:>13.0f} "
+            f"{layer:16} {r['readings']:>9} {r['missed']:>7} {r['per_client_per_s']:>13.0f} "
             f"{r['messages_per_client_s']:>14.1f} "
             f"{r['gpus_per_message']:>9.0f} {r['p50']:>8.0f} {r['p90']:>8.0f} {r['p99']:>8.0f} {r['max']:>8.0f}"
         )
@@ -408,6 +415,14 @@ def bench(args, env: dict, var: Path) -> int:
             print(
                 f"{other} / memory: p50 ×{r['p50'] / m['p50']:.2f}, p99 ×{r['p99'] / m['p99']:.2f}"
             )
+    for key, r in results.items():
+        layer, _, kind = key.partition("/")
+        base = results.get(f"{layer}/daphne")
+        if kind and kind != "daphne" and base:
+            ratio = sum(r["cpu_us"]) / sum(base["cpu_us"])
+            print(f"{key} / daphne: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
+                  f"p99 ×{r['p99'] / base['p99']:.2f}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} CPUs")
     print(
         "goal p99 ≤ 250 ms, every reading delivered:",
         ", ".join(f"{k} {'met' if v['p99'] <= 250 and not v['missed'] else 'MISSED'}" for k, v in results.items()),
