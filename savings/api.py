@@ -1,7 +1,8 @@
 """/api/v1/recommendations/: rightsizing advice for a team's running instances, and
 dismiss / snooze / restore of one instance's advice; /api/v1/idle-stop-policies/."""
 
-from datetime import timedelta
+import re
+from datetime import date, datetime, timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
@@ -11,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
+from billing import pricing
 from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import ADMIN_ROLES, is_operator
@@ -18,6 +20,8 @@ from instances.models import Instance
 
 from . import energy, idle_stop, services
 from .models import IdleStopPolicy, RegionFootprint
+
+MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
 
 
 def _team_id(value) -> int | None:
@@ -151,9 +155,27 @@ def _footprint(fp: energy.Footprint) -> dict:
             "kg_co2e": None if fp.kg_co2e is None else round(fp.kg_co2e, 6)}
 
 
+def _period(params) -> tuple[datetime, datetime, int | None]:
+    """(start, end, days): the last ``days`` (1–31, default 7), or a calendar ``month``
+    (YYYY-MM, UTC) up to now, as the cost explorer shows it."""
+    now = timezone.now()
+    month = params.get("month")
+    if month is not None:
+        if not MONTH.fullmatch(month) or not 1 <= int(month[5:]) <= 12:
+            raise ValidationError({"month": "month is YYYY-MM, e.g. 2026-12."})
+        start = pricing.month_start(date(int(month[:4]), int(month[5:]), 1))
+        if start > now:
+            raise ValidationError({"month": "month has not begun."})
+        return start, min(pricing.next_month(start), now), None
+    days = params.get("days", "7")
+    if not days.isascii() or not days.isdigit() or not 1 <= int(days) <= 31:
+        raise ValidationError({"days": "days is a whole number from 1 to 31."})
+    return now - timedelta(days=int(days)), now, int(days)
+
+
 class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     """Energy (from NVML's energy counter) and carbon of a team's instances and jobs over the last
-    ``days`` (1–31, default 7): ``?team=`` (required)."""
+    ``days`` (1–31, default 7) or a calendar ``?month=YYYY-MM`` up to now: ``?team=`` (required)."""
 
     queryset = Team.objects.all()
 
@@ -165,17 +187,15 @@ class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
         team = self.get_queryset().filter(pk=team_id).first()
         if team is None:
             raise NotFound("No such team, or not yours to see.")
-        days = request.query_params.get("days", "7")
-        if not days.isascii() or not days.isdigit() or not 1 <= int(days) <= 31:
-            raise ValidationError({"days": "days is a whole number from 1 to 31."})
-        end = timezone.now()
-        rows = energy.by_instance(team.pk, end - timedelta(days=int(days)), end)
+        start, end, days = _period(request.query_params)
+        rows = energy.by_instance(team.pk, start, end)
         names = dict(Instance.objects.filter(pk__in=list(rows)).values_list("pk", "name"))
         total = energy.ZERO
         for fp in rows.values():
             total = energy.add(total, fp)
         jobs = energy.by_job(rows)
-        return Response({"team": team.pk, "days": int(days), "total": _footprint(total),
+        return Response({"team": team.pk, "days": days, "start": start.isoformat(), "end": end.isoformat(),
+                         "total": _footprint(total),
                          "jobs": [{"job": pk, **_footprint(fp)} for pk, fp in sorted(jobs.items())],
                          "instances": [{"instance": pk, "name": names.get(pk), **_footprint(fp)}
                                        for pk, fp in sorted(rows.items())]})

@@ -5,6 +5,7 @@ an idle stretch: the console never stops what it cannot see."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
@@ -22,6 +23,7 @@ from .rightsizing import IDLE_PCT
 
 MINUTE = timedelta(minutes=1)
 MAX_IDLE_MINUTES = 7 * 24 * 60
+WHOLE = re.compile(r"-?[0-9]+")
 # The newest minute rollup may lag the clock by this much (the rollup task's cadence).
 ROLLUP_LAG = timedelta(minutes=3)
 
@@ -30,10 +32,11 @@ def _check(idle_minutes, warn_minutes) -> tuple[int, int]:
     errors = {}
     values = {}
     for field, value in (("idle_minutes", idle_minutes), ("warn_minutes", warn_minutes)):
-        if isinstance(value, bool) or not str(value).isascii() or not str(value).isdigit():
+        text = str(value).strip()
+        if isinstance(value, bool) or not WHOLE.fullmatch(text):
             errors[field] = f"{field} is a whole number of minutes."
         else:
-            values[field] = int(value)
+            values[field] = int(text) if len(text) <= 9 else MAX_IDLE_MINUTES + 1  # past any range
     if not errors and not 10 <= values["idle_minutes"] <= MAX_IDLE_MINUTES:
         errors["idle_minutes"] = f"idle_minutes is between 10 and {MAX_IDLE_MINUTES} (a week)."
     if not errors and not 1 <= values["warn_minutes"] < values["idle_minutes"]:

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -12,10 +13,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from billing.models import currency
 from console.models import Team
-from console.tenancy import ADMIN_ROLES
+from console.tenancy import ADMIN_ROLES, has_role, is_operator
 from instances.models import Instance
 
-from . import commitments, energy, services, useful_work
+from . import commitments, energy, idle_stop, services, useful_work
 from .models import IdleStopNotice, IdleStopPolicy
 
 
@@ -50,6 +51,7 @@ def savings(request):
         "waste": useful_work.waste_by_day(team, now=now, days=days),
         "per_pflop": useful_work.work(team, now=now, days=days),
         "policies": IdleStopPolicy.objects.filter(team=team).select_related("instance").order_by("instance__name"),
+        "team_policy": IdleStopPolicy.objects.filter(team=team, instance__isnull=True).first(),
         "notices": IdleStopNotice.objects.filter(team=team).select_related("instance").order_by("-warned_at")[:20],
     }
     return render(request, "savings/savings.html", context)
@@ -70,3 +72,42 @@ def dismiss(request, pk: int):
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return redirect(f"{reverse('savings')}?team={instance.team_id}")
+
+
+def _idle_stop_target(request, pk: int | None) -> tuple[Team, Instance | None, str]:
+    """(team, instance or None for the team's policy, the page to go back to); another team's
+    instance or team answers 404, a member of the team 403."""
+    if pk is None:
+        chosen = request.POST.get("team", "")
+        if not (chosen.isascii() and chosen.isdigit()):
+            raise Http404("No such team.")
+        team = get_object_or_404(Team.objects.for_user(request.user), pk=int(chosen))
+        instance, back = None, f"{reverse('savings')}?team={team.pk}"
+    else:
+        instance = get_object_or_404(Instance.objects.for_user(request.user).select_related("team"), pk=pk)
+        team, back = instance.team, reverse("instance-detail", args=[instance.pk])
+    if not (is_operator(request.user) or has_role(request.user, team.pk, ADMIN_ROLES)):
+        raise PermissionDenied("Only the team's admins set idle stop.")
+    return team, instance, back
+
+
+@login_required
+@require_POST
+def idle_stop_policy(request, pk: int | None = None):
+    """Set the team's idle-stop policy (or one instance's) from the Savings or instance page."""
+    team, instance, back = _idle_stop_target(request, pk)
+    post = request.POST
+    values = {"idle_minutes": post.get("idle_minutes", "").strip(), "warn_minutes": post.get("warn_minutes", "").strip(),
+              "enabled": post.get("enabled") == "on"}
+    try:
+        idle_stop.set_policy(actor=request.user, team=team, instance=instance, **values)
+    except ValidationError as exc:
+        context = {"team": team, "instance": instance, "back": back, "values": values, "errors": exc.message_dict}
+        return render(request, "savings/idle_stop.html", context, status=400)
+    target = instance.name if instance else f"every instance of {team.name}"
+    if values["enabled"]:
+        messages.success(request, f"Idle stop on for {target}: after {values['idle_minutes']} idle minutes, "
+                                  f"with a notice {values['warn_minutes']} minutes before.")
+    else:
+        messages.success(request, f"Idle stop off for {target}.")
+    return redirect(back)

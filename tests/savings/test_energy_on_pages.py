@@ -1,0 +1,59 @@
+"""The instance page, the cost explorer and the team page show the same kWh and kg CO2e
+as GET /api/v1/energy/ for the same instance, team and period; charlie sees none of it."""
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from savings import energy
+
+
+@pytest.fixture
+def carbon(ops, fleet):
+    energy.set_footprint(actor=ops, region=fleet["region"], pue="1.20", grid_g_co2e_per_kwh="400")
+
+
+def _figures(html: str, marker: str) -> tuple[str, str]:
+    block = html[html.index(marker):]
+    kwh = re.search(r"([0-9.]+) kWh", block).group(1)
+    kg = re.search(r"([0-9.]+) kg CO2e", block).group(1)
+    return kwh, kg
+
+
+def test_the_instance_page_shows_the_apis_energy(bob, acme, metered, carbon, client, api):
+    body = api(bob).get(f"/api/v1/energy/?team={acme.pk}").json()
+    mine = next(r for r in body["instances"] if r["instance"] == metered.pk)
+    client.force_login(bob)
+    page = client.get(f"/instances/{metered.pk}/").content.decode()
+    assert _figures(page, 'id="instance-energy"') == (f"{mine['it_kwh']:.2f}", f"{mine['kg_co2e']:.2f}")
+    assert mine["it_kwh"] == pytest.approx(2.7, rel=0.001)
+
+
+def test_the_cost_explorer_shows_the_apis_energy_for_its_month(alice, acme, metered, carbon, client, api):
+    month = timezone.now().strftime("%Y-%m")
+    total = api(alice).get(f"/api/v1/energy/?team={acme.pk}&month={month}").json()["total"]
+    client.force_login(alice)
+    page = client.get(f"/costs/?team={acme.pk}&month={month}").content.decode()
+    assert _figures(page, 'class="team-energy"') == (f"{total['it_kwh']:.2f}", f"{total['kg_co2e']:.2f}")
+    assert total["kg_co2e"] == pytest.approx(2.7 * 1.2 * 0.4, rel=0.001)
+
+
+def test_the_team_page_shows_the_apis_energy(bob, acme, metered, carbon, client, api):
+    total = api(bob).get(f"/api/v1/energy/?team={acme.pk}").json()["total"]
+    client.force_login(bob)
+    page = client.get("/team/").content.decode()
+    assert _figures(page, f'class="team-energy" data-team="{acme.pk}"') == (
+        f"{total['it_kwh']:.2f}", f"{total['kg_co2e']:.2f}")
+
+
+def test_charlie_sees_no_energy_of_acme(charlie, acme, metered, client, api):
+    client.force_login(charlie)
+    assert f'data-team="{acme.pk}"' not in client.get("/team/").content.decode()
+    assert client.get(f"/instances/{metered.pk}/").status_code == 404
+
+
+def test_a_bad_month_is_named(alice, acme, api):
+    for month in ("2026-13", "december", "2999-01"):
+        response = api(alice).get(f"/api/v1/energy/?team={acme.pk}&month={month}")
+        assert response.status_code == 400 and "month" in response.json()
