@@ -30,7 +30,8 @@ class JobViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         serializer.instance = services.submit_job(
             actor=self.request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
-            deadline=data.get("deadline"), image=data.get("image"),
+            deadline=data.get("deadline"), image=data.get("image"), subnet=data.get("subnet"),
+            security_groups=data.get("security_groups"),
         )
 
     @extend_schema(request=None, responses=JobSerializer)

@@ -4,6 +4,7 @@ from console.models import Team
 from console.validators import plain_name
 from instances.forms import offer_launch_choices
 from instances.models import GpuModel, Image
+from network.forms import network_fields, offer_network_choices
 
 from .models import MAX_COMMAND_CHARS, Priority
 
@@ -24,7 +25,9 @@ class SubmitForm(forms.Form):
     deadline = forms.DateTimeField(required=False, label="Start by (UTC, optional)",
                                    help_text="A job still queued then is not started.",
                                    widget=forms.DateTimeInput(attrs={"placeholder": "2026-12-31 18:00"}))
+    subnet, security_groups = network_fields()
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         offer_launch_choices(self, user)
+        offer_network_choices(self, user)

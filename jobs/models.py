@@ -54,6 +54,9 @@ class Job(models.Model):
     # Why the scheduler could not start it on its last pass (when first in line).
     wait_note = models.CharField(max_length=300, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Where each run's instance is attached: {"subnet": id, "security_groups": [ids]}
+    # (network.services.check_choice); empty: the team's default subnet and group.
+    network = models.JSONField(default=dict, blank=True)
     instance = models.ForeignKey(
         "instances.Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="the instance of its current (or last) run",

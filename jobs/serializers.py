@@ -36,6 +36,15 @@ class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.LOW)
     deadline = serializers.DateTimeField(required=False, allow_null=True,
                                          help_text="A job still queued at its deadline is not started.")
+    subnet = serializers.IntegerField(
+        required=False, allow_null=True, write_only=True,
+        help_text="Subnet id (see /api/v1/subnets/) for each run's private address; omitted: the team's default.",
+    )
+    security_groups = serializers.ListField(
+        child=serializers.IntegerField(), required=False, allow_empty=False, write_only=True,
+        help_text="Security group ids (see /api/v1/security-groups/) of each run; omitted: the team's default group.",
+    )
+    network = serializers.JSONField(read_only=True, help_text='{"subnet": id or null, "security_groups": [ids]}')
     instance = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     position = serializers.SerializerMethodField()
     waiting_seconds = serializers.SerializerMethodField()
@@ -47,9 +56,9 @@ class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "code", "team", "name", "image", "command", "gpu_model", "gpu_count", "priority", "deadline", "state",
-            "submitted_at", "waiting_since", "preempted_at", "ended_at", "instance", "position", "waiting_seconds",
-            "why_waiting", "cost_so_far", "price_per_hour", "currency",
+            "id", "code", "team", "name", "image", "command", "gpu_model", "gpu_count", "priority", "deadline", "subnet",
+            "security_groups", "network", "state", "submitted_at", "waiting_since", "preempted_at", "ended_at",
+            "instance", "position", "waiting_seconds", "why_waiting", "cost_so_far", "price_per_hour", "currency",
         ]
         read_only_fields = ["state", "submitted_at", "waiting_since", "preempted_at", "ended_at"]
         list_serializer_class = QueueListSerializer

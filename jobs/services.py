@@ -34,6 +34,7 @@ from instances.models import (
     PricingModel,
     State,
 )
+from network import services as network_services
 
 from .models import (
     MAX_COMMAND_CHARS,
@@ -104,12 +105,15 @@ def _head_key() -> int:
 @transaction.atomic
 def submit_job(
     *, actor, team, name: str, command: str, gpu_model: GpuModel, gpu_count: int, priority: str = Priority.LOW,
-    deadline: datetime | None = None, image=None, now: datetime | None = None,
+    deadline: datetime | None = None, image=None, subnet=None, security_groups=None, now: datetime | None = None,
 ) -> Job:
-    """Queue a job; the scheduler starts it when capacity is idle."""
+    """Queue a job; the scheduler starts it when capacity is idle. Each run's instance
+    gets an address in ``subnet`` and ``security_groups`` (the team's defaults where
+    not named), checked here as a launch's are."""
     now = now or timezone.now()
     command = _check(name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
                      deadline=deadline, now=now)
+    network = network_services.check_choice(team=team, subnet=subnet, groups=security_groups)
     image = images.image_for_launch(image=image, team=team, gpu_model=gpu_model)
     pricing_model = PricingModel.IDLE if priority == Priority.LOW else PricingModel.ON_DEMAND
     why = catalog.missing_price(sku=gpu_model.name, pricing_model=pricing_model, at=now)
@@ -118,12 +122,13 @@ def submit_job(
     job = Job.objects.create(
         team=team, name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
         deadline=deadline, queue_key=_tail_key(now), submitted_at=now, waiting_since=now,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None, image=image,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None, image=image, network=network,
     )
     _event(job, EventKind.SUBMIT, now, f"{gpu_count} × {gpu_model.name}, {job.get_priority_display().lower()}")
     record_event(actor=actor, action="job.submit", target=job, team=team, details={
         "name": name, "gpu_model": gpu_model.name, "gpu_count": gpu_count, "priority": priority,
         "deadline": deadline, "image": None if image is None else {"id": image.pk, "name": image.name},
+        "network": network_services.describe_choice(network),
     })
     kick()
     return job
@@ -338,16 +343,17 @@ def _start(pk: int, host: Host | int | None, now: datetime, provision: bool) -> 
     try:
         # A normal job's launch is paying work: short of capacity, it gives notice to
         # low-priority jobs and spot instances, as any on-demand launch does.
-        instance = instance_services.launch_instance(
-            actor="system", team=job.team, name=f"{job.name[:50]}-run-{runs + 1}", gpu_model=job.gpu_model,
-            gpu_count=job.gpu_count, pricing_model=job.pricing_model, provision=provision, at=now,
-            labels={"job": job.code}, image=job.image, **options,
-        )
+        with network_services.launching_on(actor="system", team=job.team, choice=job.network):
+            instance = instance_services.launch_instance(
+                actor="system", team=job.team, name=f"{job.name[:50]}-run-{runs + 1}", gpu_model=job.gpu_model,
+                gpu_count=job.gpu_count, pricing_model=job.pricing_model, provision=provision, at=now,
+                labels={"job": job.code}, image=job.image, **options,
+            )
     except instance_services.LifecycleError as exc:
         _note(job, str(exc))
         job.refresh_from_db()
         return job
-    except ValidationError as exc:  # its image was retired since: it waits, and holds back no one
+    except ValidationError as exc:  # its image, subnet or a group is gone since: it waits, holding back no one
         _note(job, " ".join(m for ms in exc.message_dict.values() for m in ms))
         return None
     JobRun.objects.create(job=job, instance=instance, started_at=now)

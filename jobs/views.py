@@ -52,7 +52,8 @@ def _submit(request, form) -> bool:
         job = services.submit_job(
             actor=request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
-            deadline=data["deadline"], image=data["image"],
+            deadline=data["deadline"], image=data["image"], subnet=data["subnet"],
+            security_groups=list(data["security_groups"]) or None,
         )
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():

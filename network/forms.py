@@ -4,7 +4,7 @@ from console.models import Team
 from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
 
-from .models import Direction, Protocol, SecurityGroup
+from .models import Direction, Protocol, SecurityGroup, Subnet
 
 
 class TeamChoice(forms.Form):
@@ -51,3 +51,26 @@ class RuleForm(forms.Form):
         data = dict(self.cleaned_data)
         data["peer_group"] = data["peer_group"].pk if data.get("peer_group") else None
         return data
+
+
+def network_fields() -> tuple[forms.ModelChoiceField, forms.ModelMultipleChoiceField]:
+    """The subnet and security groups of a form that launches instances later (a job, a
+    scaling group); ``offer_network_choices`` fills them for the user."""
+    subnet = forms.ModelChoiceField(
+        queryset=Subnet.objects.none(), required=False, empty_label="Team's default subnet", label="Subnet",
+        help_text="Each instance's private address is taken from this subnet.",
+        error_messages={"invalid_choice": "No such subnet, or it belongs to another team."},
+    )
+    groups = forms.ModelMultipleChoiceField(
+        queryset=SecurityGroup.objects.none(), required=False, label="Security groups",
+        help_text="None chosen: the team's default group (members reach each other, no other inbound).",
+        error_messages={"invalid_choice": "No such security group, or it belongs to another team."},
+    )
+    return subnet, groups
+
+
+def offer_network_choices(form: forms.Form, user) -> None:
+    form.fields["subnet"].queryset = Subnet.objects.for_user(user, WRITE_ROLES).select_related("vpc__team")
+    form.fields["subnet"].label_from_instance = lambda s: f"{s.vpc.team.name} · {s.vpc.name} / {s.name} ({s.cidr})"
+    form.fields["security_groups"].queryset = SecurityGroup.objects.for_user(user, WRITE_ROLES).select_related("team")
+    form.fields["security_groups"].label_from_instance = lambda g: f"{g.team.name} · {g.name}"

@@ -423,6 +423,31 @@ def check_placement(*, team, subnet=None, groups=None) -> None:
         raise ValidationError(errors)
 
 
+def check_choice(*, team, subnet=None, groups=None) -> dict:
+    """A job's or a scaling group's network, checked as a launch's is, as it is stored:
+    ``{"subnet": id or None (the team's default), "security_groups": [ids] (empty: the
+    team's default group)}``. Each of its launches is checked again (``on_network``): a
+    subnet or group deleted since refuses the launch by name."""
+    check_placement(team=team, subnet=subnet, groups=groups)
+    return {"subnet": None if subnet in (None, "") else getattr(subnet, "pk", subnet),
+            "security_groups": sorted({getattr(g, "pk", g) for g in groups or []})}
+
+
+def launching_on(*, actor, team, choice: dict | None):
+    """``on_network`` for a stored choice (``check_choice``'s)."""
+    choice = choice or {}
+    return on_network(actor=actor, team=team, subnet=choice.get("subnet"), groups=choice.get("security_groups") or None)
+
+
+def describe_choice(choice: dict | None) -> dict:
+    """A stored choice with names, as audit records and pages show it."""
+    choice = choice or {}
+    subnet = Subnet.objects.filter(pk=choice.get("subnet")).first() if choice.get("subnet") else None
+    groups = choice.get("security_groups") or []
+    names = sorted(SecurityGroup.objects.filter(pk__in=groups).values_list("name", flat=True)) if groups else []
+    return {"subnet": subnet.name if subnet is not None else "default", "security_groups": names or ["default"]}
+
+
 _requested: ContextVar[dict | None] = ContextVar("network_requested", default=None)
 
 
@@ -503,7 +528,7 @@ def set_groups(*, actor, interface: Interface, groups) -> Interface:
 
 
 def release(*, actor, instance: Instance) -> None:
-    """A terminated instance's address is free again (runs in its terminate transaction)."""
+    """An ended instance's address is free again (runs in the transaction that ends it)."""
     interface = Interface.objects.filter(instance=instance, released_at__isnull=True).first()
     if interface is None:
         return

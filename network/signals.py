@@ -1,6 +1,7 @@
 """Instances' lifecycle, seen from the network: a launch made within
-``services.on_network`` gets its interface, a terminated instance frees its address,
-and every state change updates the rules of the hosts it was or is on."""
+``services.on_network`` gets its interface, an ended instance (terminated, preempted or
+failed: none runs again) frees its address, and every state change updates the rules of
+the hosts it was or is on."""
 
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -9,6 +10,8 @@ from instances.models import Instance, State
 
 from . import services
 from .models import Interface
+
+ENDED = (State.TERMINATED, State.PREEMPTED, State.FAILED)
 
 
 @receiver(post_save, sender=Instance, dispatch_uid="network-instance-state")
@@ -21,6 +24,6 @@ def instance_saved(sender, instance: Instance, created: bool, update_fields=None
     interface = Interface.objects.filter(instance_id=instance.pk).only("placed_on_id", "released_at").first()
     if interface is None:
         return
-    if instance.state == State.TERMINATED:
+    if instance.state in ENDED:
         services.release(actor="system", instance=instance)
     services.resync_on_commit(instance.team_id, hosts=[instance.host_id, interface.placed_on_id])

@@ -40,13 +40,14 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
         self.require_role(data["team"].pk, WRITE_ROLES, "create scaling groups")
         serializer.instance = services.create_group(
             actor=self.request.user, team=data["team"], name=data["name"],
-            **{field: data[field] for field in SETTINGS if field in data},
+            **{field: data[field] for field in (*SETTINGS, *services.NETWORK) if field in data},
         )
 
     def perform_update(self, serializer):
         group = serializer.instance
         self.require_role(group.team_id, WRITE_ROLES, "change scaling groups")
-        changes = {field: value for field, value in serializer.validated_data.items() if field in SETTINGS}
+        changes = {field: value for field, value in serializer.validated_data.items()
+                   if field in (*SETTINGS, *services.NETWORK)}
         serializer.instance = services.update_group(actor=self.request.user, group=group, **changes)
 
     def perform_destroy(self, instance):

@@ -8,6 +8,7 @@ from console.models import Team
 from console.validators import plain_name
 from instances.forms import ImageSelect, offer_launch_choices
 from instances.models import LAUNCHABLE, GpuModel, Image, PricingModel
+from network.forms import network_fields, offer_network_choices
 
 from .models import MetricSource
 
@@ -37,6 +38,7 @@ class ScalingGroupForm(forms.Form):
     )
     scale_out_cooldown_s = forms.IntegerField(initial=120, label="Scale-out cooldown (s)")
     scale_in_cooldown_s = forms.IntegerField(initial=300, label="Scale-in cooldown (s)")
+    subnet, security_groups = network_fields()
 
     def __init__(self, *args, user, group=None, **kwargs):
         if group is not None:
@@ -47,9 +49,11 @@ class ScalingGroupForm(forms.Form):
                 "min_instances": group.min_instances, "max_instances": group.max_instances,
                 "metric_source": group.metric_source, "target_per_instance": group.target_per_instance,
                 "scale_out_cooldown_s": group.scale_out_cooldown_s, "scale_in_cooldown_s": group.scale_in_cooldown_s,
+                "subnet": group.network.get("subnet"), "security_groups": group.network.get("security_groups", []),
             })
         super().__init__(*args, **kwargs)
         offer_launch_choices(self, user)
+        offer_network_choices(self, user)
         if group is not None:  # a group keeps its team and name
             for field in ("team", "name"):
                 self.fields[field].disabled = True

@@ -41,6 +41,15 @@ class ScalingGroupSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer
     scale_out_cooldown_s = serializers.IntegerField(default=120)
     scale_in_cooldown_s = serializers.IntegerField(default=300)
     metric_source = serializers.ChoiceField(choices=MetricSource.choices, default=MetricSource.PUSHED)
+    subnet = serializers.IntegerField(
+        required=False, allow_null=True, write_only=True,
+        help_text="Subnet id (see /api/v1/subnets/) for each instance's private address; null: the team's default.",
+    )
+    security_groups = serializers.ListField(
+        child=serializers.IntegerField(), required=False, allow_empty=True, write_only=True,
+        help_text="Security group ids (see /api/v1/security-groups/) of each instance; empty: the team's default group.",
+    )
+    network = serializers.JSONField(read_only=True, help_text='{"subnet": id or null, "security_groups": [ids]}')
     running = serializers.SerializerMethodField()
     cost = serializers.SerializerMethodField()
 
@@ -49,7 +58,7 @@ class ScalingGroupSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer
         fields = [
             "id", "team", "name", "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances",
             "max_instances", "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
-            "queue_depth", "queue_depth_at", "running", "last_scale_out_at", "last_scale_in_at", "cost", "created_at",
+            "subnet", "security_groups", "network", "queue_depth", "queue_depth_at", "running", "last_scale_out_at", "last_scale_in_at", "cost", "created_at",
         ]
         read_only_fields = ["queue_depth", "queue_depth_at", "last_scale_out_at", "last_scale_in_at", "created_at"]
         validators = []  # a taken name is refused by services.create_group, with its name

@@ -21,6 +21,7 @@ from console.validators import ascii_decimal, plain_name
 from instances import catalog, images
 from instances import services as instance_services
 from instances.models import LAUNCHABLE, GpuModel, Instance, PricingModel, State
+from network import services as network_services
 
 from . import policy
 from .models import Action, MetricSource, Reason, ScalingDecision, ScalingGroup, ScalingMember
@@ -40,6 +41,8 @@ SETTINGS = (
     "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances", "max_instances",
     "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
 )
+# Where its instances are attached (network.services.check_choice), given beside SETTINGS.
+NETWORK = ("subnet", "security_groups")
 
 
 def metric_stale_after() -> timedelta:
@@ -119,7 +122,15 @@ def _described(group: ScalingGroup) -> dict:
     out["gpu_model"] = group.gpu_model.name
     out["image"] = None if group.image is None else group.image.name
     out["max_price"] = None if group.max_price is None else str(group.max_price)
+    out["network"] = network_services.describe_choice(group.network)
     return out
+
+
+def _network(team, wanted: dict, current: dict | None = None) -> dict:
+    current = current or {}
+    return network_services.check_choice(
+        team=team, subnet=wanted.get("subnet", current.get("subnet")),
+        groups=wanted.get("security_groups", current.get("security_groups")))
 
 
 @transaction.atomic
@@ -130,9 +141,10 @@ def create_group(*, actor, team, name: str, now: datetime | None = None, **value
     values = {"pricing_model": PricingModel.ON_DEMAND, "min_instances": 1, "scale_out_cooldown_s": 120,
               "scale_in_cooldown_s": 300, "metric_source": MetricSource.PUSHED, "max_price": None, **values}
     values.setdefault("image", None)
+    network = _network(team, {k: values.pop(k) for k in NETWORK if k in values})
     check_settings(values, team=team, now=now)
     group = ScalingGroup.objects.create(
-        team=team, name=name, created_at=now or timezone.now(),
+        team=team, name=name, created_at=now or timezone.now(), network=network,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
         **{field: values[field] for field in SETTINGS},
     )
@@ -146,12 +158,15 @@ def update_group(*, actor, group: ScalingGroup, **changes) -> ScalingGroup:
     """Change a group's template or bounds; the next evaluation applies them."""
     group = _locked(group)
     before = _described(group)
+    wanted = {k: changes.pop(k) for k in NETWORK if k in changes}
+    network = _network(group.team, wanted, group.network) if wanted else group.network
     values = check_settings({**{field: getattr(group, field) for field in SETTINGS}, **changes}, team=group.team)
     for field in SETTINGS:
         setattr(group, field, values[field])
-    group.save(update_fields=list(SETTINGS))
+    group.network = network
+    group.save(update_fields=[*SETTINGS, "network"])
     after = _described(group)
-    changed = {k: {"from": before[k], "to": after[k]} for k in SETTINGS if before[k] != after[k]}
+    changed = {k: {"from": before[k], "to": after[k]} for k in (*SETTINGS, "network") if before[k] != after[k]}
     if changed:
         record_event(actor=actor, action="scaling_group.update", target=group, team=group.team_id,
                      details={"changed": changed})
@@ -300,16 +315,17 @@ def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[In
         try:
             # A refused launch undoes itself (its own savepoint); the preemption notices
             # an on-demand launch short of room gives spot instances stand, as for any launch.
-            instance = instance_services.launch_instance(
-                actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
-                gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,
-                labels={"scaling-group": group.name}, image=group.image,
-                max_price=group.max_price if pricing_model == PricingModel.SPOT else None,
-            )
+            with network_services.launching_on(actor="system", team=group.team, choice=group.network):
+                instance = instance_services.launch_instance(
+                    actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
+                    gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,
+                    labels={"scaling-group": group.name}, image=group.image,
+                    max_price=group.max_price if pricing_model == PricingModel.SPOT else None,
+                )
         except instance_services.LifecycleError as exc:
             notes.append(f"{PricingModel(pricing_model).label.lower()}: {exc}")
             continue
-        except ValidationError as exc:  # the template itself is refused (a retired image, say)
+        except ValidationError as exc:  # the template itself is refused (a retired image, a deleted subnet)
             raise Refused("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
         ScalingMember.objects.create(group=group, instance=instance, joined_at=now)
         group.launched_total += 1

@@ -65,7 +65,8 @@ def group_list(request):
 
 
 def _settings(data: dict) -> dict:
-    return {field: data[field] for field in services.SETTINGS}
+    return {**{field: data[field] for field in services.SETTINGS}, "subnet": data["subnet"],
+            "security_groups": list(data["security_groups"])}
 
 
 
