@@ -2,10 +2,13 @@
 as GET /api/v1/energy/ for the same instance, team and period; charlie sees none of it."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from billing import pricing
+from monitoring.models import Rollup1m
 from savings import energy
 
 
@@ -57,3 +60,17 @@ def test_a_bad_month_is_named(alice, acme, api):
     for month in ("2026-13", "december", "2999-01"):
         response = api(alice).get(f"/api/v1/energy/?team={acme.pk}&month={month}")
         assert response.status_code == 400 and "month" in response.json()
+
+
+def test_the_cost_explorer_shows_an_earlier_months_energy_not_the_last_weeks(alice, acme, metered, carbon, client,
+                                                                            api):
+    earlier = pricing.month_start(pricing.month_start(timezone.now()) - timedelta(days=1))
+    gpu = Rollup1m.objects.filter(instance=metered).first().gpu_id
+    Rollup1m.objects.create(bucket=earlier + timedelta(days=1), gpu_id=gpu, instance=metered, team_id=acme.pk,
+                            samples=60, observed_s=60, energy_mj_delta=int(0.5 * 3.6e9), energy_mj_last=10**12)
+    month = earlier.strftime("%Y-%m")
+    total = api(alice).get(f"/api/v1/energy/?team={acme.pk}&month={month}").json()["total"]
+    assert total["it_kwh"] == pytest.approx(0.5)
+    client.force_login(alice)
+    page = client.get(f"/costs/?team={acme.pk}&month={month}").content.decode()
+    assert _figures(page, 'class="team-energy"') == ("0.50", f"{total['kg_co2e']:.2f}")
