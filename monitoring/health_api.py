@@ -68,7 +68,10 @@ class HostDiagnosticsView(OperatorOnlyMixin, APIView):
 class BundleDownloadView(OperatorOnlyMixin, APIView):
     @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int, bundle: int):
-        found = get_object_or_404(DiagnosticsBundle.objects.select_related("host"), pk=bundle, host_id=pk)
+        # the host first: an id past the column's range is a 404 there (a foreign key's
+        # lookup has no such guard, and SQLite refuses the number)
+        host = get_object_or_404(Host, pk=pk)
+        found = get_object_or_404(DiagnosticsBundle.objects.select_related("host"), pk=bundle, host=host)
         try:
             handle = diagnostics.open_bundle(actor=request.user, bundle=found)
         except diagnostics.DiagnosticsError as exc:
