@@ -1196,6 +1196,13 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         _json("post", "/api/v1/region-footprints/", lambda w, _: {"region": w.fleet["region"].pk, "pue": "1.2",
                                                                    "grid_g_co2e_per_kwh": "350"}),
         ("savings.footprint.set",), "ops")},
+    "POST /savings/idle-stop/": {"": Recipe(
+        _form("/savings/idle-stop/", lambda w, _: {"team": w.acme.pk, "enabled": "on", "idle_minutes": "60",
+                                                   "warn_minutes": "10"}),
+        ("savings.idle_stop.set",), "alice", team="acme")},
+    "POST /savings/idle-stop/<pk>/": {"": Recipe(
+        _form("/savings/idle-stop/{p.pk}/", {"enabled": "on", "idle_minutes": "30", "warn_minutes": "5"}),
+        ("savings.idle_stop.set",), "alice", prepare=_running, team="acme")},
     "POST /savings/<pk>/dismiss/": {"": Recipe(
         _form("/savings/{p.pk}/dismiss/", {"kind": "stop"}), ("savings.recommendation.dismiss",), "alice",
         prepare=_running, team="acme")},
