@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from conftest import (
@@ -26,6 +25,7 @@ from conftest import (
     _own_database,
     _recreate_pg,
     _require_chromium,
+    _wait_http,
 )
 
 pytestmark = pytest.mark.browser
@@ -52,20 +52,6 @@ for name, (seconds, path) in entries().items():
 """
 
 
-def _wait(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"rundemo exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"the demo did not answer {url} within {timeout:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The base URL of a demo seeded and run as `make run` does, after it has run."""
@@ -90,7 +76,7 @@ def demo(tmp_path_factory):
                               stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait(base + "/healthz", server)
+        _wait_http(base + "/healthz", server, timeout=90)
         time.sleep(60 * float(os.environ.get("DEMO_RUN_MINUTES", "0.5")))
         assert server.poll() is None, (var / "rundemo.log").read_text()[-4000:]
         yield base
