@@ -13,12 +13,14 @@ GROUP = {"name": "workers", "gpu_model": "H100-80GB", "gpus_per_instance": 1, "p
 
 
 def test_the_job_form_stores_the_chosen_subnet_and_groups(client, fleet, acme, bob, acme_net):
+    train = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
     client.force_login(bob)
-    assert "Acme · default / default (10.0.0.0/20)" in client.get("/jobs/").content.decode()
-    r = client.post("/jobs/", {**JOB, "team": acme.pk, "subnet": acme_net["subnet"].pk,
-                               "security_groups": [acme_net["group"].pk]})
+    assert "Acme · default / train (10.0.64.0/24)" in client.get("/jobs/").content.decode()
+    r = client.post("/jobs/", {**JOB, "team": acme.pk, "subnet": train.pk, "security_groups": [acme_net["group"].pk]})
     assert r.status_code == 302, r.content.decode()[:2000]
-    assert Job.objects.get().network == {"subnet": acme_net["subnet"].pk, "security_groups": [acme_net["group"].pk]}
+    job = Job.objects.get()
+    assert job.network == {"subnet": train.pk, "security_groups": [acme_net["group"].pk]}
+    assert "subnet train · groups default" in client.get(f"/jobs/{job.pk}/").content.decode()
 
 
 def test_the_scaling_form_stores_the_chosen_subnet_and_groups(client, fleet, acme, bob, acme_net):
@@ -29,6 +31,7 @@ def test_the_scaling_form_stores_the_chosen_subnet_and_groups(client, fleet, acm
     group = ScalingGroup.objects.get()
     assert group.network == {"subnet": acme_net["subnet"].pk, "security_groups": [acme_net["group"].pk]}
     assert f'value="{acme_net["subnet"].pk}" selected' in client.get(f"/scaling-groups/{group.pk}/edit/").content.decode()
+    assert "subnet default · groups default" in client.get(f"/scaling-groups/{group.pk}/").content.decode()
 
 
 def test_another_teams_subnet_is_refused_on_its_field(client, fleet, acme, globex, bob, charlie):
