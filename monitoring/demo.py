@@ -1,6 +1,7 @@
 """Demo telemetry: agent tokens for the demo fleet, rollup history that follows the
-seeded allocations (two days of 1-minute rollups, 1-hour rollups back to each
-allocation's start), and the agent commands ``rundemo`` starts.
+seeded allocations (two days of 1-minute rollups, a week for instances running on
+demand or spot, 1-hour rollups back to each allocation's start), and the agent
+commands ``rundemo`` starts.
 
 Raw tokens are written only to files under VAR_DIR, readable by their owner alone:
 ``agent-fleet.json`` (the sim agent's ``--fleet`` file) and ``replay.token``.
@@ -8,7 +9,9 @@ Raw tokens are written only to files under VAR_DIR, readable by their owner alon
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import random
 import sys
@@ -20,7 +23,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from instances.demo import REPLAY_HOST
-from instances.models import Gpu, GpuHold, Host, HostKind, Instance, LifecycleEvent, State
+from instances.models import (
+    Gpu,
+    GpuHold,
+    Host,
+    HostKind,
+    Instance,
+    LifecycleEvent,
+    PricingModel,
+    State,
+)
 
 from . import services
 from .agent.backends.sim import PROFILES, allocated_kind
@@ -28,6 +40,8 @@ from .catalog import GAUGES
 from .models import Rollup1h, Rollup1m
 
 HISTORY = timedelta(days=2)
+# Rightsizing reads the last 7 or 14 days of minutes of what runs on demand or spot.
+ADVICE_HISTORY = timedelta(days=7)
 TRACE = Path(settings.BASE_DIR) / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
 
 def var_dir() -> Path:
@@ -123,11 +137,32 @@ def _running_spans(instance_ids) -> dict[int, list[tuple[datetime, datetime | No
     return {k: [tuple(r) for r in v] for k, v in spans.items()}
 
 
-def _kind(instance: Instance, runs, at: datetime) -> str:
-    """What the simulated agent runs on the instance's devices at ``at``: its workload
-    while it was running, idle while pending or stopping (sim.allocated_kind's rule)."""
+def _kind(instance: Instance, runs, at: datetime, rank: int) -> str:
+    """What the simulated agent runs on the instance's device of ``rank`` at ``at``: its
+    workload while it was running, idle while pending or stopping (sim.allocated_kind's rule)."""
     running = any(start <= at and (until is None or at < until) for start, until in runs)
-    return allocated_kind(("running" if running else "pending", instance.name))
+    return _allocated_kind(("running" if running else "pending", instance.name, rank))
+
+
+_allocated_kind = functools.cache(allocated_kind)  # called once a minute of each device
+
+
+def _ranks(holds: list[GpuHold]) -> dict[int, int]:
+    """{hold id: its device's rank among the holds of one placement (same instance,
+    host and start), by GPU index then slice}: what the sim agent counts on its host."""
+    ranks, seen = {}, {}
+    for hold in sorted(holds, key=lambda h: (h.gpu.index, getattr(h.slice, "gpu_instance_id", 0))):
+        key = (hold.instance_id, hold.gpu.host_id, hold.start)
+        ranks[hold.pk] = seen[key] = seen.get(key, -1) + 1
+    return ranks
+
+
+def _minutes_from(hold: GpuHold, start: datetime, longer: datetime) -> datetime:
+    """Where a hold's 1-minute rollups begin: ``longer`` ago for an instance running
+    now on demand or spot, else ``start``."""
+    instance = hold.instance
+    advised = hold.end is None and instance.state == State.RUNNING and instance.pricing_model != PricingModel.RESERVED
+    return longer if advised else start
 
 
 def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: int, mode: str | None) -> dict:
@@ -151,29 +186,34 @@ def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: 
     return avg
 
 
+# Each gauge's name, its min/avg/max columns and whether it is a percentage (capped at 100).
+_COLUMNS = tuple((name, f"{name}_min", f"{name}_avg", f"{name}_max",
+                  name.endswith("_pct") or name in ("gpu_util", "mem_util")) for name in GAUGES)
+
+
 def _stats(avg: dict, rng: random.Random) -> dict:
-    out = {}
-    for name in GAUGES:
+    out, rand = {}, rng.random
+    for name, low, mean, high, pct in _COLUMNS:
         value = avg.get(name)
         if value is None:
-            out |= {f"{name}_min": None, f"{name}_avg": None, f"{name}_max": None}
+            out[low] = out[mean] = out[high] = None
             continue
-        spread = abs(value) * 0.08 * rng.random()
-        low, high = max(0.0, value - spread), value + spread
-        if name.endswith("_pct") or name in ("gpu_util", "mem_util"):
-            high = min(100.0, high)
-        out |= {f"{name}_min": low, f"{name}_avg": value, f"{name}_max": high}
+        spread = abs(value) * 0.08 * rand()
+        out[low] = value - spread if value > spread else 0.0
+        out[mean] = value
+        out[high] = min(100.0, value + spread) if pct else value + spread
     return out
 
 
 @transaction.atomic
 def backfill(now: datetime | None = None) -> int:
-    """Two days of 1-minute rollups up to this minute, and 1-hour rollups of the whole
-    hours among them, for every GPU and slice while an instance held it (``GpuHold``):
-    its workload while running, idle while pending or stopping, nothing while free, from
-    the same profiles the simulated agent runs, so the live data carries on where the
-    history ends. Before those two days, 1-hour rollups only (what retention leaves of
-    the past), back to each hold's start. Idempotent: a second run adds nothing."""
+    """Two days of 1-minute rollups up to this minute (a week for what runs on demand or
+    spot now), and 1-hour rollups of the whole hours among them, for every GPU and slice
+    while an instance held it (``GpuHold``): its workload while running, idle while
+    pending or stopping, nothing while free, from the same profiles the simulated agent
+    runs, so the live data carries on where the history ends. Before those days, 1-hour
+    rollups only (what retention leaves of the past), back to each hold's start.
+    Idempotent: a second run adds nothing."""
     now = now or timezone.now()
     end = now.replace(second=0, microsecond=0)
     full_hours = now.replace(minute=0, second=0, microsecond=0)
@@ -183,9 +223,12 @@ def backfill(now: datetime | None = None) -> int:
     holds = list(
         GpuHold.objects.filter(start__lt=end).select_related("instance", "gpu__model", "gpu__host", "slice__profile")
     )
-    runs = _running_spans({h.instance_id for h in holds})
-    hours = [row for hold in holds if hold.start < start for row in _hours_before(hold, start, runs)]
-    holds = [h for h in holds if h.end is None or h.end > start]
+    runs, ranks = _running_spans({h.instance_id for h in holds}), _ranks(holds)
+    longer = full_hours - max(HISTORY, ADVICE_HISTORY)
+    first = {h.pk: _minutes_from(h, start, longer) for h in holds}
+    hours = [row for hold in holds if hold.start < first[hold.pk]
+             for row in _hours_before(hold, first[hold.pk], runs, ranks[hold.pk])]
+    holds = [h for h in holds if h.end is None or h.end > first[h.pk]]
     minutes = []
     for hold in holds:
         gpu, piece, instance = hold.gpu, hold.slice, hold.instance
@@ -194,11 +237,12 @@ def backfill(now: datetime | None = None) -> int:
         limit_mw = None if piece else gpu.model.power_limit_w * 1000
         memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
         energy = rng.randrange(10**9, 10**11)
-        at = max(start, hold.start.replace(second=0, microsecond=0) + timedelta(minutes=1))
+        at = max(first[hold.pk], hold.start.replace(second=0, microsecond=0) + timedelta(minutes=1))
+        spans, rank = runs.get(instance.pk, ()), ranks[hold.pk]
         until = min(end, hold.end) if hold.end else end
         hour_rows: dict[datetime, list[dict]] = {}
         while at < until:
-            stats = _stats(_minute_values(_kind(instance, runs.get(instance.pk, ()), at), rng, limit_mw, memory, mode), rng)
+            stats = _stats(_minute_values(_kind(instance, spans, at, rank), rng, limit_mw, memory, mode), rng)
             row = dict(bucket=at, gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None), instance_id=instance.pk,
                        team_id=hold.team_id, samples=60, observed_s=60.0)
             if limit_mw:
@@ -217,7 +261,7 @@ def backfill(now: datetime | None = None) -> int:
     return len(minutes) + len(hours)
 
 
-def _hours_before(hold: GpuHold, until: datetime, runs: dict) -> list[dict]:
+def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list[dict]:
     """1-hour rollups of one hold from its start to ``until`` (or its end): each hour's
     share of the hold, at the workload of the hour's middle."""
     gpu, piece, instance = hold.gpu, hold.slice, hold.instance
@@ -232,7 +276,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict) -> list[dict]:
     while bucket < stop:
         lo, hi = max(bucket, hold.start), min(bucket + timedelta(hours=1), stop)
         seconds = (hi - lo).total_seconds()
-        kind = _kind(instance, runs.get(instance.pk, ()), lo + (hi - lo) / 2)
+        kind = _kind(instance, runs.get(instance.pk, ()), lo + (hi - lo) / 2, rank)
         stats = _stats(_minute_values(kind, rng, limit_mw, memory, mode), rng)
         delta = stats["power_mw_avg"] * seconds if limit_mw else None
         energy += int(delta or 0)
@@ -249,27 +293,28 @@ def _insert(model, rows: list[dict]) -> None:
     if not rows:
         return
     columns = list(rows[0])
-    adapt = connection.ops.adapt_datetimefield_value
+    adapt = functools.cache(connection.ops.adapt_datetimefield_value)  # a minute is shared by every device
+    rest = operator.itemgetter(*columns[1:])
     table = connection.ops.quote_name(model._meta.db_table)
     names = ", ".join(connection.ops.quote_name(c) for c in columns)
     marks = ", ".join(["%s"] * len(columns))
     with connection.cursor() as cursor:
         cursor.executemany(
             f"INSERT INTO {table} ({names}) VALUES ({marks})",
-            [[adapt(r["bucket"]), *(r[c] for c in columns[1:])] for r in rows],
+            [(adapt(r["bucket"]), *rest(r)) for r in rows],
         )
 
 
 def _hour(bucket: datetime, rows: list[dict]) -> dict:
     first = rows[0]
     stats = {}
-    for name in GAUGES:
-        if first[f"{name}_avg"] is None:
-            stats |= {f"{name}_min": None, f"{name}_avg": None, f"{name}_max": None}
+    for _name, low, mean, high, _pct in _COLUMNS:
+        if first[mean] is None:
+            stats[low] = stats[mean] = stats[high] = None
             continue
-        stats[f"{name}_min"] = min(r[f"{name}_min"] for r in rows)
-        stats[f"{name}_avg"] = sum(r[f"{name}_avg"] for r in rows) / len(rows)
-        stats[f"{name}_max"] = max(r[f"{name}_max"] for r in rows)
+        stats[low] = min(r[low] for r in rows)
+        stats[mean] = sum(r[mean] for r in rows) / len(rows)
+        stats[high] = max(r[high] for r in rows)
     energy = None if first["energy_mj_delta"] is None else sum(r["energy_mj_delta"] for r in rows)
     return dict(
         bucket=bucket.astimezone(UTC), gpu_id=first["gpu_id"], slice_id=first["slice_id"],

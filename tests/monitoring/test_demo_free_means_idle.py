@@ -31,6 +31,7 @@ from monitoring.models import GpuLatest, Sample
 def seeded(db, settings, tmp_path, monkeypatch):
     settings.VAR_DIR = tmp_path
     monkeypatch.setattr(demo, "HISTORY", timedelta(hours=1))
+    monkeypatch.setattr(demo, "ADVICE_HISTORY", timedelta(hours=1))  # and a week for rightsizing
     users = console_demo.seed()
     instances_demo.seed_fleet(actor=users["ops"])
     billing_demo.seed_catalog(users=users)

@@ -23,6 +23,7 @@ def seeded(db, settings, tmp_path, monkeypatch):
     settings.VAR_DIR = tmp_path
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     monkeypatch.setattr(demo, "HISTORY", timedelta(hours=3))  # the demo keeps two days of minutes
+    monkeypatch.setattr(demo, "ADVICE_HISTORY", timedelta(hours=3))  # and a week for rightsizing
     users = console_demo.seed()
     instances_demo.seed_fleet(actor=users["ops"])
     billing_demo.seed_catalog(users=users)

@@ -22,6 +22,7 @@ from monitoring.models import HostToken, Rollup1h, Rollup1m
 def seeded(db, settings, tmp_path, monkeypatch):
     settings.VAR_DIR = tmp_path
     monkeypatch.setattr(demo, "HISTORY", timedelta(hours=3))  # the demo keeps two days
+    monkeypatch.setattr(demo, "ADVICE_HISTORY", timedelta(hours=3))  # and a week for rightsizing
     users = console_demo.seed()
     instances_demo.seed_fleet(actor=users["ops"])
     billing_demo.seed_catalog(users=users)  # a launch needs a price

@@ -6,6 +6,7 @@ seeded by (seed, GPU UUID), so a fleet replays identically for a given seed:
 - inference: bursty, a duty cycle of short kernels;
 - copy: memory-bound, utilization ~100% with tensor activity ~0;
 - held: memory allocated, GPU idle (utilization ~0);
+- light: a small model served from one GPU: a few GB, a few percent of the SMs;
 - idle.
 Values depend on the tick number, never on the wall clock. The per-GPU step is a
 few dozen arithmetic operations so one process can drive a thousand GPUs at 1 Hz.
@@ -13,7 +14,8 @@ few dozen arithmetic operations so one process can drive a thousand GPUs at 1 Hz
 With ``follow`` (the demo), a GPU or slice instead runs what the console says it is
 held for, polled from ``/api/v1/agent/allocations/`` with each host's token: free and
 pending devices idle with no processes, a running instance's devices run the workload
-its name suggests (``workload_for``), a stopping one idles. MIG and vGPU slices of a
+its name suggests (``workload_for``; a small model's runs on the instance's first
+device of the host, its other devices idle), a stopping one idles. MIG and vGPU slices of a
 fleet file report per-slice readings; what a mode cannot report is left out, never 0
 (a MIG slice has no power, temperature or clocks; a GPU in MIG mode has no
 utilization of its own; a vGPU has no GPM tensor metrics).
@@ -53,6 +55,7 @@ PROFILES = {
     "inference": ((20, 90), (10, 45), (10, 45), (10, 40), (10, 40), (0.30, 0.70), (0.40, 0.70)),
     "copy": ((97, 100), (85, 100), (0, 1), (5, 15), (85, 99), (0.45, 0.65), (0.20, 0.50)),
     "held": ((0, 2), (0, 1), (0, 0), (0, 0), (0, 0), (0.11, 0.14), (0.70, 0.80)),
+    "light": ((5, 30), (2, 10), (2, 8), (3, 10), (2, 9), (0.14, 0.22), (0.07, 0.08)),
     "idle": ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0), (0.10, 0.12), (0.004, 0.006)),
 }
 
@@ -99,15 +102,20 @@ def workload_for(instance_name: str) -> str:
     history (monitoring/demo.py) uses the same rule, so history and live data agree."""
     name = instance_name.lower()
     for words, kind in ((("train", "finetune", "pretrain"), "training"), (("render", "etl"), "copy"),
-                        (("spot", "batch-idle", "notebook-idle"), "held")):
+                        (("spot", "batch-idle", "notebook-idle"), "held"), (("embed", "small"), "light")):
         if any(w in name for w in words):
             return kind
     return "inference"
 
 
-def allocated_kind(alloc: tuple[str, str]) -> str:
-    state, name = alloc
-    return workload_for(name) if state == "running" else "idle"
+def allocated_kind(alloc: tuple[str, str, int]) -> str:
+    """What a device runs: (state, instance name, the device's rank among the instance's
+    devices on its host, by GPU index). A small model ("light") is served from the first."""
+    state, name, rank = alloc
+    if state != "running":
+        return "idle"
+    kind = workload_for(name)
+    return "idle" if kind == "light" and rank > 0 else kind
 
 
 def stable_uuid(*parts: str) -> str:
@@ -142,7 +150,7 @@ class SimGpu:
         self.mode = spec.get("mode")  # None, "mig" or "vgpu"
         self.slices = [SimSlice(sl, seed, self.mode) for sl in spec.get("slices", ())]
         self.follow = False
-        self.alloc = ("free", "")
+        self.alloc = ("free", "", 0)
         self.fault = None
         self.fault_sent = True
         if spec.get("fault"):
@@ -308,7 +316,7 @@ class SimSlice:
         self.memory_total = spec["memory_total"]
         self.mode = mode
         self.rng = random.Random(f"{seed}:{self.uuid}")
-        self.alloc = ("free", "")
+        self.alloc = ("free", "", 0)
         self.kind = "idle"
         self.mem_frac = 0.0
         self.pid = 0
@@ -476,13 +484,22 @@ class SimSource(Source):
 
 
 def apply_allocations(host: SimHost, devices: dict) -> None:
-    """``devices``: {uuid: {"state", "instance"}} of the held ones; the rest are free."""
-    for gpu in host.gpus:
-        held = devices.get(gpu.uuid) or {}
-        gpu.alloc = (held.get("state", "free"), held.get("instance", ""))
-        for sl in gpu.slices:
-            held = devices.get(sl.uuid) or {}
-            sl.alloc = (held.get("state", "free"), held.get("instance", ""))
+    """``devices``: {uuid: {"state", "instance"}} of the held ones; the rest are free.
+    Each device's rank counts the same instance's devices before it (by GPU index)."""
+    seen: dict[str, int] = {}
+
+    def alloc(uuid: str) -> tuple[str, str, int]:
+        held = devices.get(uuid) or {}
+        name = held.get("instance", "")
+        rank = seen.get(name, 0)
+        seen[name] = rank + 1
+        return held.get("state", "free"), name, rank
+
+    for gpu in sorted(host.gpus, key=lambda g: g.index):
+        gpu.alloc = alloc(gpu.uuid)
+    for gpu in sorted(host.gpus, key=lambda g: g.index):
+        for sl in sorted(gpu.slices, key=lambda x: x.gpu_instance_id):
+            sl.alloc = alloc(sl.uuid)
 
 
 def load_fleet(path: str | Path) -> list[dict]:
