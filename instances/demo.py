@@ -126,6 +126,8 @@ IMAGE_OF = {"acme-llm-finetune": "acme-llm-train", "acme-train-70b": "acme-llm-t
             "acme-old-exp": "pytorch-23.05", "globex-render": "tensorflow-24.10", "globex-pretrain": "nvhpc-24.9"}
 # spot instances with a ceiling per GPU-hour (above where the demo's spot market goes)
 MAX_PRICE = {"acme-batch-spot": "1.65"}
+# precisions the teams set after launch (an H100 serving an fp8 model; the A100 has no fp8)
+PRECISION = {"globex-chat-small": "fp8"}
 
 
 @transaction.atomic
@@ -167,10 +169,15 @@ INSTANCES = [
     ("Acme", "acme-old-exp", "A100-80GB", 2, "on_demand", None, "terminated", 300, None),
     ("Acme", "acme-spot-sweep", "H100-80GB", 2, "spot", None, "preempted", 3, None),
     ("Acme", "acme-new-job", "H100-80GB", 1, "on_demand", None, "pending", 0, None),
+    # small models on whole GPUs for a week (sim.workload_for: "light"), so rightsizing has
+    # something to say: an embedding server that fits a MIG slice, and a small chat model
+    # served from the first of four GPUs, the other three idle
+    ("Acme", "acme-embed-api", "H100-80GB", 1, "on_demand", None, "running", 180, None),
     ("Globex", "globex-pretrain", "H200-141GB", 8, "reserved", None, "running", 400, None),
     ("Globex", "globex-serve", "H100-80GB", 1, "on_demand", "H100-20C", "running", 90, None),
     ("Globex", "globex-render", "A100-80GB", 2, "spot", None, "running", 12, None),
     ("Globex", "globex-dev", "H100-80GB", 1, "on_demand", None, "stopping", 40, None),
+    ("Globex", "globex-chat-small", "H100-80GB", 4, "on_demand", None, "running", 180, None),
     ("Globex", "globex-archive", "A100-80GB", 1, "reserved", None, "terminated", 500, None),
 ]
 
@@ -198,6 +205,10 @@ def seed_instances(*, users) -> None:
                 host=Host.objects.get(name=host_name) if host_name else None,
             )
         _walk_to(instance, final, start, actor)
+        if name in PRECISION:
+            at = start + timedelta(minutes=3)
+            with recorded_at(at):
+                services.set_precision(actor=actor, instance=instance, precision=PRECISION[name], at=at)
     _retire_images(users=users)
 
 
