@@ -80,10 +80,9 @@ def publish_head() -> dict | None:
     if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
         return None
     size, frontier = _start(seq)
-    from .services import leaf_blob, sign_head
+    from .services import leaf_hashes, sign_head
 
-    blob = leaf_blob(size + 1, seq)
-    frontier, size = merkle.extend(frontier, size, (blob[i : i + 32] for i in range(0, len(blob), 32)))
+    frontier, size = merkle.extend(frontier, size, leaf_hashes(size + 1, seq))
     signed = sign_head(
         seq=seq, head_hash=head_hash, frontier=frontier, time=timezone.now(), recheck_key=False
     ).as_dict()
@@ -103,7 +102,7 @@ def _start(seq: int) -> tuple[int, list[bytes]]:
         return 0, []
     frontier = checkpoint.frontier_bytes()
     public = keys.public_keys().get(checkpoint.key_id)
-    message = signing.head_message(checkpoint.seq, checkpoint.root, checkpoint.hash, checkpoint.as_dict()["time"])
+    message = headlog.message(checkpoint.as_dict())
     if (
         public is None
         or merkle.frontier_root(frontier).hex() != checkpoint.root
