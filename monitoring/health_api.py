@@ -33,7 +33,7 @@ def bundle_data(bundle: DiagnosticsBundle) -> dict:
 def host_health(host: Host) -> dict:
     gpus = list(Gpu.objects.filter(host=host).order_by("index"))
     rows = verdicts.gpu_verdicts(g.pk for g in gpus)
-    verdict = verdicts.host_verdicts([host])[host.pk]
+    verdict = verdicts.host_verdict_of(gpus, rows)
     return {"host": host.name, **verdict.as_dict(), "cordoned": host.cordoned_at is not None,
             "cordon_reason": host.cordon_reason, "gpus": [
                 {"index": g.index, "uuid": g.uuid, "state": rows[g.pk].state if g.pk in rows else "healthy",

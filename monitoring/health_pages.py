@@ -29,7 +29,7 @@ def require_operator(user) -> None:
 def host_context(host: Host, gpus: list[Gpu]) -> dict:
     rows = verdicts.gpu_verdicts(g.pk for g in gpus)
     return {
-        "health": verdicts.host_verdicts([host])[host.pk],
+        "health": verdicts.host_verdict_of(gpus, rows),  # ``gpus``: all of the host's
         "gpu_health": [{"gpu": g, "row": rows.get(g.pk)} for g in gpus],
         "bundles": DiagnosticsBundle.objects.filter(host=host).select_related("requested_by")[:20],
         "pending_bundle": DiagnosticsBundle.objects.filter(host=host, state="requested").exists(),

@@ -140,6 +140,17 @@ def host_verdicts(hosts) -> dict[int, health.Verdict]:
     per_host: dict[int, dict[int, health.Verdict]] = {i: {} for i in ids}
     for host_id, index, state, reasons in GpuHealth.objects.filter(gpu__host_id__in=ids).values_list(
             "gpu__host_id", "gpu__index", "state", "reasons"):
-        per_host[host_id][index] = health.Verdict(state, tuple(
-            health.Reason(r["state"], r["text"], r.get("action", "")) for r in reasons))
+        per_host[host_id][index] = verdict_of(state, reasons)
     return {host_id: health.host_verdict(gpus) for host_id, gpus in per_host.items()}
+
+
+def verdict_of(state: str, reasons: list[dict]) -> health.Verdict:
+    """A kept GPU verdict (its state and reasons as stored) as a Verdict."""
+    return health.Verdict(state, tuple(health.Reason(r["state"], r["text"], r.get("action", "")) for r in reasons))
+
+
+def host_verdict_of(gpus, rows: dict[int, GpuHealth]) -> health.Verdict:
+    """The host verdict of all of a host's ``gpus`` from their rows already read
+    (``gpu_verdicts``), without reading them again."""
+    return health.host_verdict({g.index: verdict_of(rows[g.pk].state, rows[g.pk].reasons)
+                                for g in gpus if g.pk in rows})
