@@ -190,9 +190,7 @@ class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
         start, end, days = _period(request.query_params)
         rows = energy.by_instance(team.pk, start, end)
         names = dict(Instance.objects.filter(pk__in=list(rows)).values_list("pk", "name"))
-        total = energy.ZERO
-        for fp in rows.values():
-            total = energy.add(total, fp)
+        total = energy.total(rows.values())
         jobs = energy.by_job(rows)
         return Response({"team": team.pk, "days": days, "start": start.isoformat(), "end": end.isoformat(),
                          "total": _footprint(total),

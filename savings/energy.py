@@ -76,13 +76,14 @@ def add(a: Footprint, b: Footprint) -> Footprint:
 ZERO = Footprint(0.0, None, 0.0, None)
 
 
-def by_instance(team_id: int, start: datetime, end: datetime) -> dict[int, Footprint]:
-    """{instance id: its footprint} for the team's instances over [start, end)."""
+def by_instance(team_id: int, start: datetime, end: datetime, instance_id: int | None = None) -> dict[int, Footprint]:
+    """{instance id: its footprint} for the team's instances (or only ``instance_id``) over [start, end)."""
     regions = {f.region_id: f for f in RegionFootprint.objects.all()}
+    where = {"team_id": team_id} if instance_id is None else {"team_id": team_id, "instance_id": instance_id}
     out: dict[int, Footprint] = {}
-    for (instance_id, region_id), mj in energy_mj({"team_id": team_id}, start, end, ("instance_id",)).items():
-        if instance_id is not None:
-            out[instance_id] = add(out.get(instance_id, ZERO), footprint(mj, regions.get(region_id)))
+    for (held_by, region_id), mj in energy_mj(where, start, end, ("instance_id",)).items():
+        if held_by is not None:
+            out[held_by] = add(out.get(held_by, ZERO), footprint(mj, regions.get(region_id)))
     return out
 
 
@@ -95,11 +96,16 @@ def by_job(per_instance: dict[int, Footprint]) -> dict[int, Footprint]:
     return out
 
 
+def total(footprints) -> Footprint:
+    """The sum of ``footprints``, added in their order."""
+    out = ZERO
+    for fp in footprints:
+        out = add(out, fp)
+    return out
+
+
 def team_total(team_id: int, start: datetime, end: datetime) -> Footprint:
-    total = ZERO
-    for fp in by_instance(team_id, start, end).values():
-        total = add(total, fp)
-    return total
+    return total(by_instance(team_id, start, end).values())
 
 
 def _decimal(value, field: str, low: Decimal, high: Decimal, places: str) -> Decimal:

@@ -38,9 +38,7 @@ def savings(request):
     now = timezone.now()
     footprints = energy.by_instance(team.pk, now - timedelta(days=days), now)
     names = dict(Instance.objects.filter(pk__in=list(footprints)).values_list("pk", "name"))
-    total = energy.ZERO
-    for fp in footprints.values():
-        total = energy.add(total, fp)
+    total = energy.total(footprints.values())
     context = {
         "team": team, "teams": teams, "days": days, "currency": currency(),
         "open": [r for r in recs if r.dismissal is None], "set_aside": [r for r in recs if r.dismissal is not None],

@@ -27,7 +27,8 @@ def instance_savings(context, instance):
     end = timezone.now()
     return {
         "instance": instance, "days": DAYS,
-        "footprint": energy.by_instance(instance.team_id, end - timedelta(days=DAYS), end).get(instance.pk),
+        "footprint": energy.by_instance(instance.team_id, end - timedelta(days=DAYS), end,
+                                        instance_id=instance.pk).get(instance.pk),
         "own": IdleStopPolicy.objects.filter(instance=instance).first(),
         "team_policy": IdleStopPolicy.objects.filter(team_id=instance.team_id, instance__isnull=True).first(),
         "may_set": _may_set(context["request"].user, instance.team_id), "csrf_token": context.get("csrf_token"),
