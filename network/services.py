@@ -550,7 +550,8 @@ def resync(*, team_id: int | None = None, hosts=()) -> list[HostRules]:
     ids = {h for h in hosts if h}
     if team_id is not None:
         live = _live().filter(team_id=team_id)
-        ids |= set(live.values_list("instance__host_id", flat=True)) | set(live.values_list("placed_on_id", flat=True))
+        for host_id, placed_on in live.values_list("instance__host_id", "placed_on_id"):
+            ids |= {host_id, placed_on}
     return [sync_host(host_id=h) for h in sorted(i for i in ids if i)]
 
 
@@ -637,7 +638,7 @@ def sync_host(*, host_id: int, now: datetime | None = None) -> HostRules:
         rules.error = (f"the ruleset is {len(rules.frame)} bytes, over the {wire.MAX_FRAME_BYTES} one frame may "
                        "carry; it was not sent") if too_large else ""
         rules.save(update_fields=["version", "hash", "frame", "changed_at", "error"])
-        _live().filter(instance__host_id=host_id, instance__state__in=HOLDING_STATES).update(placed_on_id=host_id)
+        _on_host(host_id).update(placed_on_id=host_id)
         record_event(actor="system", action="network.rules.version", target=rules.host, team=None,
                      details={"version": rules.version, "hash": digest, "interfaces": len(interfaces)})
         frame = rules.frame
@@ -726,5 +727,9 @@ def applied_state(rules: HostRules | None, *, now: datetime | None = None) -> Ap
 def overdue(now: datetime | None = None) -> list[HostRules]:
     """Hosts that have not applied their latest version within APPLY_WITHIN."""
     now = now or timezone.now()
-    stale = HostRules.objects.filter(version__gt=0, changed_at__lt=now - APPLY_WITHIN).select_related("host")
-    return list(stale.filter(~Q(applied_version=F("version")) | ~Q(applied_hash=F("hash"))))
+    return list(not_in_force().filter(changed_at__lt=now - APPLY_WITHIN).select_related("host"))
+
+
+def not_in_force():
+    """Hosts whose latest version is not the one they applied (``HostRules.in_force``, in SQL)."""
+    return HostRules.objects.filter(version__gt=0).filter(~Q(applied_version=F("version")) | ~Q(applied_hash=F("hash")))

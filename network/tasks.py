@@ -6,7 +6,6 @@ from celery import shared_task
 from django.utils import timezone
 
 from . import alerting, services
-from .models import HostRules
 
 SCHEDULE = {
     "network.check": (10, "network.tasks.check_hosts"),
@@ -18,7 +17,7 @@ def check_hosts(now: str | None = None) -> int:
     """Send each host whose rules are not in force its current version again, and alert
     operators on hosts past APPLY_WITHIN. ``now`` (ISO 8601) checks as of that time."""
     now = datetime.fromisoformat(now) if now else timezone.now()
-    behind = [r for r in HostRules.objects.exclude(version=0) if not r.in_force]
+    behind = services.not_in_force()
     for rules in behind:
         if len(rules.frame) <= services.wire.MAX_FRAME_BYTES:
             services.push(rules.host_id, rules.frame)

@@ -6,7 +6,7 @@ from django.utils.html import format_html
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
 from .. import services
-from ..models import HostRules, Interface, SecurityGroup
+from ..models import Interface, SecurityGroup
 
 register = template.Library()
 
@@ -15,12 +15,12 @@ def _state(interface: Interface) -> services.Applied:
     host_id = interface.instance.host_id
     if interface.released_at is not None or host_id is None:
         return services.Applied("none", "not on a host")
-    return services.applied_state(HostRules.objects.filter(host_id=host_id).first())
+    return services.applied_state(getattr(interface.instance.host, "network_rules", None))
 
 
 @register.inclusion_tag("network/_instance.html", takes_context=True)
 def instance_network(context, instance):
-    interface = (Interface.objects.filter(instance=instance).select_related("subnet__vpc", "instance")
+    interface = (Interface.objects.filter(instance=instance).select_related("subnet__vpc", "instance__host__network_rules")
                  .prefetch_related("groups").first())
     user = context["request"].user
     may_change = is_operator(user) or has_role(user, instance.team_id, WRITE_ROLES)
