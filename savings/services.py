@@ -64,12 +64,13 @@ def recommendations(instances, *, now: datetime | None = None, days: int = 14) -
     usage = rightsizing.usage_by_instance([i.pk for i in running], now - timedelta(days=days), now)
     costs = catalog.instance_costs(running, now=now)
     dismissals = {(d.instance_id, d.kind): d for d in Dismissal.objects.filter(instance__in=running)}
+    shapes = _Catalog.load()
     out = []
     for instance in running:
         use, cost = usage.get(instance.pk), costs.get(instance.pk)
         if use is None or use.minutes < MIN_MINUTES or cost is None or cost.price_per_hour is None:
             continue
-        best = _best(instance, use, cost.price_per_hour, now, days)
+        best = _best(instance, use, cost.price_per_hour, now, days, shapes)
         if best is not None:
             out.append(_with_dismissal(best, dismissals.get((instance.pk, best.kind)), now))
     return sorted(out, key=lambda r: (-r.monthly_saving, r.instance.name))
@@ -81,12 +82,13 @@ def _with_dismissal(rec: Recommendation, dismissal: Dismissal | None, now: datet
     return Recommendation(**{**rec.__dict__, "dismissal": dismissal})
 
 
-def _best(instance: Instance, use: Usage, current: Decimal, now: datetime, days: int) -> Recommendation | None:
+def _best(instance: Instance, use: Usage, current: Decimal, now: datetime, days: int,
+          shapes: _Catalog) -> Recommendation | None:
     if use.idle:
         return _priced(instance, use, current, Decimal(0), Kind.STOP, None, 0, "stopped", days,
                        *_stop_words(use, days))
     found = []
-    for kind, shape, words in _shapes(instance, use):
+    for kind, shape, words in _shapes(instance, use, shapes):
         quote = catalog.quote(sku=shape.sku, pricing_model=instance.pricing_model, count=shape.count,
                               team_id=instance.team_id, at=now)
         if quote is None or quote.price_per_hour is None:
@@ -114,7 +116,22 @@ def _stop_words(use: Usage, days: int) -> tuple[str, str]:
     return reason, risk
 
 
-def _shapes(instance: Instance, use: Usage):
+@dataclass(frozen=True)
+class _Catalog:
+    """The GPU models and slice profiles, read once for a whole list of recommendations."""
+
+    models: tuple[GpuModel, ...]
+    profiles: dict[int, tuple[SliceProfile, ...]]
+
+    @classmethod
+    def load(cls) -> _Catalog:
+        profiles: dict[int, list[SliceProfile]] = {}
+        for profile in SliceProfile.objects.order_by("memory_gb", "pk"):
+            profiles.setdefault(profile.gpu_model_id, []).append(profile)
+        return cls(tuple(GpuModel.objects.order_by("name")), {k: tuple(v) for k, v in profiles.items()})
+
+
+def _shapes(instance: Instance, use: Usage, shapes: _Catalog):
     """(kind, shape, (reason, risk)) of every smaller shape that fits the usage."""
     model = instance.gpu_model
     if instance.slice_profile_id:
@@ -125,7 +142,7 @@ def _shapes(instance: Instance, use: Usage):
         scale, memory = 1.0, model.memory_gb
     scaled = _scaled(use, scale)
     if instance.gpu_count == 1:
-        for profile in SliceProfile.objects.filter(gpu_model=model, memory_gb__lt=memory).order_by("memory_gb"):
+        for profile in (p for p in shapes.profiles.get(model.pk, ()) if p.memory_gb < memory):
             share = rightsizing.slice_compute(profile.kind, profile.name, profile.slices_per_gpu)
             shape = Shape(profile.sku, 1, profile.memory_gb, share, f"{profile.sku} ({profile.kind.upper()})")
             if rightsizing.fits(scaled, shape):
@@ -135,7 +152,7 @@ def _shapes(instance: Instance, use: Usage):
         if n is not None:
             yield Kind.FEWER, Shape(model.name, n, model.memory_gb, 1.0, model.name), _fewer_words(use, instance, n)
     if not instance.slice_profile_id:
-        for other in GpuModel.objects.exclude(pk=model.pk).order_by("name"):
+        for other in (m for m in shapes.models if m.pk != model.pk):
             share = rightsizing.relative_compute(model.name, other.name, instance.precision)
             n = share and rightsizing.gpus_needed(use, other.memory_gb, share)
             shape = n and Shape(other.name, n, other.memory_gb, share, other.name)

@@ -55,3 +55,24 @@ def test_a_snoozed_recommendation_is_set_aside_until_it_ends(alice, acme, runnin
     assert _advice(acme)["held"].dismissal.until is not None
     services.restore(actor=alice, instance=instance, kind="stop")
     assert _advice(acme)["held"].dismissal is None
+
+
+
+def _catalog_reads(queries) -> int:
+    tables = ('"instances_gpumodel"', '"instances_sliceprofile"')
+    return sum(1 for q in queries if q["sql"].split(" FROM ", 1)[-1].startswith(tables))
+
+
+def test_the_catalog_is_read_once_for_many_instances(alice, acme, running, telemetry):
+    """Shapes come from one read of the GPU models and slice profiles, not one per instance."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    telemetry(running(alice, acme, "one"), mem_gb=6, activity=8)
+    with CaptureQueriesContext(connection) as one:
+        _advice(acme)
+    for name in ("two", "three", "four"):
+        telemetry(running(alice, acme, name), mem_gb=6, activity=8)
+    with CaptureQueriesContext(connection) as four:
+        assert len(_advice(acme)) == 4
+    assert _catalog_reads(four.captured_queries) == _catalog_reads(one.captured_queries) > 0
