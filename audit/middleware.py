@@ -1,4 +1,4 @@
-from . import context
+from console import request_context as context
 
 
 class RequestContextMiddleware:

@@ -3,17 +3,12 @@ from django.db.models import Q
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from console.events import Outcome  # noqa: F401  (the field choices; callers import it from here)
 from console.models import Membership
 from console.tenancy import AUDIT_ROLES, TeamScopedQuerySet, team_ids
 
 from . import chain
 from .chain import GENESIS_HASH  # noqa: F401  (re-exported: callers import it from here)
-
-
-class Outcome(models.TextChoices):
-    SUCCESS = "success", "Success"
-    DENIED = "denied", "Denied"
-    FAILURE = "failure", "Failure"
 
 
 class ActorType(models.TextChoices):

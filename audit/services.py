@@ -23,7 +23,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chain, context, headlog, keys, merkle, publish, sealer, signing, stream
+from console import request_context as context
+
+from . import chain, headlog, keys, merkle, publish, sealer, signing, stream
 from .models import (
     ActorType,
     AuditEvent,

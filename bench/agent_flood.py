@@ -3,7 +3,7 @@ against the same run with an agent that waits for each ack (the peer).
 
     .venv/bin/python bench/agent_flood.py [--seconds 30] [--records 200]
 
-Each side gets a fresh daphne (console.asgi, the embedded default: SQLite, in-memory
+Each side gets a fresh daphne (gpuconsole.asgi, the embedded default: SQLite, in-memory
 channel layer) on a scratch database with one host of 8 GPUs. The flooding agent sends
 samples frames of ``--records`` records back to back and never reads; when the server
 closes it (4429) it reconnects and goes on, as a hostile client would. The peer sends
@@ -110,7 +110,7 @@ async def agent(url: str, token: str, records: int, seconds: float, wait_for_ack
 def side(name: str, env: dict, var: Path, token: str, args, wait_for_acks: bool) -> dict:
     port = wsclient.free_port()
     server = subprocess.Popen(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "gpuconsole.asgi:application"],
         cwd=ROOT, env=env, stdout=open(var / f"daphne-{name}.log", "w"), stderr=subprocess.STDOUT,
     )
     try:

@@ -11,7 +11,7 @@ reading the same GPU(s) once a second:
 - agent-thread - the same, its sampling tick on a thread of its own instead of the
                event loop (the layout before; for comparison);
 - agent-console - the same agent streaming to the real console instead of the sink:
-               daphne serving console.asgi on SQLite (a fresh var dir, its own
+               daphne serving gpuconsole.asgi on SQLite (a fresh var dir, its own
                process, not measured), a registered host and host token per device
                count; so the figure includes what the console's frames and acks cost
                the agent;
@@ -238,7 +238,7 @@ class Console:
         self.var = Path(tmp) / "console-var"
         self.env = os.environ | {"GPUCONSOLE_VAR_DIR": str(self.var), "INPROCESS_SCHEDULER": "true",
                                  "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                                 "DJANGO_SETTINGS_MODULE": "console.settings"}  # fmt: skip
+                                 "DJANGO_SETTINGS_MODULE": "gpuconsole.settings"}  # fmt: skip
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=self.env, check=True)
         script = ("import django, sys; django.setup()\n"
                   "from django.contrib.auth.models import User\n"
@@ -254,7 +254,7 @@ class Console:
         subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, env=self.env, check=True)
         self.log = open(Path(tmp) / "console.log", "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "gpuconsole.asgi:application"],
             cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
         )
         for _ in range(600):

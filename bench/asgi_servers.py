@@ -1,6 +1,6 @@
 """The ASGI servers the benchmarks can run the console under, one command line each.
 
-- ``daphne``: what the console ships with (Twisted and autobahn; console.serving bounds
+- ``daphne``: what the console ships with (Twisted and autobahn; gpuconsole.serving bounds
   its websocket frames and buffering);
 - ``uvicorn``: uvloop, httptools and the ``websockets`` library, frames bounded by
   ``--ws-max-size`` at the agent protocol's 512 KiB;
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-APP = "console.asgi:application"
+APP = "gpuconsole.asgi:application"
 MAX_MESSAGE_BYTES = 512 * 1024
 SERVERS = ("daphne", "uvicorn", "granian")
 

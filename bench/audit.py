@@ -62,7 +62,7 @@ def setup_django(db: str, var_dir: str) -> dict:
         "DEBUG": "false",
         "SECURE_SSL_REDIRECT": "false",
         "SECRET_KEY": "bench-" + secrets.token_hex(24),
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "gpuconsole.settings",
     }
     os.environ.update(env)
     os.environ.pop("REDIS_URL", None)
@@ -155,7 +155,7 @@ def free_port() -> int:
 def start_daphne(env: dict, port: int) -> subprocess.Popen:
     daphne = ROOT / ".venv" / "bin" / "daphne"
     proc = subprocess.Popen(
-        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "gpuconsole.asgi:application"],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     for _ in range(200):

@@ -47,7 +47,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
 os.environ.setdefault("INPROCESS_SCHEDULER", "false")
 
 MONTH = datetime(2026, 11, 1, tzinfo=UTC)

@@ -37,7 +37,7 @@ def frame_text() -> str:
 
 
 def main() -> int:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
     import django
 
     django.setup()

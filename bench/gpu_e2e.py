@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 
 
 def setup_django(var: Path) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -282,7 +282,7 @@ def run_env() -> dict:
 def serve_console(env: dict, out: Path) -> subprocess.Popen:
     log("serving the console")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(PORT), "console.asgi:application"],
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(PORT), "gpuconsole.asgi:application"],
         cwd=ROOT, env=env, stdout=open(out / "server.log", "w"), stderr=subprocess.STDOUT,
     )
     wait_for(lambda: urllib.request.urlopen(BASE + "/healthz", timeout=2).status == 200, "the console")

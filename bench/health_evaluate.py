@@ -73,7 +73,7 @@ def main() -> int:
         os.environ["INPROCESS_SCHEDULER"] = "false"
         os.environ.pop("REDIS_URL", None)
         os.environ.pop("DATABASE_URL", None)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
         import django
 
         django.setup()

@@ -314,7 +314,7 @@ def main() -> int:
             "GPUCONSOLE_VAR_DIR": str(var),
             "INPROCESS_SCHEDULER": "false",
             "PYTHONUNBUFFERED": "1",
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "gpuconsole.settings",
             # As in production: DEBUG off (no debug cursor wrapping every query).
             "DEBUG": "false",
             "SECRET_KEY": secrets.token_urlsafe(48),
@@ -322,7 +322,7 @@ def main() -> int:
         }
         if args.coalesce is not None:
             (var / "bench_settings.py").write_text(
-                f"from console.settings import *\nLIVE_COALESCE_S = {args.coalesce!r}\n"
+                f"from gpuconsole.settings import *\nLIVE_COALESCE_S = {args.coalesce!r}\n"
             )
             env |= {
                 "DJANGO_SETTINGS_MODULE": "bench_settings",

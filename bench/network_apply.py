@@ -118,7 +118,7 @@ def agent_side(ns: str, runs: int, team_size: int) -> None:
 def console_side(runs: int, team_size: int) -> None:
     var = tempfile.mkdtemp(prefix="bench-network-")
     os.environ.update({"GPUCONSOLE_VAR_DIR": var, "INPROCESS_SCHEDULER": "false", "DJANGO_SETTINGS_MODULE":
-                       "console.settings"})
+                       "gpuconsole.settings"})
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)
     import django
@@ -208,7 +208,7 @@ def end_to_end(args, ns: str) -> None:
     var = Path(tempfile.mkdtemp(prefix="bench-network-e2e-"))
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env |= {"GPUCONSOLE_VAR_DIR": str(var), "REDIS_URL": args.redis, "INPROCESS_SCHEDULER": "false",
-            "CELERY_TASK_ALWAYS_EAGER": "true", "DJANGO_SETTINGS_MODULE": "console.settings"}
+            "CELERY_TASK_ALWAYS_EAGER": "true", "DJANGO_SETTINGS_MODULE": "gpuconsole.settings"}
     redis_db = subprocess.run(["redis-cli", "-u", args.redis, "flushdb"], capture_output=True, text=True)
     if redis_db.returncode:
         print(f"end to end: skipped, no Redis at {args.redis} ({redis_db.stderr.strip()})")
@@ -227,7 +227,7 @@ def end_to_end(args, ns: str) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                               "console.asgi:application"], cwd=ROOT, env=env,
+                               "gpuconsole.asgi:application"], cwd=ROOT, env=env,
                               stdout=open(var / "daphne.log", "w"), stderr=subprocess.STDOUT)
     try:
         os.environ.update(env)

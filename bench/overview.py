@@ -37,7 +37,7 @@ def configure(var_dir: str) -> str | None:
     os.environ["GPUCONSOLE_VAR_DIR"] = var_dir
     os.environ["INPROCESS_SCHEDULER"] = "false"
     os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
     url = os.environ.get("DATABASE_URL")
     if not url:
         return None

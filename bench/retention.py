@@ -49,7 +49,7 @@ def configure() -> tuple[str, str]:
     os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
     os.environ["INPROCESS_SCHEDULER"] = "false"
     os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
     return admin, name
 
 

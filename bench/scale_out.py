@@ -3,7 +3,7 @@
     python bench/scale_out.py                      # 1 and 2 workers, PostgreSQL at 127.0.0.1:5432
     python bench/scale_out.py --workers 1 2 4 --hosts 16 --frames 10
 
-Each run starts ``--workers`` daphne processes (``console.asgi``, one PostgreSQL
+Each run starts ``--workers`` daphne processes (``gpuconsole.asgi``, one PostgreSQL
 database, in-memory channel layer each, as separate ASGI workers would be) and one
 load balancer process listening on a single port. The balancer is a plain TCP proxy
 that gives each new connection to the worker holding the fewest (least connections,

@@ -13,8 +13,8 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from audit.context import recorded_at
 from console.models import Team
+from console.request_context import recorded_at
 from instances import services as instance_services
 from instances.models import GpuModel, Instance, SliceProfile
 

@@ -1,6 +1,6 @@
 from rest_framework import authentication, exceptions
 
-from audit import context
+from console import request_context as context
 
 from . import services
 

@@ -72,7 +72,7 @@ async def watched(layer, groups: list[str]) -> set[str]:
     """The groups among ``groups`` that have a member now (a socket subscribed to them,
     in any server process), or all of them when the layer cannot tell: in memory, a
     look at the layer's own dict; with Redis, the layer's ``watched``
-    (console/channel_layer.py, one round trip per shard)."""
+    (gpuconsole/channel_layer.py, one round trip per shard)."""
     if isinstance(layer, InMemoryChannelLayer):
         return {group for group in groups if layer.groups.get(group)}
     ask = getattr(layer, "watched", None)

@@ -7,6 +7,8 @@ from django.dispatch import receiver
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from .events import record_refusal
+
 
 def message() -> str:
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
@@ -22,6 +24,4 @@ def locked_out(request, credentials=None, *args, **kwargs):
 
 @receiver(user_locked_out)
 def audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs):
-    from audit.services import record_refusal
-
     record_refusal(action="auth.locked_out", details={"username": (username or "")[:150]})

@@ -12,10 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from audit.models import Outcome
-from audit.services import record_event
-
 from . import twofactor
+from .events import Outcome, record_event
 from .live import end_user_sockets
 from .models import ApiToken, Invitation, Membership, Role, Scope, Team, UserSession, hash_secret
 from .tenancy import AUDIT_ROLES, is_operator

@@ -15,11 +15,10 @@ from django.dispatch import receiver
 from django.http import JsonResponse
 from django.utils import timezone
 
-from audit import context
-from audit.models import Outcome
-from audit.services import record_event
+from console import request_context as context
 
 from . import live, twofactor
+from .events import Outcome, record_event
 from .models import UserSession
 
 STARTED = "_started_at"

@@ -23,10 +23,8 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from audit.models import Outcome
-from audit.services import record_event
-
 from . import services, twofactor
+from .events import Outcome, record_event
 from .models import ExternalIdentity, Membership, Role, Team
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,7 @@ from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from audit.models import Outcome
-from audit.services import record_event
-
+from .events import Outcome, record_event
 from .models import Membership
 
 RECOVERY_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i

@@ -14,11 +14,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_otp import login as otp_login
 
-from audit.models import Outcome
-from audit.services import record_event
-
 from . import services, twofactor
 from .edge import HostileRequest
+from .events import Outcome, record_event
 from .forms import (
     CodeForm,
     EnrolForm,
@@ -234,13 +232,6 @@ def logout_view(request):
         services.record_logout(user=request.user, session_key=request.session.session_key)
     logout(request)
     return redirect("login")
-
-
-@login_required
-def home(request):
-    from monitoring.pages import overview  # the overview lives with the live telemetry
-
-    return overview(request)
 
 
 @login_required

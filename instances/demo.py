@@ -8,8 +8,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.context import recorded_at
 from console.models import Team
+from console.request_context import recorded_at
 
 from . import images, services
 from .models import (

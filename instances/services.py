@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from audit.models import Outcome
 from audit.services import record_event
+from console.errors import Conflict
 from console.validators import ascii_decimal
 
 from . import catalog, images
@@ -48,7 +49,7 @@ from .models import (
 MAX_GPUS_PER_INSTANCE = 16
 
 
-class LifecycleError(Exception):
+class LifecycleError(Conflict):
     """A request the instance's state does not allow (answers 409)."""
 
     code = "invalid_transition"

@@ -13,10 +13,10 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from audit.context import recorded_at
 from billing import services as billing_services
 from billing.pricing import floor_day
 from console.models import Team
+from console.request_context import recorded_at
 from instances import services as instance_services
 from instances.models import GpuModel, PricingModel
 

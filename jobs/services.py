@@ -166,7 +166,7 @@ def kick() -> None:
     """Run the scheduler once this transaction commits (a job was queued, or GPUs freed).
     Not while history is written at a past moment (``recorded_at``): a pass then would
     run at today's time in the middle of that history; the writer runs its own passes."""
-    from audit.context import recorded_time
+    from console.request_context import recorded_time
 
     from . import tasks
 

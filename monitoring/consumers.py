@@ -24,7 +24,6 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
 
-from audit.context import bind_scope
 from audit.models import Outcome
 from audit.services import record_event
 from console import jsonlimits
@@ -37,6 +36,7 @@ from console.live import (
     team_group,
     user_group,
 )
+from console.request_context import bind_scope
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 from monitoring.agent import protocol as p
@@ -329,7 +329,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code):
         if code == p.CLOSE_TOO_LARGE and not self.closing and self.host is not None:
-            # Refused by the server before the consumer saw it (console/serving.py).
+            # Refused by the server before the consumer saw it (gpuconsole/serving.py).
             await database_sync_to_async(_note_refusal)(
                 self.host, "frame_too_large", f"a frame over {p.MAX_FRAME_BYTES} bytes", True)
         self.closing = True
@@ -366,7 +366,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 batch = frame
                 if len(self.unacked) >= QUEUE_FRAMES:
                     # Agents send one frame and wait for its ack; this one did not.
-                    # (console/serving.py stops reading the socket meanwhile.)
+                    # (gpuconsole/serving.py stops reading the socket meanwhile.)
                     raise inventory.Refused(p.CLOSE_FLOOD, "too_many_unacked",
                                             f"more than {QUEUE_FRAMES} frames wait to be stored; "
                                             "send the next frame after the ack of the last")

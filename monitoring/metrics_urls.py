@@ -1,4 +1,4 @@
-"""Operator endpoints of the telemetry app (auto-included by console/urls.py)."""
+"""Operator endpoints of the telemetry app (auto-included by gpuconsole/urls.py)."""
 
 from django.urls import path
 

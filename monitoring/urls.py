@@ -1,4 +1,4 @@
-"""Pages of the telemetry app (auto-included by console/urls.py)."""
+"""Pages of the telemetry app (auto-included by gpuconsole/urls.py)."""
 
 from django.urls import path
 

@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from console.celery import app as celery_app
 from console.models import Membership, Team
+from gpuconsole.celery import app as celery_app
 from instances import services as instance_services
 from instances.models import (
     Gpu,

@@ -76,7 +76,7 @@ def test_eight_writers_keep_one_valid_chain_on_a_sqlite_file(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env |= {
         "GPUCONSOLE_VAR_DIR": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "gpuconsole.settings",
         "INPROCESS_SCHEDULER": "false",
     }
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(Path.cwd())])

@@ -10,9 +10,10 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import chain, context, services
+from audit import chain, services
 from audit.models import AuditEvent
 from audit.verification import verify
+from console import request_context as context
 
 pytestmark = on_postgres
 

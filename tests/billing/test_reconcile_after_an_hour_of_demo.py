@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing import reconcile
 from billing.models import Charge
-from console import demo_clock
+from gpuconsole import demo_clock
 from instances.models import HOLDING_STATES, Instance, LifecycleEvent
 
 HOUR = timedelta(hours=1)

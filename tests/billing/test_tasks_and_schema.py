@@ -1,4 +1,4 @@
-from console import schedule
+from gpuconsole import schedule
 
 
 def test_billing_periodic_work_is_scheduled_and_resolves():

@@ -37,7 +37,7 @@ BIN = Path(sys.executable).parent
 SEED = """
 import math
 from billing import demo as billing_demo
-from console import demo as console_demo
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 users = console_demo.seed()
 instances_demo.seed_fleet(actor=users["ops"])
@@ -160,7 +160,7 @@ class Console:
                 "127.0.0.1",
                 "-p",
                 str(self.port),
-                "console.asgi:application",
+                "gpuconsole.asgi:application",
             ],
             cwd=ROOT,
             env=self.env,

@@ -4,7 +4,7 @@ each page answers 200, is not an error page, and neither it nor anything it load
 answers 5xx or logs a console error.
 
 The demo is seeded DEMO_PLAYED_MINUTES (default 30) ago and played forward to now by
-``console.demo_clock.advance``: every spot market step, preemption, queue pass, scaling
+``gpuconsole.demo_clock.advance``: every spot market step, preemption, queue pass, scaling
 decision, failed boot and metering run that half hour of ``make run`` would have made.
 Then it runs for real, its agents streaming, for DEMO_RUN_MINUTES (default 0.5) before
 the pages are read."""
@@ -37,7 +37,7 @@ from datetime import timedelta
 from unittest import mock
 from django.core.management import call_command
 from django.utils import timezone
-from console import demo_clock
+from gpuconsole import demo_clock
 end = timezone.now().replace(microsecond=0)
 start = end - timedelta(minutes=float(os.environ.get("DEMO_PLAYED_MINUTES", "30")))
 real, shift = timezone.now, timezone.now() - start
@@ -46,7 +46,7 @@ with mock.patch("django.utils.timezone.now", lambda: real() - shift):
 demo_clock.advance(start=start, end=end)
 """
 PERIODIC = """
-from console.schedule import _resolve, entries
+from gpuconsole.schedule import _resolve, entries
 for name, (seconds, path) in entries().items():
     _resolve(path)()
 """

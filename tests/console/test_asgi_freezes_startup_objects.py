@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_importing_the_asgi_application_freezes_what_startup_made():
-    code = "import gc, console.asgi; print(gc.get_freeze_count())"
+    code = "import gc, gpuconsole.asgi; print(gc.get_freeze_count())"
     env = os.environ | {"INPROCESS_SCHEDULER": "false"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert int(out.stdout.split()[-1]) > 50_000

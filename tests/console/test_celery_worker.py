@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from console.celery import app as celery_app
+from gpuconsole.celery import app as celery_app
 from instances import services
 from instances.models import GpuModel, Instance
 

@@ -1,7 +1,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console import env
+from gpuconsole import env
 
 
 def test_roles_are_read_and_checked(monkeypatch):

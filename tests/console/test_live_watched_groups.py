@@ -33,7 +33,7 @@ class Recording:
 
 
 def redis_layer():
-    from console.channel_layer import RedisChannelLayer
+    from gpuconsole.channel_layer import RedisChannelLayer
 
     config = {**settings.CHANNEL_LAYERS["default"]["CONFIG"], "prefix": f"test-{secrets.token_hex(4)}"}
     return RedisChannelLayer(**config)

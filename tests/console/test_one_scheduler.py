@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from console import schedule
-from console.celery import app as celery_app
+from gpuconsole import schedule
+from gpuconsole.celery import app as celery_app
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_the_deployment_picks_its_lease():
         else schedule.PostgresLease if connection.vendor == "postgresql" else schedule.FileLease
     )
     assert isinstance(schedule.lease(), expected)
-    assert settings.CELERY_BEAT_SCHEDULER == "console.schedule:LeasedBeatScheduler"
+    assert settings.CELERY_BEAT_SCHEDULER == "gpuconsole.schedule:LeasedBeatScheduler"
 
 
 class RecordingBeat(schedule.LeasedBeatScheduler):

@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer as Plain
 from django.conf import settings
 
-from console.channel_layer import RedisChannelLayer
+from gpuconsole.channel_layer import RedisChannelLayer
 
 pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a real Redis)")
 BURST = 3 * settings.REDIS_MAX_CONNECTIONS

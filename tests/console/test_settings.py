@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console import env
+from gpuconsole import env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -78,7 +78,7 @@ def test_a_peer_writing_faster_than_the_app_reads_is_pushed_back(daphne):
 def test_installed_daphne_has_every_hook_the_bounded_protocol_overrides():
     from daphne.ws_protocol import WebSocketProtocol
 
-    from console import serving
+    from gpuconsole import serving
 
     assert serving.missing_hooks(WebSocketProtocol) == []
 
@@ -87,7 +87,7 @@ def test_a_daphne_without_those_hooks_is_refused_at_start(monkeypatch):
     from daphne.ws_protocol import WebSocketProtocol
     from django.core.exceptions import ImproperlyConfigured
 
-    from console import serving
+    from gpuconsole import serving
 
     # the hook lives on one of autobahn's base classes: hide it there
     for base in WebSocketProtocol.__mro__:

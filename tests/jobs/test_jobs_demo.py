@@ -5,7 +5,7 @@ import pytest
 from django.db.models import Q
 
 from billing import demo as billing_demo
-from console import demo as console_demo
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import GpuHold
 from jobs import demo, services

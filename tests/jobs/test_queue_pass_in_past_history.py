@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from audit.context import recorded_at
+from console.request_context import recorded_at
 from instances import services as instance_services
 from jobs import services
 from jobs.models import JobState

@@ -38,7 +38,7 @@ def served(tmp_path):
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "console.asgi:application"], cwd=ROOT, env=env,
+                             "gpuconsole.asgi:application"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         asyncio.run(_wait_for(port, proc))

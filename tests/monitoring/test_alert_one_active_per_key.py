@@ -84,7 +84,7 @@ def test_four_writers_open_one_alert_per_key_on_a_sqlite_file(tmp_path):
     # As the console runs: a file with WAL and IMMEDIATE transactions, not the
     # in-memory test database.
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env |= {"GPUCONSOLE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "console.settings",
+    env |= {"GPUCONSOLE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "gpuconsole.settings",
             "INPROCESS_SCHEDULER": "false"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), str(Path.cwd())])
     done = subprocess.run([sys.executable, "-c", SQLITE_RUN], env=env, capture_output=True, text=True, timeout=300)

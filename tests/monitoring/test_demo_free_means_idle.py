@@ -13,8 +13,8 @@ import pytest
 from django.test import Client
 
 from billing import demo as billing_demo
-from console import demo as console_demo
 from console import services as console_services
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances import services as instance_services
 from instances.models import Gpu, Host, HostKind

@@ -10,7 +10,7 @@ from django.utils import timezone
 from billing import demo as billing_demo
 from billing import pricing
 from billing.models import Charge
-from console import demo as console_demo
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import GpuHold
 from monitoring import demo

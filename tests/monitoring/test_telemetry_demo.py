@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from billing import demo as billing_demo
-from console import demo as console_demo
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import Instance
 from monitoring import demo, services

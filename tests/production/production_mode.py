@@ -90,7 +90,7 @@ print(json.dumps({{"samples": samples, "rollups_1m": Rollup1m.objects.filter(gpu
 """
 
 SETTINGS = """
-from console.settings import *  # noqa: F403
+from gpuconsole.settings import *  # noqa: F403
 ROLLUP_DELAY_S = 2  # close 1-minute buckets 2 s after their end, so a short run sees one built
 """
 
@@ -166,7 +166,7 @@ def run(args, env: dict, var: Path) -> list[str]:
     try:
         ports = wsclient.free_ports(2)
         daphne = [str(BIN / "daphne"), "-b", "127.0.0.1", "--websocket-max-message-size", str(512 * 1024)]
-        workers = [start(procs, f"daphne-{i}", [*daphne, "-p", str(port), "console.asgi:application"], env, logs)
+        workers = [start(procs, f"daphne-{i}", [*daphne, "-p", str(port), "gpuconsole.asgi:application"], env, logs)
                    for i, port in enumerate(ports)]
         celery = [sys.executable, "-m", "celery", "-A", "console"]
         start(procs, "celery-worker", [*celery, "worker", "-l", "info", "--concurrency", "2"], env, logs)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from billing import demo as billing_demo
-from console import demo as console_demo
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from monitoring.models import Alert, AlertKind, AlertState
 from scaling import demo as scaling_demo

@@ -25,7 +25,7 @@ def _close_thread_connections(django_db_setup):
 
 
 def application():
-    from console.asgi import application
+    from gpuconsole.asgi import application
 
     return application
 

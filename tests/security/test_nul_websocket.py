@@ -37,7 +37,7 @@ async def test_a_nul_in_an_agents_user_agent_is_not_stored(fleet):
 async def test_a_nul_in_a_handshake_is_refused_before_any_lookup(path, headers):
     from channels.testing import WebsocketCommunicator
 
-    from console.asgi import application
+    from gpuconsole.asgi import application
 
     socket = WebsocketCommunicator(application, path, headers=[(b"origin", b"http://testserver"), *headers])
     connected, _ = await socket.connect()

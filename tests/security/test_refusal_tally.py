@@ -7,9 +7,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from audit import context
 from audit.models import AuditEvent, RefusalTally
 from audit.services import flush_refusals, record_refusal, run_verification
+from console import request_context as context
 
 
 def refuse_from(ip, n, **kw):

@@ -6,10 +6,10 @@ import os
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
 django.setup()
 
-from console import serving  # noqa: E402
+from gpuconsole import serving  # noqa: E402
 
 serving.install()
 

@@ -9,7 +9,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from console import demo
+from gpuconsole import demo
 from monitoring.demo import agent_commands
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
                 # the agent protocol's frame limit (docs/agent-protocol.md)
                 "--websocket-max-message-size", str(512 * 1024),
                 "--access-log", str(settings.VAR_DIR / "access.log"),
-                "console.asgi:application",
+                "gpuconsole.asgi:application",
             ],
             # the demo's spot prices come from the simulated market (off by default)
             env={"SPOT_MARKET_SIMULATION": "true", **os.environ},

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
     "mozilla_django_oidc",
+    "gpuconsole",
     "console",
     "audit",
     "instances",
@@ -71,8 +72,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-ASGI_APPLICATION = "console.asgi.application"
+ROOT_URLCONF = "gpuconsole.urls"
+ASGI_APPLICATION = "gpuconsole.asgi.application"
 WSGI_APPLICATION = None
 
 TEMPLATES = [
@@ -118,13 +119,13 @@ REDIS_URL = redis_url("REDIS_URL")
 REDIS_SOCKET_TIMEOUT_S = envint("REDIS_SOCKET_TIMEOUT_S", 30, minimum=10)
 REDIS_CLIENT = {"socket_timeout": REDIS_SOCKET_TIMEOUT_S, "socket_connect_timeout": 5, "socket_keepalive": True}
 # The channel layer's connections per server process, and how long a command waits for
-# one when all are busy (console/channel_layer.py).
+# one when all are busy (gpuconsole/channel_layer.py).
 REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", 100, minimum=4)
 REDIS_POOL_WAIT_S = envint("REDIS_POOL_WAIT_S", 20, minimum=1)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "console.channel_layer.RedisChannelLayer",
+            "BACKEND": "gpuconsole.channel_layer.RedisChannelLayer",
             "CONFIG": {"hosts": [{"address": REDIS_URL, **REDIS_CLIENT}], "capacity": 5000, "expiry": 30},
         }
     }
@@ -145,9 +146,9 @@ else:
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 # Without a broker, periodic tasks run on a thread of the serving process. Either way one
-# scheduler per deployment sends them: the holder of console.schedule's lease.
+# scheduler per deployment sends them: the holder of gpuconsole.schedule's lease.
 INPROCESS_SCHEDULER = envbool("INPROCESS_SCHEDULER", not REDIS_URL)
-CELERY_BEAT_SCHEDULER = "console.schedule:LeasedBeatScheduler"
+CELERY_BEAT_SCHEDULER = "gpuconsole.schedule:LeasedBeatScheduler"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -179,7 +180,7 @@ STATICFILES_DIRS = [
 SERVE_STATIC = envbool("SERVE_STATIC", True)
 
 # Largest websocket message the server reads (the agent protocol's frame limit);
-# larger ones are refused with close 4413 (console/serving.py).
+# larger ones are refused with close 4413 (gpuconsole/serving.py).
 WEBSOCKET_MAX_MESSAGE_BYTES = 512 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 256 * 1024, minimum=1024)
 
@@ -331,7 +332,7 @@ AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_CLIENT_IP_CALLABLE = "audit.context.request_ip"
+AXES_CLIENT_IP_CALLABLE = "console.request_context.request_ip"
 AXES_LOCKOUT_CALLABLE = "console.lockout.locked_out"
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # the audit log records sign-ins

@@ -3,7 +3,7 @@
 import gc
 import os
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
 
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
@@ -12,9 +12,9 @@ django_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from console import serving  # noqa: E402
 from console.edge import RefuseNulWebsocket  # noqa: E402
-from console.routing import websocket_urlpatterns  # noqa: E402
+from gpuconsole import serving  # noqa: E402
+from gpuconsole.routing import websocket_urlpatterns  # noqa: E402
 
 serving.install()  # bounded websocket frames and buffering under daphne
 
@@ -26,7 +26,7 @@ else:
     http_app = django_app
 
 if settings.INPROCESS_SCHEDULER:
-    from console.schedule import InProcessScheduler
+    from gpuconsole.schedule import InProcessScheduler
 
     InProcessScheduler().start()
 

@@ -5,14 +5,13 @@ from rest_framework.routers import DefaultRouter
 
 from audit import api as audit_api
 from billing import api as billing_api
+from console.api import routes, views
 from instances import api as instances_api
 from jobs import api as jobs_api
 from monitoring import api as monitoring_api
 from network import api as network_api
 from savings import api as savings_api
 from scaling import api as scaling_api
-
-from . import routes, views
 
 router = DefaultRouter()
 extra = []

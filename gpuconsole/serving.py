@@ -4,7 +4,7 @@ daphne reads every websocket as fast as the peer writes and queues each message 
 application without limit, so an agent that floods without waiting for its acks grows
 the server's memory without bound; and a message over its size limit makes autobahn
 drop the TCP connection (the peer sees 1006, not the documented close code).
-``install()`` (called by console.asgi) swaps in a protocol that
+``install()`` (called by gpuconsole.asgi) swaps in a protocol that
 
 - stops reading a socket while ``QUEUE_HIGH`` of its messages wait for the application
   and reads again at ``QUEUE_LOW``: TCP then pushes back on the peer, and the
@@ -108,7 +108,7 @@ def install() -> None:
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(
-            "console.serving cannot bound websockets with this daphne/autobahn: "
+            "gpuconsole.serving cannot bound websockets with this daphne/autobahn: "
             f"{', '.join(missing)} missing from daphne's WebSocketProtocol; "
             "pin the versions pyproject.toml names"
         )

@@ -9,9 +9,9 @@ from tqdm import tqdm
 
 from audit import demo as audit_demo
 from audit import services as audit_services
-from audit.context import recorded_at
 from billing import demo as billing_demo
-from console import demo as console_demo
+from console.request_context import recorded_at
+from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from jobs import demo as jobs_demo
 from monitoring import demo as monitoring_demo

@@ -4,7 +4,7 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
 
 app = Celery("gpuconsole")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -13,6 +13,6 @@ app.autodiscover_tasks()
 
 @app.on_after_finalize.connect
 def _install_beat_schedule(sender, **kwargs):
-    from console.schedule import beat_schedule
+    from gpuconsole.schedule import beat_schedule
 
     sender.conf.beat_schedule = beat_schedule()

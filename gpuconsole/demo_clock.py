@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from audit.context import recorded_at
 from billing import services as billing_services
+from console.request_context import recorded_at
 from instances import services as instance_services
 from instances.models import Instance, State
 from jobs import services as job_services

@@ -4,8 +4,8 @@ audrey (auditor of both), ops (operator). Every password is ``demo``."""
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from . import services
-from .models import Membership, Role, Team
+from console import services
+from console.models import Membership, Role, Team
 
 PASSWORD = "demo"
 USERS = {

@@ -3,7 +3,7 @@
 HTTP requests are bound by ``audit.middleware.RequestContextMiddleware``. Websocket
 consumers bind their connection's scope around the code that records events::
 
-    from audit.context import bind_scope
+    from console.request_context import bind_scope
 
     async def connect(self):
         with bind_scope(self.scope):
