@@ -2,16 +2,13 @@
 
 import logging
 
-from django.core.exceptions import SuspiciousOperation
 from django.http.multipartparser import MultiPartParserError
+
+from .errors import HostileRequest
 
 log = logging.getLogger(__name__)
 
 NUL = "\x00"
-
-
-class HostileRequest(SuspiciousOperation):
-    """Answered 400 by ``console.views.bad_request`` (JSON under /api/), with this message."""
 
 
 def nul_in_url(request) -> str | None:

@@ -9,16 +9,15 @@ from importlib import import_module
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import BACKEND_SESSION_KEY, logout
+from django.contrib.auth import logout
 from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.dispatch import receiver
-from django.http import JsonResponse
 from django.utils import timezone
 
 from console import request_context as context
 
-from . import live, twofactor
-from .events import Outcome, record_event
+from . import live
+from .events import record_event
 from .models import UserSession
 
 STARTED = "_started_at"
@@ -118,40 +117,3 @@ class SessionLimitsMiddleware:
         if now - session.get(SEEN, 0) > TOUCH_EVERY_S:
             session[SEEN] = now
             UserSession.objects.filter(session_key=session.session_key).update(last_seen_at=timezone.now())
-
-
-class SecondFactorMiddleware:
-    """A session without the second factor that its user's role now needs (signed in
-    before the rule, or before a role that needs it) is ended and the sign-in goes on at
-    the second step: enter the code, or set up an authenticator first. API calls on such
-    a session answer 401."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        user = request.user
-        if user.is_authenticated and settings.REQUIRE_2FA_ROLES:
-            if not twofactor.satisfied(user, second_factor=twofactor.request_second_factor(request)):
-                return self.refuse(request, user)
-        return self.get_response(request)
-
-    @staticmethod
-    def refuse(request, user):
-        from .views import begin_second_factor
-
-        backend = request.session.get(BACKEND_SESSION_KEY, "django.contrib.auth.backends.ModelBackend")
-        text = twofactor.refusal_text(user)
-        record_event(
-            actor=user, action="auth.2fa_required", target=user, outcome=Outcome.DENIED,
-            details={"path": request.path[:300]},
-        )
-        live.end_user_sockets(user.pk, session_key=request.session.session_key)
-        logout(request)
-        if request.path.startswith("/api/"):
-            return JsonResponse({"detail": text, "code": "second_factor_required"}, status=401)
-        user.backend = backend
-        next_url = request.get_full_path() if request.method == "GET" else "/"
-        response = begin_second_factor(request, user, next_url)
-        messages.info(request, text)
-        return response

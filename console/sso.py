@@ -244,7 +244,7 @@ class CallbackView(OIDCAuthenticationCallbackView):
         self.signed_in = True
         user = self.user
         if not settings.OIDC_IDP_ENFORCES_MFA and (twofactor.enrolled(user) or twofactor.required_for(user)):
-            from .views import begin_second_factor
+            from .signin import begin_second_factor
 
             user.backend = BACKEND
             return begin_second_factor(self.request, user, self.success_url)

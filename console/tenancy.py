@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.apps import apps
 from django.db import models
 
 READ_ROLES = ("member", "admin", "auditor")
@@ -27,11 +28,14 @@ def is_operator(user) -> bool:
     return bool(user and user.is_authenticated and user.is_active and user.is_staff and token_teams(user) is None)
 
 
+def _memberships():
+    # console.models builds its querysets from this module, so the model comes from the registry.
+    return apps.get_model("console", "Membership").objects
+
+
 def team_ids(user, roles: Iterable[str] = READ_ROLES):
     """A subquery of the ids of the teams where ``user`` holds one of ``roles``."""
-    from console.models import Membership
-
-    found = Membership.objects.filter(user_id=user.pk, role__in=list(roles))
+    found = _memberships().filter(user_id=user.pk, role__in=list(roles))
     limit = token_teams(user)
     if limit is not None:
         found = found.filter(team_id__in=limit)
@@ -44,14 +48,12 @@ def token_teams(user) -> list[int] | None:
 
 
 def has_role(user, team_id: int, roles: Iterable[str]) -> bool:
-    from console.models import Membership
-
     if not (user and user.is_authenticated):
         return False
     limit = token_teams(user)
     if limit is not None and team_id not in limit:
         return False
-    return Membership.objects.filter(user_id=user.pk, team_id=team_id, role__in=list(roles)).exists()
+    return _memberships().filter(user_id=user.pk, team_id=team_id, role__in=list(roles)).exists()
 
 
 class TeamScopedQuerySet(models.QuerySet):

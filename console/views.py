@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from django_otp import login as otp_login
 
 from . import services, twofactor
-from .edge import HostileRequest
+from .errors import HostileRequest
 from .events import Outcome, record_event
 from .forms import (
     CodeForm,
@@ -27,11 +27,10 @@ from .forms import (
     TokenForm,
 )
 from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
+from .signin import PENDING, PENDING_SECONDS, begin_second_factor
 from .tenancy import ADMIN_ROLES, is_operator
 
 # Between the password and the second factor: who, how, where to, since when.
-PENDING = "_signin_pending"
-PENDING_SECONDS = 300
 PENDING_TRIES = 5
 
 
@@ -60,15 +59,6 @@ def sso_context(request) -> dict | None:
     if not settings.OIDC_ISSUER:
         return None
     return {"name": settings.OIDC_PROVIDER_NAME, "failed": request.GET.get("sso") == "failed"}
-
-
-def begin_second_factor(request, user, next_url: str):
-    """The password was right; nobody is signed in until the second factor is too."""
-    request.session.cycle_key()
-    request.session[PENDING] = {
-        "user": user.pk, "backend": user.backend, "at": time.time(), "next": next_url, "tries": 0,
-    }
-    return redirect("login-verify" if twofactor.enrolled(user) else "login-enrol")
 
 
 def _pending(request):

@@ -66,7 +66,7 @@ MIDDLEWARE = [
     "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "console.sessions.SessionLimitsMiddleware",
-    "console.sessions.SecondFactorMiddleware",
+    "console.signin.SecondFactorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last: answers a sign-in that django-axes refused (AXES_* below).
     "axes.middleware.AxesMiddleware",

@@ -211,7 +211,7 @@ def _enrol_at_sign_in(client, world, prepared):
     import time
 
     from console import twofactor
-    from console.views import PENDING
+    from console.signin import PENDING
 
     bob = world.users["bob"]
     session = client.session

@@ -5,7 +5,7 @@ from twofactor_support import code, enrol, password_step, signed_in
 
 from audit.models import AuditEvent
 from console import twofactor
-from console.views import PENDING
+from console.signin import PENDING
 
 
 @pytest.fixture(autouse=True)
