@@ -14,9 +14,8 @@ from rest_framework.views import APIView
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
-from network import services as network_services
 
-from . import catalog, cordon_api, images, services
+from . import catalog, cordon_api, images, launch_options, services
 from .models import (
     Gpu,
     GpuModel,
@@ -181,8 +180,7 @@ class InstanceViewSet(
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require_role(data["team"].pk, WRITE_ROLES, "launch instances")
-        with network_services.on_network(actor=self.request.user, team=data["team"], subnet=data.get("subnet"),
-                                         groups=data.get("security_groups")):
+        with launch_options.launching(actor=self.request.user, team=data["team"], data=data):
             serializer.instance = services.launch_instance(
                 actor=self.request.user,
                 team=data["team"],

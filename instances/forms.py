@@ -3,8 +3,8 @@ from django import forms
 from console.models import Team
 from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
-from network.models import SecurityGroup, Subnet
 
+from . import launch_options
 from .models import LAUNCHABLE, GpuModel, Image, PricingModel, Region, SliceProfile
 from .services import MAX_GPUS_PER_INSTANCE
 
@@ -41,39 +41,21 @@ class LaunchForm(forms.Form):
         error_messages={"invalid_choice": "No such image, or it is private to another team."},
     )
 
-    subnet = forms.ModelChoiceField(
-        queryset=Subnet.objects.none(), required=False, empty_label="Team's default subnet", label="Subnet",
-        help_text="Its private address is taken from this subnet.",
-        error_messages={"invalid_choice": "No such subnet, or it belongs to another team."},
-    )
-    security_groups = forms.ModelMultipleChoiceField(
-        queryset=SecurityGroup.objects.none(), required=False, label="Security groups",
-        help_text="None chosen: the team's default group (members reach each other, no other inbound).",
-        error_messages={"invalid_choice": "No such security group, or it belongs to another team."},
-    )
-
     field_order = ["team", "name", "gpu_model", "slice_profile", "gpu_count", "image", "pricing_model", "max_price",
                    "region", "subnet", "security_groups"]
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         offer_launch_choices(self, user)
-        self.fields["subnet"].queryset = Subnet.objects.for_user(user, WRITE_ROLES).select_related("vpc__team")
-        self.fields["subnet"].label_from_instance = lambda s: f"{s.vpc.team.name} · {s.vpc.name} / {s.name} ({s.cidr})"
-        self.fields["security_groups"].queryset = SecurityGroup.objects.for_user(user, WRITE_ROLES).select_related("team")
-        self.fields["security_groups"].label_from_instance = lambda g: f"{g.team.name} · {g.name}"
+        launch_options.add_fields(self, user)
+        self.order_fields(self.field_order)
 
     def clean(self):
         data = super().clean()
         profile, model = data.get("slice_profile"), data.get("gpu_model")
         if profile is not None and model is not None and profile.gpu_model_id != model.pk:
             self.add_error("slice_profile", f"{profile} is not a profile of {model}.")
-        team = data.get("team")
-        if team is not None and data.get("subnet") is not None and data["subnet"].vpc.team_id != team.pk:
-            self.add_error("subnet", f"Subnet {data['subnet'].name} is not one of team {team.name}'s subnets.")
-        for group in data.get("security_groups") or []:
-            if team is not None and group.team_id != team.pk:
-                self.add_error("security_groups", f"Security group {group.name} is not one of team {team.name}'s groups.")
+        launch_options.clean(self, data)
         return data
 
 

@@ -10,9 +10,8 @@ from django.views.decorators.http import require_POST
 
 from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from network import services as network_services
 
-from . import catalog, images, precision, services
+from . import catalog, images, launch_options, precision, services
 from .forms import ImageForm, LaunchForm
 from .models import (
     HOLDING_STATES,
@@ -88,8 +87,7 @@ def launch(request):
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            with network_services.on_network(actor=request.user, team=data["team"], subnet=data["subnet"],
-                                             groups=[g.pk for g in data["security_groups"]] or None):
+            with launch_options.launching(actor=request.user, team=data["team"], data=data):
                 instance = services.launch_instance(
                     actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
                     gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],

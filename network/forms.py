@@ -53,12 +53,14 @@ class RuleForm(forms.Form):
         return data
 
 
-def network_fields() -> tuple[forms.ModelChoiceField, forms.ModelMultipleChoiceField]:
-    """The subnet and security groups of a form that launches instances later (a job, a
-    scaling group); ``offer_network_choices`` fills them for the user."""
+def network_fields(
+    subnet_help: str = "Each instance's private address is taken from this subnet.",
+) -> tuple[forms.ModelChoiceField, forms.ModelMultipleChoiceField]:
+    """The subnet and security groups of a form that launches instances (now, or later for
+    a job or a scaling group); ``offer_network_choices`` fills them for the user."""
     subnet = forms.ModelChoiceField(
         queryset=Subnet.objects.none(), required=False, empty_label="Team's default subnet", label="Subnet",
-        help_text="Each instance's private address is taken from this subnet.",
+        help_text=subnet_help,
         error_messages={"invalid_choice": "No such subnet, or it belongs to another team."},
     )
     groups = forms.ModelMultipleChoiceField(
