@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "audit",
     "instances",
     "monitoring",
+    "alerting",
     "billing",
     "scaling",
     "jobs",
@@ -230,8 +231,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStateEnum": "instances.models.State",
         "HostStateEnum": "instances.models.HostState",
-        "AlertSeverityEnum": "monitoring.models.Severity",
-        "NotificationChannelKindEnum": "monitoring.models.ChannelKind",
+        "AlertSeverityEnum": "alerting.models.Severity",
+        "NotificationChannelKindEnum": "alerting.models.ChannelKind",
         "JobStateEnum": "jobs.models.JobState",
     },
 }

@@ -30,7 +30,8 @@ from instances.models import (
     gpu_used_q,
 )
 
-from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, Sample, stale_after_s
+from . import alert_hooks
+from .models import AgentState, GpuLatest, Sample, stale_after_s
 
 
 def _util():
@@ -108,8 +109,12 @@ def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int 
         "reporting": reporting,
         "mean_util": _mean(mean),
         "agents_up": AgentState.objects.filter(connected=True).count(),
-        "alerts": Alert.objects.filter(state__in=ACTIVE_STATES).count(),
+        "alerts": _count(alert_hooks.active()),
     }
+
+
+def _count(alerts) -> int:
+    return 0 if alerts is None else alerts.count()
 
 
 def holding(user) -> QuerySet:
@@ -132,5 +137,5 @@ def team_totals(user, now: datetime) -> dict:
         "running": counts["running"],
         "gpus": gpus,
         "mean_util": _mean(live["mean"]),
-        "alerts": Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).count(),
+        "alerts": _count(None if (active := alert_hooks.active()) is None else active.for_user(user)),
     }

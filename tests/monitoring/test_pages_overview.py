@@ -6,8 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from alerting.models import Alert, AlertKind
 from instances.models import GpuModel, Host
-from monitoring.models import Alert, AlertKind, GpuLatest
+from monitoring.models import GpuLatest
 
 
 def report(gpu, **metrics):
