@@ -14,6 +14,7 @@ is over fresh readings that report one.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import Avg, Count, FloatField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
@@ -111,6 +112,16 @@ def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int 
         "agents_up": AgentState.objects.filter(connected=True).count(),
         "alerts": _count(alert_hooks.active()),
     }
+
+
+def month_to_date(team) -> Decimal | None:
+    """A team's cost this month so far as the overview shows it, from billing when it is
+    installed."""
+    try:
+        from billing.services import month_to_date as billing_month_to_date
+    except ImportError:
+        return None
+    return billing_month_to_date(team)
 
 
 def _count(alerts) -> int:

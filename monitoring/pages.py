@@ -1,6 +1,6 @@
 """Console pages of the telemetry app: the overview (a team's GPUs, or the whole
-fleet for operators), host and GPU detail (operators), alerts, and the JSON a
-chart panel needs to draw itself.
+fleet for operators), host and GPU detail (operators), and what a chart panel needs
+to draw itself (panels.py serves it).
 
 Every queryset goes through ``for_user``; host and GPU pages are for operators.
 Each page reads what it shows in a fixed number of queries, whatever the fleet size.
@@ -9,7 +9,6 @@ Each page reads what it shows in a fixed number of queries, whatever the fleet s
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
@@ -17,7 +16,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F
-from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -56,15 +54,6 @@ PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
 def require_operator(user) -> None:
     if not is_operator(user):
         raise PermissionDenied("Only operators can see the fleet inventory.")
-
-
-def month_to_date(team) -> Decimal | None:
-    """This month's cost so far, from billing when it is installed."""
-    try:
-        from billing.services import month_to_date as billing_month_to_date
-    except ImportError:
-        return None
-    return billing_month_to_date(team)
 
 
 def alert_temp_c() -> float:
@@ -174,7 +163,7 @@ def team_context(user, *, page=None) -> dict:
     alerts = [] if active is None else active.for_user(user).select_related("host")
     totals = figures.team_totals(user, now)
     return {
-        "teams": [{"team": t, "cost": month_to_date(t)} for t in teams],
+        "teams": [{"team": t, "cost": figures.month_to_date(t)} for t in teams],
         "instances": [{"instance": i, "devices": devices[i.pk]} for i in instances],
         "page": shown,
         "alerts": list(alerts[:8]),
@@ -333,29 +322,6 @@ def instance_devices(user, instance: Instance) -> list[dict]:
         device["basis"] = device["timeline"].current if device["timeline"] else None
         device["tflops_basis"] = device["basis"].as_dict() if device["basis"] else None
     return devices
-
-
-@login_required
-def instance_panel(request, pk):
-    """The chart panel of an instance page: its devices now, or those it held."""
-    instance = get_object_or_404(
-        Instance.objects.for_user(request.user).select_related("gpu_model"), pk=pk
-    )
-    devices = instance_devices(request.user, instance)
-    procs = {g.uuid: process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
-        s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk, instance_id=pk)
-        for s in instance.slices.select_related("profile")
-    }
-    url = reverse("instance-figures", args=[pk])
-    config = panel_config(devices, figures_url=url + "?device={uuid}", overlay_url=url + "?device=all",
-                          live={"kind": "instance", "id": pk})
-    config["procs"] = {
-        uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
-    }
-    from .panels import first_instance_body  # panels builds on this module's devices
-
-    config["first"] = first_instance_body(request.user, instance, devices)
-    return JsonResponse(config)
 
 
 def held_before(instance: Instance) -> list[dict]:
