@@ -13,6 +13,7 @@ is over fresh readings that report one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -114,14 +115,19 @@ def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int 
     }
 
 
+# A team's cost this month so far, as billing counts it: billing registers its function
+# (BillingConfig.ready), so telemetry imports no billing code. None without billing.
+_team_cost: Callable[..., Decimal] | None = None
+
+
+def register_team_cost(team_cost: Callable[..., Decimal] | None) -> None:
+    global _team_cost
+    _team_cost = team_cost
+
+
 def month_to_date(team) -> Decimal | None:
-    """A team's cost this month so far as the overview shows it, from billing when it is
-    installed."""
-    try:
-        from billing.services import month_to_date as billing_month_to_date
-    except ImportError:
-        return None
-    return billing_month_to_date(team)
+    """A team's cost this month so far as the overview shows it."""
+    return None if _team_cost is None else _team_cost(team)
 
 
 def _count(alerts) -> int:
