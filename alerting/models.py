@@ -138,7 +138,7 @@ class AlertRule(models.Model):
 
     A team's rule (``team`` set) watches that team's instances (or one of them); an
     operators' rule (``team`` empty) watches the fleet, one host or one GPU model.
-    monitoring/rules.py lists the metrics and how each is evaluated.
+    alerting/rules.py lists the metrics and how each is evaluated.
     """
 
     name = models.CharField(max_length=80)
