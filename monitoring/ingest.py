@@ -6,8 +6,8 @@ boot_id and seq), so a frame replayed after a lost ack is acknowledged again but
 stored twice; the frames' current readings are handed to the live fan-out once they
 are attributed, before the write. Side jobs live in their own modules: the inventory
 (``inventory``, the hello), GPU events and their alerts (``gpu_events``), late samples
-and rollups (``rollup_marks``); alert rules on readings are
-the alerting app's, reached through ``alert_hooks``.
+and rollups (``rollup_marks``); alert rules on readings are the alerting app's, reached
+through ``alert_hooks``.
 """
 
 from __future__ import annotations
