@@ -64,12 +64,12 @@ print("TOKENS " + json.dumps(tokens))
 RULES = {
     "none": "from alerting.models import AlertRule; AlertRule.objects.update(enabled=False)",
     "many": """
-from alerting import services as alerting_services
+from alerting import services
 for i, (metric, op, threshold) in enumerate([
     ("gpu_util", ">=", 50), ("gpu_util", "<", 20), ("real_activity", ">=", 60), ("tensor_active", ">=", 30),
     ("mem_used_pct", ">=", 50), ("power_pct", ">=", 60), ("temp_c", ">=", 60), ("throttle_power", ">=", 1),
     ("throttle_thermal", ">=", 1), ("ecc_uncorrected", ">", 0)]):
-    alerting_services.create_rule(actor="bench", name=f"bench {i}", metric=metric, comparison=op, threshold=threshold,
+    services.create_rule(actor="bench", name=f"bench {i}", metric=metric, comparison=op, threshold=threshold,
                          hold_s=5)
 """,
 }
