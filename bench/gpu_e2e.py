@@ -111,12 +111,12 @@ def price_model(ops, sku: str, at: datetime) -> None:
 
 
 def shorten_idle_rule(ops, team, hold_s: int) -> None:
-    from monitoring import services as monitoring_services
-    from monitoring.models import AlertRule
+    from alerting import services as alerting_services
+    from alerting.models import AlertRule
 
-    monitoring_services.ensure_default_rules(team, actor=ops)
+    alerting_services.ensure_default_rules(team, actor=ops)
     for rule in AlertRule.objects.filter(team=team, metric="idle_billed"):
-        monitoring_services.update_rule(actor=ops, rule=rule, hold_s=hold_s)
+        alerting_services.update_rule(actor=ops, rule=rule, hold_s=hold_s)
 
 
 def api(path: str, *, token: str, **params) -> dict:

@@ -62,9 +62,9 @@ print("TOKENS " + json.dumps(tokens))
 # "many" keeps them and adds ten fleet rules on fast metrics, some of which hold on the
 # sim's readings (so alerts open, refresh and resolve during the run).
 RULES = {
-    "none": "from monitoring.models import AlertRule; AlertRule.objects.update(enabled=False)",
+    "none": "from alerting.models import AlertRule; AlertRule.objects.update(enabled=False)",
     "many": """
-from monitoring import services
+from alerting import services
 for i, (metric, op, threshold) in enumerate([
     ("gpu_util", ">=", 50), ("gpu_util", "<", 20), ("real_activity", ">=", 60), ("tensor_active", ">=", 30),
     ("mem_used_pct", ">=", 50), ("power_pct", ">=", 60), ("temp_c", ">=", 60), ("throttle_power", ">=", 1),

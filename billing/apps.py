@@ -8,7 +8,10 @@ class BillingConfig(AppConfig):
     def ready(self):
         # Instances ask billing for prices through this book (imports point one way).
         from instances import catalog
+        from monitoring import figures
 
         from .rates import BillingPriceBook
+        from .services import month_to_date
 
         catalog.register(BillingPriceBook())
+        figures.register_team_cost(month_to_date)

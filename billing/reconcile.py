@@ -58,7 +58,7 @@ def check_month(team: Team, month: date, *, now) -> MonthCheck:
         (r["billed_cost"] for r in costs.grouped(charges, "instance")), Decimal("0.00"))
     result.before["summary"] = figure.month_to_date
     if figure.current:
-        from monitoring.pages import month_to_date as overview_month_to_date
+        from monitoring.figures import month_to_date as overview_month_to_date
 
         result.before["overview"] = overview_month_to_date(team)
     invoice = figure.invoice

@@ -350,19 +350,18 @@ def meter_recent(*, now: datetime | None = None, chunk: timedelta = METER_CHUNK)
 
 
 def check_unrated(*, now: datetime | None = None) -> None:
-    """The operators' rules on ``unrated_usage`` (monitoring/rules.py): one alert per SKU
+    """The operators' rules on ``unrated_usage`` (alerting/rules.py): one alert per SKU
     and pricing model whose held GPU-hours meet the rule, resolved once that usage is
     priced and metered again."""
-    from monitoring import alerts
-    from monitoring.models import AlertRule
+    from alerting import feed
 
     now = _now(now)
-    for rule in AlertRule.objects.filter(metric="unrated_usage", enabled=True, team__isnull=True):
-        alerts.reconcile(alerts.AlertKind.UNRATED, _unrated_conditions(rule), now=now, scope=Q(rule=rule))
+    for rule in feed.fleet_rules("unrated_usage"):
+        feed.reconcile(feed.AlertKind.UNRATED, _unrated_conditions(rule), now=now, scope=Q(rule=rule))
 
 
 def _unrated_conditions(rule) -> list:
-    from monitoring import alerts, rules
+    from alerting import feed
 
     held = UnratedUsage.objects.all()
     if rule.host_id:
@@ -377,12 +376,12 @@ def _unrated_conditions(rule) -> list:
     found = []
     for (sku, pricing_model), group in sorted(groups.items()):
         hours = round(group["seconds"] / 3600, 2)
-        if not rules.holds(rule.comparison, hours, rule.threshold):
+        if not feed.holds(rule.comparison, hours, rule.threshold):
             continue
         teams = len(group["teams"])
-        found.append(alerts.Condition(
+        found.append(feed.Condition(
             key=f"r{rule.pk}:unrated:{sku}:{pricing_model}", rule_id=rule.pk, severity=rule.severity,
-            category=alerts.Category.BILLING, value=hours, threshold=rule.threshold,
+            category=feed.Category.BILLING, value=hours, threshold=rule.threshold,
             message=f"{hours:g} GPU-hours of {sku} ({pricing_model}) held unrated for {teams} "
                     f"team{'s' if teams != 1 else ''}: {group['reason']} Price it, then meter again.",
         ))
@@ -710,12 +709,12 @@ def budget_alert_key(alert: BudgetAlert) -> str:
 def _end_budget_alerts(month: date, now: datetime) -> None:
     """Budget alerts of past months, deleted budgets or dropped thresholds resolve on
     the Alerts page; this month's crossed thresholds stay until acknowledged or resolved."""
-    from monitoring import alerts
+    from alerting import feed
 
     current = BudgetAlert.objects.filter(budget__month=month).select_related("budget")
     keep = {budget_alert_key(a) for a in current
             if a.percent in (a.budget.actual_thresholds if a.basis == Basis.ACTUAL else a.budget.forecast_thresholds)}
-    alerts.resolve_others(alerts.AlertKind.BUDGET, keep, now=now, why="the budget month or threshold ended")
+    feed.resolve_others(feed.AlertKind.BUDGET, keep, now=now, why="the budget month or threshold ended")
 
 
 def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> list[BudgetAlert]:
@@ -738,12 +737,12 @@ def _check_budget_thresholds(budget: Budget, now: datetime, notify: bool) -> lis
 
 def _open_budget_alert(alert: BudgetAlert, budget: Budget, text: str) -> None:
     """The crossing on the one Alerts page, routed to the team's notification channels."""
-    from monitoring import alerts
+    from alerting import feed
 
-    severity = alerts.Severity.CRITICAL if alert.percent >= 100 else alerts.Severity.WARNING
-    alerts.raise_alert(alerts.AlertKind.BUDGET, alerts.Condition(
+    severity = feed.Severity.CRITICAL if alert.percent >= 100 else feed.Severity.WARNING
+    feed.raise_alert(feed.AlertKind.BUDGET, feed.Condition(
         key=budget_alert_key(alert), message=text, value=float(alert.spend), threshold=float(alert.percent),
-        team_id=budget.team_id, severity=severity, category=alerts.Category.BUDGET,
+        team_id=budget.team_id, severity=severity, category=feed.Category.BUDGET,
     ), now=alert.crossed_at)
 
 

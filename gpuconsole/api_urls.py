@@ -3,6 +3,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from alerting import api as alerting_api
 from audit import api as audit_api
 from billing import api as billing_api
 from console.api import routes, views
@@ -16,7 +17,7 @@ from scaling import api as scaling_api
 router = DefaultRouter()
 extra = []
 for module in (routes, instances_api, monitoring_api, billing_api, audit_api, scaling_api, jobs_api, network_api,
-               savings_api):
+               savings_api, alerting_api):
     for prefix, viewset, basename in module.routes:
         router.register(prefix, viewset, basename=basename)
     extra += getattr(module, "urlpatterns", [])

@@ -23,7 +23,7 @@ from celery.beat import Scheduler
 
 logger = logging.getLogger(__name__)
 
-APPS = ("instances", "monitoring", "billing", "audit", "scaling", "jobs", "network")
+APPS = ("instances", "monitoring", "alerting", "billing", "audit", "scaling", "jobs", "network")
 LEASE_S = 60  # a holder that stops renewing is replaced after this long
 STANDBY_TICK_S = 5.0  # how often a scheduler without the lease tries to take it
 LEASE_NAME = "gpuconsole:scheduler"

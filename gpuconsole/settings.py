@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "audit",
     "instances",
     "monitoring",
+    "alerting",
     "billing",
     "scaling",
     "jobs",
@@ -231,8 +232,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStateEnum": "instances.models.State",
         "HostStateEnum": "instances.models.HostState",
-        "AlertSeverityEnum": "monitoring.models.Severity",
-        "NotificationChannelKindEnum": "monitoring.models.ChannelKind",
+        "AlertSeverityEnum": "alerting.models.Severity",
+        "NotificationChannelKindEnum": "alerting.models.ChannelKind",
         "JobStateEnum": "jobs.models.JobState",
     },
 }
@@ -356,7 +357,7 @@ HEALTH_THROTTLE_S = envint("HEALTH_THROTTLE_S", 300, minimum=30)
 DIAGNOSTICS_RETENTION_DAYS = envint("DIAGNOSTICS_RETENTION_DAYS", 30, minimum=1)
 DIAGNOSTICS_MAX_BYTES = envint("DIAGNOSTICS_MAX_BYTES", 64 * 1024 * 1024, minimum=1024 * 1024)
 # Notifications: webhook targets on private/loopback addresses only for these hosts
-# (names, IPs or CIDRs, comma-separated); grouping and retries (monitoring/notify.py).
+# (names, IPs or CIDRs, comma-separated); grouping and retries (alerting/notify.py).
 ALERT_WEBHOOK_ALLOW_HOSTS = envlist("ALERT_WEBHOOK_ALLOW_HOSTS", [])
 ALERT_GROUP_WAIT_S = envint("ALERT_GROUP_WAIT_S", 5, minimum=0)
 ALERT_GROUP_INTERVAL_S = envint("ALERT_GROUP_INTERVAL_S", 300, minimum=0)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
-from .models import ACTIVE_STATES, AgentState, Alert, GpuEvent, GpuLatest, stale_after_s
+from . import alert_hooks
+from .models import AgentState, GpuEvent, GpuLatest, stale_after_s
 
 MIB = 1024 * 1024
 HEALTH_VALUE = {"healthy": 0, "degraded": 1, "failed": 2}
@@ -161,10 +162,10 @@ def _console_series(readings, now, teams) -> list[str]:
     ]:
         out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         out += [f"{name}{labels(host_labels(a.host.name))} {int(getattr(a, attr))}" for a in agents]
-    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
-    if teams is not None:
+    alerts = alert_hooks.active()
+    if alerts is not None and teams is not None:
         alerts = alerts.filter(team_id__in=teams)
-    counts = alerts.values("kind").annotate(n=Count("id")).order_by("kind")
+    counts = [] if alerts is None else alerts.values("kind").annotate(n=Count("id")).order_by("kind")
     out += ["# HELP gpuconsole_alerts_active Open or acknowledged alerts.", "# TYPE gpuconsole_alerts_active gauge"]
     out += [f'gpuconsole_alerts_active{{kind="{row["kind"]}"}} {row["n"]}' for row in counts]
     return out

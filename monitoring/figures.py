@@ -13,7 +13,9 @@ is over fresh readings that report one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import Avg, Count, FloatField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
@@ -30,7 +32,8 @@ from instances.models import (
     gpu_used_q,
 )
 
-from .models import ACTIVE_STATES, AgentState, Alert, GpuLatest, Sample, stale_after_s
+from . import alert_hooks
+from .models import AgentState, GpuLatest, Sample, stale_after_s
 
 
 def _util():
@@ -108,8 +111,27 @@ def fleet_totals(now: datetime, *, models: list[dict] | None = None, hosts: int 
         "reporting": reporting,
         "mean_util": _mean(mean),
         "agents_up": AgentState.objects.filter(connected=True).count(),
-        "alerts": Alert.objects.filter(state__in=ACTIVE_STATES).count(),
+        "alerts": _count(alert_hooks.active()),
     }
+
+
+# A team's cost this month so far, as billing counts it: billing registers its function
+# (BillingConfig.ready), so telemetry imports no billing code. None without billing.
+_team_cost: Callable[..., Decimal] | None = None
+
+
+def register_team_cost(team_cost: Callable[..., Decimal] | None) -> None:
+    global _team_cost
+    _team_cost = team_cost
+
+
+def month_to_date(team) -> Decimal | None:
+    """A team's cost this month so far as the overview shows it."""
+    return None if _team_cost is None else _team_cost(team)
+
+
+def _count(alerts) -> int:
+    return 0 if alerts is None else alerts.count()
 
 
 def holding(user) -> QuerySet:
@@ -132,5 +154,5 @@ def team_totals(user, now: datetime) -> dict:
         "running": counts["running"],
         "gpus": gpus,
         "mean_util": _mean(live["mean"]),
-        "alerts": Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).count(),
+        "alerts": _count(None if (active := alert_hooks.active()) is None else active.for_user(user)),
     }

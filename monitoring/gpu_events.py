@@ -4,8 +4,8 @@ GPU's health facts, kept with its verdict (``verdicts``), not as a row of its ow
 
 from __future__ import annotations
 
-from . import alerts, verdicts
-from .models import AlertKind, GpuEvent
+from . import alert_hooks, verdicts
+from .models import GpuEvent
 
 
 def store(host_id: int, host_name: str, events: list) -> None:
@@ -26,10 +26,10 @@ def store(host_id: int, host_name: str, events: list) -> None:
         where = dict(host_id=host_id, gpu_id=device.gpu_id, uuid=record.device, instance_id=instance_id,
                      team_id=team_id)
         if e.kind == "gpu_lost":
-            alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
-                key=f"gpu_lost:{record.device}",
-                message=f"{record.device} on {host_name} is lost: {e.message or 'no detail'}", **where,
-            ), now=when)
+            alert_hooks.raise_alert(
+                "gpu_lost", key=f"gpu_lost:{record.device}",
+                message=f"{record.device} on {host_name} is lost: {e.message or 'no detail'}", **where, now=when,
+            )
         elif e.kind == "gpu_back":
-            alerts.resolve_key(f"gpu_lost:{record.device}", now=when, why="the agent reports it back")
+            alert_hooks.resolve(f"gpu_lost:{record.device}", now=when, why="the agent reports it back")
     GpuEvent.objects.bulk_create(rows)

@@ -6,7 +6,8 @@ boot_id and seq), so a frame replayed after a lost ack is acknowledged again but
 stored twice; the frames' current readings are handed to the live fan-out once they
 are attributed, before the write. Side jobs live in their own modules: the inventory
 (``inventory``, the hello), GPU events and their alerts (``gpu_events``), late samples
-and rollups (``rollup_marks``); alert rules on readings are ``alerts.Watch``.
+and rollups (``rollup_marks``); alert rules on readings are the alerting app's, reached
+through ``alert_hooks``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from django.utils import timezone
 from audit.services import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
-from . import alerts, declarations, gpu_events, partitions, readings, rollup_marks
+from . import alert_hooks, declarations, gpu_events, partitions, readings, rollup_marks
 from .agent import protocol
 from .catalog import RAW_METRICS, to_signed
 from .frames import Hello, Record, Samples
@@ -57,7 +58,7 @@ def connected(*, host: Host, hello: Hello, result: HelloResult, peer: str = "") 
                      "gpus": len(hello.gpus), "registered": result.registered[:50],
                      "vanished": result.vanished[:50], "peer": peer},
         )
-        alerts.resolve_key(f"agent_silent:{host.name}", why="the agent connected")
+        alert_hooks.resolve(f"agent_silent:{host.name}", why="the agent connected")
 
 
 def disconnected(*, host_id: int) -> None:
@@ -217,7 +218,7 @@ class Link:
         self._devices: dict[str, Device] = {}
         self._read_at = -math.inf
         self._kept_at = -math.inf
-        self.watch = alerts.Watch(host_id, host_name)
+        self.watch = alert_hooks.watch(host_id, host_name)
         self.declared = declarations.Declared(host_id)
 
     def stale(self) -> bool:
@@ -473,7 +474,7 @@ def commit(prepared: list[Prepared]) -> list[Stored]:
     readings, counters). Hosts go in one order (by id), so two flushes never wait on
     each other's rows in a cycle."""
     ordered = sorted(prepared, key=lambda p: p.link.host_id)
-    alerts.load_many([(p.link.watch, p.link._devices, p.team_ids) for p in ordered])
+    alert_hooks.load_watches([(p.link.watch, p.link._devices, p.team_ids) for p in ordered])
     highs = _advance_all(ordered)
     readings_: list[tuple[Record, Held]] = []
     out = {}

@@ -14,9 +14,9 @@ from audit.services import record_event
 from instances import services as instance_services
 from instances.models import Gpu, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
 
-from . import alerts
+from . import alert_hooks
 from .frames import GpuInfo, Hello
-from .models import AlertKind, EventKind, GpuEvent
+from .models import EventKind, GpuEvent
 
 
 class Refused(Exception):
@@ -81,21 +81,21 @@ def _reconcile(host: Host, hello: Hello) -> HelloResult:
         else:
             _update_gpu(host, gpu, info)
         _register_slices(host, gpu, info, result)
-        alerts.resolve_key(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
+        alert_hooks.resolve(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
     for uuid, gpu in known.items():
         if uuid in reported:
             continue
         result.vanished.append(uuid)
-        if alerts.is_active(f"gpu_lost:{uuid}"):
+        if alert_hooks.is_active(f"gpu_lost:{uuid}"):
             continue
         GpuEvent.objects.create(
             kind=EventKind.VANISHED, host=host, gpu=gpu, uuid=uuid, instance_id=gpu.instance_id, team_id=gpu.team_id,
             message=f"{host.name} no longer reports {uuid} (GPU {gpu.index}).",
         )
-        alerts.raise_alert(AlertKind.GPU_LOST, alerts.Condition(
-            key=f"gpu_lost:{uuid}", host_id=host.pk, gpu_id=gpu.pk, uuid=uuid, instance_id=gpu.instance_id,
+        alert_hooks.raise_alert(
+            "gpu_lost", key=f"gpu_lost:{uuid}", host_id=host.pk, gpu_id=gpu.pk, uuid=uuid, instance_id=gpu.instance_id,
             team_id=gpu.team_id, message=f"{uuid} (GPU {gpu.index} of {host.name}) is missing from its agent's report.",
-        ))
+        )
     return result
 
 

@@ -1,6 +1,6 @@
 """Console pages of the telemetry app: the overview (a team's GPUs, or the whole
-fleet for operators), host and GPU detail (operators), alerts, and the JSON a
-chart panel needs to draw itself.
+fleet for operators), host and GPU detail (operators), and what a chart panel needs
+to draw itself (panels.py serves it).
 
 Every queryset goes through ``for_user``; host and GPU pages are for operators.
 Each page reads what it shows in a fixed number of queries, whatever the fleet size.
@@ -9,7 +9,6 @@ Each page reads what it shows in a fixed number of queries, whatever the fleet s
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
@@ -17,11 +16,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F
-from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from console.models import Team
@@ -37,21 +34,14 @@ from instances.models import (
     nvlink_text,
 )
 
-from . import charts, figures, health_pages, queries, readings, services, verdicts
+from . import alert_hooks, charts, figures, health_pages, queries, readings, verdicts
 from .models import (
-    ACTIVE_STATES,
     AgentState,
-    Alert,
-    AlertKind,
-    AlertState,
-    Category,
     EventKind,
     GpuEvent,
     GpuLatest,
     Rollup1h,
     Sample,
-    Severity,
-    Silence,
     stale_after_s,
 )
 
@@ -64,15 +54,6 @@ PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
 def require_operator(user) -> None:
     if not is_operator(user):
         raise PermissionDenied("Only operators can see the fleet inventory.")
-
-
-def month_to_date(team) -> Decimal | None:
-    """This month's cost so far, from billing when it is installed."""
-    try:
-        from billing.services import month_to_date as billing_month_to_date
-    except ImportError:
-        return None
-    return billing_month_to_date(team)
 
 
 def alert_temp_c() -> float:
@@ -178,10 +159,11 @@ def team_context(user, *, page=None) -> dict:
         devices[gpu.instance_id].append(gpu_device(gpu, latest.get(gpu.uuid), now))
     for piece in pieces:
         devices[piece.instance_id].append(slice_device(piece, latest.get(piece.uuid), now))
-    alerts = Alert.objects.for_user(user).filter(state__in=ACTIVE_STATES).select_related("host")
+    active = alert_hooks.active()
+    alerts = [] if active is None else active.for_user(user).select_related("host")
     totals = figures.team_totals(user, now)
     return {
-        "teams": [{"team": t, "cost": month_to_date(t)} for t in teams],
+        "teams": [{"team": t, "cost": figures.month_to_date(t)} for t in teams],
         "instances": [{"instance": i, "devices": devices[i.pk]} for i in instances],
         "page": shown,
         "alerts": list(alerts[:8]),
@@ -258,7 +240,7 @@ def fleet_context(user, *, page=None) -> dict:
     title = "GPU utilization"
     if shown.paginator.num_pages > 1:
         title += f" · hosts {shown.start_index():,}–{shown.end_index():,} of {shown.paginator.count:,}"
-    alerts = Alert.objects.filter(state__in=ACTIVE_STATES)
+    alerts = alert_hooks.active()
     return {
         "regions": list(regions.values()),
         "page": shown,
@@ -266,7 +248,7 @@ def fleet_context(user, *, page=None) -> dict:
         "capacity": capacity_rows,
         "capacity_figure": charts.capacity_figure(capacity_rows),
         "totals": totals,
-        "alerts": list(alerts.select_related("host")[:8]),
+        "alerts": [] if alerts is None else list(alerts.select_related("host")[:8]),
         "alert_count": totals["alerts"],
         "live": {
             "subscribe": [{"kind": "fleet", "id": None}],
@@ -340,29 +322,6 @@ def instance_devices(user, instance: Instance) -> list[dict]:
         device["basis"] = device["timeline"].current if device["timeline"] else None
         device["tflops_basis"] = device["basis"].as_dict() if device["basis"] else None
     return devices
-
-
-@login_required
-def instance_panel(request, pk):
-    """The chart panel of an instance page: its devices now, or those it held."""
-    instance = get_object_or_404(
-        Instance.objects.for_user(request.user).select_related("gpu_model"), pk=pk
-    )
-    devices = instance_devices(request.user, instance)
-    procs = {g.uuid: process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
-        s.uuid: process_rows(s.gpu_id, s.profile.memory_gb * GIB, slice_id=s.pk, instance_id=pk)
-        for s in instance.slices.select_related("profile")
-    }
-    url = reverse("instance-figures", args=[pk])
-    config = panel_config(devices, figures_url=url + "?device={uuid}", overlay_url=url + "?device=all",
-                          live={"kind": "instance", "id": pk})
-    config["procs"] = {
-        uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
-    }
-    from .panels import first_instance_body  # panels builds on this module's devices
-
-    config["first"] = first_instance_body(request.user, instance, devices)
-    return JsonResponse(config)
 
 
 def held_before(instance: Instance) -> list[dict]:
@@ -464,7 +423,7 @@ def host_detail(request, pk):
         "events": GpuEvent.objects.filter(host=host, kind__in=HEALTH_EVENTS).select_related("gpu")[
             :50
         ],
-        "alerts": Alert.objects.filter(host=host, state__in=ACTIVE_STATES)[:20],
+        "alerts": [] if (active := alert_hooks.active()) is None else active.filter(host=host)[:20],
         **health_pages.host_context(host, gpus),
         "panel": panel_config(charted, figures_url=gpu_figures_url(), live={"kind": "host", "id": host.pk}),
         "live": {
@@ -495,7 +454,7 @@ def gpu_detail(request, uuid):
         "procs": process_rows(gpu.pk, device["memory_total"]),
         "slices": pieces,
         "events": GpuEvent.objects.filter(gpu=gpu, kind__in=HEALTH_EVENTS)[:50],
-        "alerts": Alert.objects.filter(gpu=gpu).order_by("-opened_at")[:20],
+        "alerts": [] if (every := alert_hooks.alerts()) is None else every.filter(gpu=gpu).order_by("-opened_at")[:20],
         **health_pages.gpu_context(gpu),
         "panel": panel_config(devices, figures_url=gpu_figures_url(), live={"kind": "host", "id": gpu.host_id}),
         "live": {
@@ -551,129 +510,3 @@ def process_rows(
             }
         )
     return rows
-
-
-# --- alerts -------------------------------------------------------------------------
-
-ALERT_STATE_FILTERS = {"active": ACTIVE_STATES, **{s: (s,) for s in AlertState.values}, "all": None}
-
-
-@login_required
-def alert_list(request):
-    """Every kind of alert (telemetry, budget, billing, audit) of the user's teams
-    (operators: every alert), filtered by state, category, kind, severity and team."""
-    visible = Alert.objects.for_user(request.user)
-    qs = visible.select_related("host", "acknowledged_by", "resolved_by", "instance", "team", "rule")
-    teams = list(Team.objects.for_user(request.user).order_by("name"))
-    state = request.GET.get("state") or "active"
-    choices = {"kind": AlertKind, "category": Category, "severity": Severity}
-    picked = {name: request.GET.get(name, "") for name in choices}
-    team = request.GET.get("team", "")
-    errors = []
-    if state not in ALERT_STATE_FILTERS:
-        errors.append(
-            f"state: unknown value {state!r}; choose one of {', '.join(ALERT_STATE_FILTERS)}."
-        )
-    elif ALERT_STATE_FILTERS[state] is not None:
-        qs = qs.filter(state__in=ALERT_STATE_FILTERS[state])
-    for name, values in choices.items():
-        if picked[name] and picked[name] not in values.values:
-            errors.append(f"{name}: unknown value {picked[name]!r}; choose one of {', '.join(values.values)}.")
-        elif picked[name]:
-            qs = qs.filter(**{name: picked[name]})
-    if team and team not in {str(t.pk) for t in teams}:
-        errors.append("team: no such team among yours.")
-    elif team:
-        qs = qs.filter(team_id=int(team))
-    page = Paginator(qs, 50).get_page(request.GET.get("page"))
-    shown = page.object_list if not errors else []
-    context = {
-        "page": page if not errors else None,
-        "errors": errors,
-        "teams": teams,
-        "states": [("active", "Open or acknowledged"), *AlertState.choices, ("all", "Any state")],
-        "kinds": AlertKind.choices,
-        "categories": Category.choices,
-        "severities": Severity.choices,
-        "state": state,
-        "team": team,
-        **picked,
-        "counts": active_counts(visible),
-        "query": request.GET.urlencode(),
-        "acknowledgeable": acknowledgeable(request.user, shown),
-        "actionable": actionable(request.user, shown),
-        "silenced": silenced_ids(shown),
-        "tab": "alerts",
-        "live": {
-            "subscribe": live_groups(request.user, teams),
-            "stale_after_s": stale_after_s(),
-            "client": charts.client_settings(),
-            # A new alert this page's filters would list is added as a row when it opens.
-            "alert_rows": {
-                "shows_open": state in ("active", "open", "all") and not errors and page.number == 1,
-                "filters": {name: value for name, value in picked.items() if value} | (
-                    {"team": int(team)} if team and not errors else {}
-                ),
-                "kinds": dict(AlertKind.choices),
-                "categories": dict(Category.choices),
-            },
-        },
-    }
-    return render(request, "monitoring/alerts.html", context, status=400 if errors else 200)
-
-
-def active_counts(visible) -> dict:
-    """Open or acknowledged alerts per category, as the overview counts them."""
-    rows = dict(visible.filter(state__in=ACTIVE_STATES).values_list("category").annotate(n=Count("id")))
-    return {"total": sum(rows.values()),
-            "categories": [(value, label, rows.get(value, 0)) for value, label in Category.choices]}
-
-
-def acknowledgeable(user, alerts) -> set[int]:
-    """The ids of ``alerts`` this user may acknowledge."""
-    return {pk for pk in actionable(user, alerts) if pk in {a.pk for a in alerts if a.state == AlertState.OPEN}}
-
-
-def actionable(user, alerts) -> set[int]:
-    """The ids of the active ``alerts`` this user may acknowledge, resolve or silence."""
-    active = [a for a in alerts if a.state in ACTIVE_STATES]
-    if is_operator(user):
-        return {a.pk for a in active}
-    writable = set(Team.objects.for_user(user, WRITE_ROLES).values_list("pk", flat=True))
-    return {a.pk for a in active if a.team_id in writable}
-
-
-def silenced_ids(alerts) -> set[int]:
-    now = timezone.now()
-    live = list(Silence.objects.filter(starts_at__lte=now, ends_at__gt=now).values_list("key", "rule_id"))
-    keys = {k for k, _ in live if k}
-    rules = {r for k, r in live if not k and r}
-    return {a.pk for a in alerts if a.key in keys or (a.rule_id and a.rule_id in rules)}
-
-
-def live_groups(user, teams) -> list[dict]:
-    if is_operator(user):
-        return [{"kind": "fleet", "id": None}]
-    return [{"kind": "team", "id": t.pk} for t in teams]
-
-
-@login_required
-@require_POST
-def alert_acknowledge(request, pk):
-    alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    if alert.team_id is None:
-        require_operator(request.user)
-    elif not (is_operator(request.user) or has_role(request.user, alert.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to acknowledge alerts.")
-    try:
-        services.acknowledge_alert(actor=request.user, alert=alert)
-    except services.AlertError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Alert acknowledged: {alert.message}")
-    target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        target = reverse("alert-list")
-    return redirect(target)

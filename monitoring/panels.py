@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from django.utils import timezone
 
 from instances.models import Gpu, GpuSlice, Instance
@@ -152,3 +153,24 @@ def gpu_figures(request, uuid):
         live=live, **_limits(device),
     )
     return JsonResponse(_answer(window, tier, [series], figures))
+
+
+@login_required
+def instance_panel(request, pk):
+    """The chart panel of an instance page: its devices now, or those it held."""
+    instance = get_object_or_404(
+        Instance.objects.for_user(request.user).select_related("gpu_model"), pk=pk
+    )
+    devices = pages.instance_devices(request.user, instance)
+    procs = {g.uuid: pages.process_rows(g.pk, g.memory_total, instance_id=pk) for g in instance.gpus.all()} | {
+        s.uuid: pages.process_rows(s.gpu_id, s.profile.memory_gb * charts.GIB, slice_id=s.pk, instance_id=pk)
+        for s in instance.slices.select_related("profile")
+    }
+    url = reverse("instance-figures", args=[pk])
+    config = pages.panel_config(devices, figures_url=url + "?device={uuid}", overlay_url=url + "?device=all",
+                                live={"kind": "instance", "id": pk})
+    config["procs"] = {
+        uuid: [r | {"time": queries.iso(r["time"])} for r in rows] for uuid, rows in procs.items()
+    }
+    config["first"] = first_instance_body(request.user, instance, devices)
+    return JsonResponse(config)

@@ -1,20 +1,18 @@
-"""Periodic telemetry work: thin adapters over rollups, retention and alert rules.
+"""Periodic telemetry work: thin adapters over rollups, retention and health verdicts.
 
 Each run is bounded and idempotent, so a missed or repeated run costs nothing but time.
 """
 
 from celery import shared_task
 
-from . import alerts, fanout, notify, partitions, rollups
+from . import fanout, partitions, rollups
 
 SCHEDULE = {
     "monitoring.rollup_1m": (30, "monitoring.tasks.rollup_1m"),
     "monitoring.rollup_1h": (300, "monitoring.tasks.rollup_1h"),
     "monitoring.retention": (600, "monitoring.tasks.retention"),
     "monitoring.partitions": (3600, "monitoring.tasks.make_partitions"),
-    "monitoring.alerts": (15, "monitoring.tasks.evaluate_alerts"),
     "monitoring.stale": (5, "monitoring.tasks.publish_stale"),
-    "monitoring.notify": (5, "monitoring.tasks.deliver_notifications"),
     "monitoring.health": (30, "monitoring.tasks.evaluate_health"),
     "monitoring.diagnostics": (600, "monitoring.tasks.expire_diagnostics"),
 }
@@ -41,18 +39,8 @@ def make_partitions() -> dict:
 
 
 @shared_task
-def evaluate_alerts() -> None:
-    alerts.evaluate()
-
-
-@shared_task
 def publish_stale() -> int:
     return fanout.publish_stale()
-
-
-@shared_task
-def deliver_notifications() -> int:
-    return notify.dispatch()
 
 
 @shared_task

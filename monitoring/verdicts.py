@@ -15,19 +15,10 @@ from audit.services import record_event
 from instances import cordon
 from instances.models import Gpu, Host
 
-from . import alerts, health
-from .models import (
-    ACTIVE_STATES,
-    Alert,
-    AlertKind,
-    EventKind,
-    GpuEvent,
-    GpuHealth,
-    GpuLatest,
-    Severity,
-)
+from . import alert_hooks, health
+from .models import EventKind, GpuEvent, GpuHealth, GpuLatest
 
-SEVERITY = {health.DEGRADED: Severity.WARNING, health.FAILED: Severity.CRITICAL}
+SEVERITY = {health.DEGRADED: "warning", health.FAILED: "critical"}
 
 
 def xid_window() -> timedelta:
@@ -62,7 +53,8 @@ def evaluate(*, now: datetime | None = None) -> list[GpuHealth]:
     for gpu_id, code in GpuEvent.objects.filter(kind=EventKind.XID, time__gte=now - xid_window(),
                                                 gpu__isnull=False).values_list("gpu_id", "code"):
         xids.setdefault(gpu_id, []).append(code)
-    lost = set(Alert.objects.filter(kind=AlertKind.GPU_LOST, state__in=ACTIVE_STATES).values_list("gpu_id", flat=True))
+    active = alert_hooks.active()
+    lost = set() if active is None else set(active.filter(kind="gpu_lost").values_list("gpu_id", flat=True))
     changed, conditions = [], []
     for gpu in gpus:
         row = rows.get(gpu.pk) or GpuHealth(gpu=gpu)
@@ -73,7 +65,7 @@ def evaluate(*, now: datetime | None = None) -> list[GpuHealth]:
             changed.append(row)
         if verdict.state != health.HEALTHY:
             conditions.append(_condition(gpu, verdict))
-    alerts.reconcile(AlertKind.GPU_HEALTH, conditions, now=now)
+    alert_hooks.reconcile("gpu_health", conditions, now=now)
     return changed
 
 
@@ -116,8 +108,8 @@ def _save(gpu: Gpu, row: GpuHealth, verdict: health.Verdict, reasons: list, now:
     return moved
 
 
-def _condition(gpu: Gpu, verdict: health.Verdict) -> alerts.Condition:
-    return alerts.Condition(
+def _condition(gpu: Gpu, verdict: health.Verdict) -> dict:
+    return dict(
         key=f"gpu_health:{gpu.uuid}", host_id=gpu.host_id, gpu_id=gpu.pk, uuid=gpu.uuid,
         severity=SEVERITY[verdict.state],
         message=f"GPU {gpu.index} of {gpu.host.name} is {verdict.state}: {verdict.summary}"[:300],

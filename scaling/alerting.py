@@ -1,6 +1,6 @@
 """The alert "scaling group at its maximum with work waiting": a group held at its max
 bound with all its instances up while its queue needs more. Opened, refreshed and
-resolved through monitoring's one alert path (monitoring.alerts.reconcile), so it is
+resolved through alerting's one entry point (alerting.feed.reconcile), so it is
 audited, pushed live and sent to the team's channels like every other alert."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from monitoring import alerts
-from monitoring.models import AlertKind, Category, Severity
+from alerting import feed
+from alerting.feed import AlertKind, Category, Severity
 
 from .models import Reason, ScalingDecision
 
@@ -30,9 +30,9 @@ def at_max(decision: ScalingDecision) -> bool:
             and waiting(decision) > 0)
 
 
-def conditions(decisions: list[ScalingDecision]) -> list[alerts.Condition]:
+def conditions(decisions: list[ScalingDecision]) -> list[feed.Condition]:
     return [
-        alerts.Condition(
+        feed.Condition(
             key=key(d.group_id), team_id=d.group.team_id, severity=Severity.WARNING, category=Category.CAPACITY,
             value=d.queue_depth,
             threshold=d.group.max_instances * d.group.target_per_instance,
@@ -46,9 +46,9 @@ def conditions(decisions: list[ScalingDecision]) -> list[alerts.Condition]:
 
 def reconcile(decisions: list[ScalingDecision], *, now: datetime) -> None:
     """Open or refresh the alert of each group at max with work waiting; resolve the rest."""
-    alerts.reconcile(AlertKind.SCALING_AT_MAX, conditions(decisions), now=now)
+    feed.reconcile(AlertKind.SCALING_AT_MAX, conditions(decisions), now=now)
 
 
 def reconcile_group(decision: ScalingDecision, *, now: datetime) -> None:
     """The same for one group, after an evaluation of its own."""
-    alerts.reconcile(AlertKind.SCALING_AT_MAX, conditions([decision]), now=now, scope=Q(key=key(decision.group_id)))
+    feed.reconcile(AlertKind.SCALING_AT_MAX, conditions([decision]), now=now, scope=Q(key=key(decision.group_id)))

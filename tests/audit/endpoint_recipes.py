@@ -12,6 +12,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from alerting import services as alerting_services
+from alerting.alerts import Condition, raise_alert
 from billing import services as billing_services
 from billing.models import Invoice
 from console import services as console_services
@@ -20,7 +22,6 @@ from instances import services as instance_services
 from instances.models import GpuModel, Host, Region
 from jobs import services as job_services
 from monitoring import services as monitoring_services
-from monitoring.alerts import Condition, raise_alert
 from network import services as network_services
 from scaling import services as scaling_services
 
@@ -244,19 +245,19 @@ def _invitation_for_charlie(world: World):
 
 
 def _rule(world: World):
-    return monitoring_services.create_rule(
+    return alerting_services.create_rule(
         actor=world.users["alice"], team=world.acme, name="walk rule", metric="gpu_util", threshold=90, hold_s=5
     )
 
 
 def _channel(world: World):
-    return monitoring_services.create_channel(
+    return alerting_services.create_channel(
         actor=world.users["alice"], team=world.acme, name="walk", kind="email", target="oncall@acme.test"
     )
 
 
 def _silence(world: World):
-    return monitoring_services.silence(
+    return alerting_services.silence(
         actor=world.users["alice"], rule=_rule(world), ends_at=timezone.now() + timedelta(hours=1)
     )
 

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from billing_support import at
 
+from alerting.models import Alert
 from billing import services
-from monitoring.models import Alert
 
 DECEMBER = date(2026, 12, 1)
 

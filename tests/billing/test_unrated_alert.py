@@ -6,10 +6,10 @@ import pytest
 from billing_support import DEC, at
 from django.core.exceptions import ValidationError
 
+from alerting import services as alerting_services
+from alerting.models import Alert, AlertRule
 from billing import services
 from billing.models import Price
-from monitoring import services as monitoring_services
-from monitoring.models import Alert, AlertRule
 
 
 def _unrated_alerts():
@@ -48,6 +48,6 @@ def test_priced_usage_raises_nothing(play, bob, acme, meter):
 
 def test_a_team_rule_may_not_watch_unrated_usage(acme, alice):
     with pytest.raises(ValidationError) as caught:
-        monitoring_services.create_rule(actor=alice, team=acme, name="x", metric="unrated_usage", threshold=0)
+        alerting_services.create_rule(actor=alice, team=acme, name="x", metric="unrated_usage", threshold=0)
     assert "operators only" in str(caught.value)
     assert not AlertRule.objects.filter(team=acme, metric="unrated_usage").exists()

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 from telemetry_wire import TRACE, Agent
 
-from monitoring import alerts
+from alerting import periodic
 from monitoring.agent import protocol
 from monitoring.agent.backends.replay import ReplaySource, Trace
 
@@ -61,7 +61,7 @@ async def replay_and_check(e2e, replayed) -> list[tuple[str, bool]]:
     # The periodic alert task, at the end of the copy and inside the hold.
     hold, copy = phases["hold"], phases["copy"]
     for moment in (copy["end"], hold["start"] + IDLE_HOLD_S + 1, hold["end"]):
-        await sync_to_async(alerts.evaluate)(datetime.fromtimestamp(moment, UTC))
+        await sync_to_async(periodic.evaluate)(datetime.fromtimestamp(moment, UTC))
 
     return await sync_to_async(checks_through_the_api)(e2e, api_token, source.uuid, phases)
 
@@ -87,7 +87,7 @@ def checks_through_the_api(e2e, api_token, uuid, phases):
 
 
 async def test_a_short_idle_window_is_named_in_seconds(e2e, replayed):
-    from monitoring.models import Alert
+    from alerting.models import Alert
 
     await replay_and_check(e2e, replayed)
     message = (await Alert.objects.filter(kind="idle").afirst()).message

@@ -5,11 +5,12 @@ from datetime import timedelta
 from django.utils import timezone
 from health_sim import sim_of, tick
 
+from alerting.models import Alert, AlertKind
 from audit.models import AuditEvent
 from instances import services
 from instances.models import Gpu
 from monitoring import verdicts
-from monitoring.models import Alert, AlertKind, GpuHealth
+from monitoring.models import GpuHealth
 
 
 def _h200():

@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from alerting.models import Alert, AlertKind
 from monitoring import pages
-from monitoring.models import AgentState, Alert, AlertKind, GpuLatest
+from monitoring.models import AgentState, GpuLatest
 
 pytestmark = pytest.mark.django_db
 

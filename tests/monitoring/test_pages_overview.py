@@ -6,8 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from alerting.models import Alert, AlertKind
 from instances.models import GpuModel, Host
-from monitoring.models import Alert, AlertKind, GpuLatest
+from monitoring.models import GpuLatest
 
 
 def report(gpu, **metrics):
@@ -72,7 +73,7 @@ def test_open_alerts_are_listed_for_their_team(client, bob, charlie, acme, globe
 
 
 def test_cost_shows_a_dash_without_billing(client, bob, acme_instance, monkeypatch):
-    monkeypatch.setattr("monitoring.pages.month_to_date", lambda team: None)
+    monkeypatch.setattr("monitoring.figures.month_to_date", lambda team: None)
     client.force_login(bob)
     response = client.get("/")
     assert "Acme · cost this month" in response.content.decode()

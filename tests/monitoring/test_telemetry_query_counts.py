@@ -3,7 +3,8 @@
 import pytest
 from django.utils import timezone
 
-from monitoring.models import Alert, GpuEvent, GpuLatest
+from alerting.models import Alert
+from monitoring.models import GpuEvent, GpuLatest
 
 
 @pytest.fixture

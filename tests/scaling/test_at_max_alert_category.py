@@ -3,7 +3,7 @@ telemetry one: the alerts page files it under Capacity."""
 
 from django.utils import timezone
 
-from monitoring.models import Alert, AlertKind, Category
+from alerting.models import Alert, AlertKind, Category
 from scaling import alerting
 from scaling.models import Reason, ScalingDecision
 

@@ -5,9 +5,9 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from alerting.models import Alert, AlertKind, AlertState
 from audit.models import AuditEvent
 from instances.models import Instance
-from monitoring.models import Alert, AlertKind, AlertState
 from scaling import tasks
 from scaling.models import ScalingDecision
 

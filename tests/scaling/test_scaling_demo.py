@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from alerting.models import Alert, AlertKind, AlertState
 from billing import demo as billing_demo
 from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
-from monitoring.models import Alert, AlertKind, AlertState
 from scaling import demo as scaling_demo
 from scaling.models import ScalingGroup
 

@@ -18,13 +18,13 @@ from django.urls import get_resolver
 from rest_framework import serializers
 from schemathesis.checks import response_schema_conformance
 
+from alerting import alerts
+from alerting import services as alerting_services
+from alerting.models import AlertKind
 from billing import services as billing_services
 from console.services import create_api_token
 from instances.models import GpuModel, Instance
 from jobs import services as job_services
-from monitoring import alerts
-from monitoring import services as monitoring_services
-from monitoring.models import AlertKind
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application())
 
@@ -56,7 +56,7 @@ def rows(acme_instance, launch, alice, bob, acme, ops, fleet, settings):
     cancelled = job_services.submit_job(actor=bob, team=acme, name="cancelled", command="true", gpu_model=model,
                                         gpu_count=8, priority="low")
     job_services.cancel_job(actor=bob, job=cancelled)
-    rule = monitoring_services.create_rule(actor=alice, team=acme, name="busy", metric="gpu_util", threshold=90,
+    rule = alerting_services.create_rule(actor=alice, team=acme, name="busy", metric="gpu_util", threshold=90,
                                            hold_s=5)
     fleet_alert = alerts.raise_alert(AlertKind.AUDIT, alerts.Condition(key="fleet-wide", message="somewhere"))
     team_alert = alerts.raise_alert(AlertKind.UTILIZATION, alerts.Condition(
