@@ -24,6 +24,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
 
+from agent import protocol as p
 from audit.context import bind_scope
 from audit.models import Outcome
 from audit.services import record_event
@@ -39,7 +40,6 @@ from console.live import (
 )
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
-from monitoring.agent import protocol as p
 from network import agent_link
 
 from . import diagnostics, fanout, frames, ingest, inventory, services

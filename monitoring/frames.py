@@ -1,6 +1,6 @@
 """Reading agent frames, protocol v1 (docs/agent-protocol.md). Pure: no database.
 
-The rules are the wire schema's (``monitoring.agent.protocol``): a frame is decoded
+The rules are the wire schema's (``agent.protocol``): a frame is decoded
 straight into its typed structs (msgspec), then checked against the rules a type cannot
 say (``protocol.frame_rules``). A frame is accepted whole or refused whole:
 ``FrameError`` carries the close code, the error slug of section 6 and one sentence
@@ -32,9 +32,8 @@ from functools import cache, reduce
 import msgspec
 from msgspec import inspect as mi
 
-from console import jsonlimits
-from monitoring.agent import protocol as p
-from monitoring.agent.protocol import (  # noqa: F401 (the frames' types, as the server names them)
+from agent import protocol as p
+from agent.protocol import (  # noqa: F401 (the frames' types, as the server names them)
     MAX_HELLO_BYTES,
     Event,
     GpuInfo,
@@ -45,6 +44,7 @@ from monitoring.agent.protocol import (  # noqa: F401 (the frames' types, as the
     Samples,
     SliceInfo,
 )
+from console import jsonlimits
 
 
 class FrameError(Exception):

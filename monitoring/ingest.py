@@ -24,11 +24,11 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agent import protocol
 from audit.services import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
 from . import alerts, declarations, gpu_events, partitions, readings, rollup_marks
-from .agent import protocol
 from .catalog import RAW_METRICS, to_signed
 from .frames import Hello, Record, Samples
 from .inventory import HelloResult

@@ -1,8 +1,8 @@
 import asyncio
 import json
 
-from monitoring.agent import diagnostics
-from monitoring.agent.spool import Spool
+from agent import diagnostics
+from agent.spool import Spool
 
 
 async def test_a_diagnostics_frame_is_answered_off_the_event_loop(server, make_link, replay, small_trace, tmp_path,

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db.models import Q
 
+from agent.protocol import METRICS
 from instances import services as instance_services
 from monitoring import alerts, ingest, services
-from monitoring.agent.protocol import METRICS
 from monitoring.frames import Metrics, Record, Samples
 from monitoring.models import Alert, AlertKind, AlertRule
 

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from monitoring.agent import protocol as wire
+from agent import protocol as wire
 from monitoring.models import Alert, AlertKind, AlertState
 from network import services, tasks
 from network.models import HostRules

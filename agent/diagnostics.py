@@ -12,7 +12,7 @@ The console asks for a bundle with a server frame ``{"type": "diagnostics", "id"
 "upload"}``; the agent collects off its event loop and uploads the file over HTTPS to
 ``upload`` with its host token and the one-time key (docs/operations.md).
 
-Run by hand: ``python -m monitoring.agent.diagnostics --out bundle.tar.gz``.
+Run by hand: ``python -m agent.diagnostics --out bundle.tar.gz``.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def answer(frame: dict, *, server: str, token: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m monitoring.agent.diagnostics",
+    parser = argparse.ArgumentParser(prog="python -m agent.diagnostics",
                                      description="Collect this host's diagnostics bundle.")
     parser.add_argument("--out", required=True, help="the .tar.gz to write")
     parser.add_argument("--max-bytes", type=int, default=MAX_BUNDLE_BYTES)
