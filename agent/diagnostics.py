@@ -35,6 +35,7 @@ import urllib.parse
 import urllib.request
 
 from . import __version__
+from .protocol import DiagnosticsRequest
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -322,18 +323,18 @@ def upload(url: str, token: str, key: str, path: str, timeout: float = 300.0) ->
         return response.status
 
 
-def answer(frame: dict, *, server: str, token: str) -> None:
+def answer(request: DiagnosticsRequest, *, server: str, token: str) -> None:
     """Collect and upload the bundle a "diagnostics" frame asks for (blocking: run it in
     a thread). Failures are logged; the console shows the bundle as never uploaded."""
-    path = upload_url(server, str(frame.get("upload", "")))
+    path = upload_url(server, request.upload)
     with tempfile.TemporaryDirectory(prefix="gpuconsole-diag-") as workdir:
         out = os.path.join(workdir, "bundle.tar.gz")
         try:
-            manifest = collect(out, max_bytes=int(frame.get("max_bytes") or MAX_BUNDLE_BYTES))
-            status = upload(path, token, str(frame.get("key", "")), out)
-            log.info("diagnostics %s uploaded (%d items, HTTP %d)", frame.get("id"), len(manifest["items"]), status)
+            manifest = collect(out, max_bytes=request.max_bytes or MAX_BUNDLE_BYTES)
+            status = upload(path, token, request.key, out)
+            log.info("diagnostics %s uploaded (%d items, HTTP %d)", request.id, len(manifest["items"]), status)
         except Exception as exc:
-            log.warning("diagnostics %s could not be collected or uploaded: %s", frame.get("id"), exc)
+            log.warning("diagnostics %s could not be collected or uploaded: %s", request.id, exc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -466,17 +466,67 @@ def clean_record(record: dict) -> dict | None:
     return out
 
 
-def parse_server_frame(text) -> dict | None:
-    """A server frame as a dict, or None when it is not a JSON object with a type."""
+# --- server -> agent: welcome, ack, error, diagnostics (and ``Ruleset`` below) ---------------
+# The server encodes these structs; the agent decodes them. Fields the agent does not
+# act on have defaults, so a server that leaves them out is still understood.
+
+
+class Welcome(Struct, tag="welcome", tag_field="type"):
+    v: int  # any version decodes: the agent refuses one it does not speak, by name
+    host: str = ""
+    server_time: float | None = None
+    registered: list[str] = msgspec.field(default_factory=list)  # GPU and slice UUIDs new to the console
+    vanished: list[str] = msgspec.field(default_factory=list)  # those the host no longer reports
+
+
+class Ack(Struct, tag="ack", tag_field="type"):
+    """Every record of ``boot_id`` up to ``seq`` is stored."""
+
+    boot_id: str
+    seq: _int(0, SAFE_INT)
+
+
+class Error(Struct, tag="error", tag_field="type", omit_defaults=True):
+    """Sent before a close; ``boot_id`` and ``seq`` name the frame refused, when one was."""
+
+    code: _text(64)
+    message: _text(MAX_MESSAGE, pattern=NO_NUL) = ""
+    boot_id: str | None = None
+    seq: int | None = None
+
+
+class DiagnosticsRequest(Struct, tag="diagnostics", tag_field="type", kw_only=True):
+    """Collect a diagnostics bundle and upload it to ``upload`` with ``key``."""
+
+    id: _int(1, SAFE_INT)
+    key: _text(128, 1)
+    max_bytes: _int(0, SAFE_INT) = 0  # 0: the agent's own limit
+    upload: _text(256, 1)
+
+
+class _Typed(Struct):
+    type: str
+
+
+_frame_type = msgspec.json.Decoder(_Typed)
+_server_frames = msgspec.json.Decoder(Welcome | Ack | Error | DiagnosticsRequest)
+SERVER_FRAME_TYPES = ("welcome", "ack", "error", "diagnostics", "ruleset")
+
+
+def server_frame_type(text) -> str | None:
+    """The ``type`` of a server frame, or None when it is not a JSON object with one."""
     if not isinstance(text, str):
         return None
     try:
-        frame = json.loads(text)
-    except ValueError:
+        return _frame_type.decode(text).type
+    except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-        return None
-    return frame
+
+
+def parse_server_frame(text: str) -> Welcome | Ack | Error | DiagnosticsRequest:
+    """A welcome, ack, error or diagnostics frame (``msgspec.ValidationError`` or
+    ``DecodeError`` when it is not one of them, well formed)."""
+    return _server_frames.decode(text)
 
 
 # --- network rules (docs/network.md): server "ruleset" -> agent "ruleset_applied" ------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import json
 import logging
 import threading
 import time
@@ -391,10 +390,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.timer.cancel()
         self.link = ingest.Link(self.host.pk, self.host.name)
         self.acker = asyncio.ensure_future(self.ack_loop())
-        await self.send_frame({
-            "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
-            "registered": result.registered, "vanished": result.vanished,
-        })
+        await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),
+                                        registered=result.registered, vanished=result.vanished))
         await agent_link.joined(self)  # the host's network rules, now and on every change
 
     async def ack_loop(self):
@@ -407,15 +404,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 raise
             except Exception:
                 log.exception("storing samples of %s failed", self.host.name)
-                await self.send_frame({"type": "error", "code": "server_error",
-                                       "message": "the server could not store this batch; send it again"})
+                await self.send_frame(p.Error(code="server_error",
+                                              message="the server could not store this batch; send it again"))
                 self.closing = True
                 await self.close(code=p.CLOSE_SERVER_ERROR)
                 return
             self.unacked.popleft()
             if not self.unacked:
                 self.ready.clear()
-            await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
+            await self.send_frame(p.Ack(boot_id=boot_id, seq=seq))
 
     async def network_ruleset(self, message):
         await self.send(text_data=message["frame"])
@@ -423,15 +420,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def diagnostics_request(self, message):
         await self.send(text_data=message["frame"])
 
-    async def send_frame(self, frame: dict):
-        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+    async def send_frame(self, frame: p.Welcome | p.Ack | p.Error):
+        await self.send(text_data=p.encode(frame))
 
     async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False,
-                     extra: dict | None = None):
+                     extra: p.Error | None = None):
         if self.closing:
             return
         self.closing = True
-        await self.send_frame(extra or {"type": "error", "code": code, "message": message})
+        await self.send_frame(extra or p.Error(code=code, message=message))
         try:
             await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
         except Exception:

@@ -20,6 +20,7 @@ from django.core.files.storage import FileSystemStorage, Storage, storages
 from django.db import transaction
 from django.utils import timezone
 
+from agent import protocol
 from agent.diagnostics import MAX_BUNDLE_BYTES
 from audit.models import Outcome
 from audit.services import record_event
@@ -72,8 +73,8 @@ def request_bundle(*, actor, host: Host) -> DiagnosticsBundle:
     bundle = DiagnosticsBundle.objects.create(host=host, requested_by=actor if getattr(actor, "pk", None) else None,
                                               upload_key_hash=_key_hash(key))
     record_event(actor=actor, action="host.diagnostics.collect", target=host, details={"bundle": bundle.pk})
-    frame = json.dumps({"type": "diagnostics", "id": bundle.pk, "key": key, "max_bytes": max_bytes(),
-                        "upload": f"/api/v1/agent/diagnostics/{bundle.pk}/"}, separators=(",", ":"))
+    frame = protocol.encode(protocol.DiagnosticsRequest(id=bundle.pk, key=key, max_bytes=max_bytes(),
+                                                        upload=f"/api/v1/agent/diagnostics/{bundle.pk}/"))
     transaction.on_commit(lambda: _send(host.pk, frame))
     return bundle
 

@@ -35,6 +35,8 @@ from msgspec import inspect as mi
 from agent import protocol as p
 from agent.protocol import (  # noqa: F401 (the frames' types, as the server names them)
     MAX_HELLO_BYTES,
+    Ack,
+    Error,
     Event,
     GpuInfo,
     Hello,
@@ -43,6 +45,7 @@ from agent.protocol import (  # noqa: F401 (the frames' types, as the server nam
     Record,
     Samples,
     SliceInfo,
+    Welcome,
 )
 from console import jsonlimits
 
@@ -57,13 +60,8 @@ class FrameError(Exception):
         self.boot_id = boot_id
         self.seq = seq
 
-    def frame(self) -> dict:
-        out = {"type": "error", "code": self.code, "message": self.message}
-        if self.boot_id is not None:
-            out["boot_id"] = self.boot_id
-        if self.seq is not None:
-            out["seq"] = self.seq
-        return out
+    def frame(self) -> p.Error:
+        return p.Error(code=self.code, message=self.message, boot_id=self.boot_id, seq=self.seq)
 
 
 def bad(message: str, code: str = "bad_field") -> FrameError:
