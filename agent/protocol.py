@@ -529,6 +529,51 @@ def parse_server_frame(text: str) -> Welcome | Ack | Error | DiagnosticsRequest:
     return _server_frames.decode(text)
 
 
+# --- server -> browser (docs/live-protocol.md): the messages of /ws/live/ -------------------
+# The agent sends none of these; they are here so that a reading's metrics are the wire's
+# ``Metrics`` all the way to the browser, with its names and ranges written once.
+
+
+class LiveReading(Struct, gc=False):
+    """A GPU's or slice's current reading as a browser gets it (the ``gpus`` event)."""
+
+    uuid: str
+    host: str
+    index: int | None
+    instance: int | None
+    team: int | None
+    t: str  # ISO 8601, UTC
+    m: Metrics  # encoded with the metrics read only (``omit_defaults``)
+    stale: bool
+
+
+class Gpus(Struct):
+    gpus: list[LiveReading]
+
+
+class LiveMessage(Struct):
+    """Every message a browser receives: ``gpus`` (``Gpus``), ``subscribed``,
+    ``unsubscribed``, ``error``, ``alert``, ``instance``, ``budget``, ``preemption``."""
+
+    event: str
+    data: Gpus | dict
+
+
+def live_text(event: str, data) -> str:
+    """The text of a browser message (``encode``: compact, ASCII)."""
+    return encode(LiveMessage(event, data))
+
+
+def _gpus_envelope() -> tuple[str, str]:
+    """The text of a ``gpus`` message around its readings, from ``LiveMessage``: a batch
+    of readings encoded once is sent to many sockets, joined in between."""
+    head, tail = live_text("gpus", Gpus(gpus=[])).split("[]")
+    return head + "[", "]" + tail
+
+
+GPUS_HEAD, GPUS_TAIL = _gpus_envelope()
+
+
 # --- network rules (docs/network.md): server "ruleset" -> agent "ruleset_applied" ------------
 # A host's desired rules, whole: every interface of its instances with the allow rules
 # in each direction. A rule names its peers as CIDRs or as a security group, whose
