@@ -341,19 +341,26 @@ def hello_frame(
 
 
 def to_record(raw: dict, seq: int) -> Record | None:
-    """A backend's reading as the record the wire carries (cleaned by ``clean_record``),
-    or None when nothing in it is sendable. Metrics stay a dict of the cleaned values:
-    the names of ``Metrics`` and any well-formed newer ones, in the order read."""
-    clean = clean_record(raw)
-    if clean is None:
+    """A backend's reading as the record the wire carries, or None when nothing in it
+    is sendable: values out of range left out (``clean_metrics``), processes kept as
+    ``clean_procs`` keeps them, an event's message without NUL. Metrics stay a dict of
+    the cleaned values: the names of ``Metrics`` and any well-formed newer ones, in the
+    order read."""
+    event = raw.get("event")
+    if event is not None:
+        if event.get("kind") not in EVENT_KINDS:
+            return None
+        if "message" in event:
+            event = dict(event, message=str(event["message"]).replace("\x00", "")[:MAX_MESSAGE])  # the server refuses NUL
+        return Record(seq=seq, t=raw["t"], gpu=raw["gpu"], slice=raw.get("slice"), event=Event(**event))
+    m = raw.get("m")
+    if m:
+        m = clean_metrics(m)
+    procs = raw.get("procs")
+    if procs is None and not m:
         return None
-    event = clean.get("event")
-    procs = clean.get("procs")
-    return Record(
-        seq=seq, t=clean["t"], gpu=clean["gpu"], slice=clean.get("slice"), m=clean.get("m", UNSET),
-        procs=UNSET if procs is None else [Proc(**p) for p in procs],
-        event=UNSET if event is None else Event(**event),
-    )
+    return Record(seq=seq, t=raw["t"], gpu=raw["gpu"], slice=raw.get("slice"), m=m or UNSET,
+                  procs=UNSET if procs is None else [Proc(**p) for p in clean_procs(procs)])
 
 
 def encode_record(raw: dict, seq: int) -> str | None:
@@ -443,26 +450,13 @@ def _is_int(value) -> bool:
 
 
 def clean_record(record: dict) -> dict | None:
-    """The record as it may go on the wire, or None when nothing in it is sendable."""
-    if "event" in record:
-        event = dict(record["event"])
-        if event.get("kind") not in EVENT_KINDS:
-            return None
-        if "message" in event:
-            event["message"] = str(event["message"]).replace("\x00", "")[:MAX_MESSAGE]  # the server refuses NUL
-        record = dict(record, event=event)
-        return record
-    out = {k: v for k, v in record.items() if k != "m" and k != "procs"}
-    m = record.get("m")
-    if m:
-        m = clean_metrics(m)
-        if m:
-            out["m"] = m
-    procs = record.get("procs")
-    if procs is not None:
-        out["procs"] = clean_procs(procs)
-    elif "m" not in out:
+    """The record as it may go on the wire (``to_record``), as plain data without its
+    seq, or None when nothing in it is sendable."""
+    found = to_record(record, 1)
+    if found is None:
         return None
+    out = msgspec.to_builtins(found)
+    del out["seq"]
     return out
 
 
