@@ -150,7 +150,7 @@ class Proc(Struct, omit_defaults=True, gc=False):
     user: _text(PROC_TEXT["user"], pattern=NO_NUL) | UnsetType = UNSET
     cmd: _text(PROC_TEXT["cmd"], pattern=NO_NUL) | UnsetType = UNSET
     cgroup: _text(PROC_TEXT["cgroup"], pattern=NO_NUL) | UnsetType = UNSET
-    precision: Literal["bf16", "fp16", "tf32", "fp8"] | UnsetType = UNSET  # declared by the process
+    precision: Literal[PRECISIONS] | UnsetType = UNSET  # declared by the process
 
 
 def _metric(low: float, high: float, integral: bool):
@@ -545,12 +545,29 @@ class Gpus(Struct):
     gpus: list[LiveReading]
 
 
+LIVE_KINDS = ("team", "instance", "host", "fleet")  # what a browser may subscribe to
+
+
+class Subscription(Struct):
+    """The data of ``subscribed`` and ``unsubscribed``: what the browser asked for."""
+
+    kind: Literal[LIVE_KINDS]
+    id: int | None
+
+
+class LiveError(Struct):
+    """The data of ``error``, sent before the socket closes with 4400."""
+
+    message: str
+
+
 class LiveMessage(Struct):
-    """Every message a browser receives: ``gpus`` (``Gpus``), ``subscribed``,
-    ``unsubscribed``, ``error``, ``alert``, ``instance``, ``budget``, ``preemption``."""
+    """Every message a browser receives: ``gpus`` (``Gpus``), ``subscribed`` and
+    ``unsubscribed`` (``Subscription``), ``error`` (``LiveError``); ``alert``,
+    ``instance``, ``budget`` and ``preemption`` carry their publishers' dicts."""
 
     event: str
-    data: Gpus | dict
+    data: Gpus | Subscription | LiveError | dict
 
 
 def live_text(event: str, data) -> str:

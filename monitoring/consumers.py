@@ -449,7 +449,7 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_DENIED = 4403
 CLOSE_BAD_MESSAGE = 4400
 MAX_SUBSCRIPTIONS = 64
-KINDS = ("team", "instance", "host", "fleet")
+KINDS = p.LIVE_KINDS
 
 
 def _allowed(user, kind: str, ident: int | None) -> bool:
@@ -530,7 +530,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if group in self.joined:
                 self.joined.discard(group)
                 await self.channel_layer.group_discard(group, self.channel_name)
-            await self.send_event("unsubscribed", {"kind": kind, "id": ident})
+            await self.send_event("unsubscribed", p.Subscription(kind, ident))
             return
         user = self.scope["user"]
         if not await database_sync_to_async(_allowed)(user, kind, ident):
@@ -543,13 +543,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 return
             self.joined.add(group)
             await self.channel_layer.group_add(group, self.channel_name)
-        await self.send_event("subscribed", {"kind": kind, "id": ident})
+        await self.send_event("subscribed", p.Subscription(kind, ident))
 
     async def fail(self, message: str):
-        await self.send_event("error", {"message": message})
+        await self.send_event("error", p.LiveError(message))
         await self.close(code=CLOSE_BAD_MESSAGE)
 
-    async def send_event(self, event: str, data: dict):
+    async def send_event(self, event: str, data: p.Subscription | p.LiveError):
         await self.send(text_data=encode(event, data))
 
     async def live_end(self, message):
