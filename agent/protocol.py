@@ -1,10 +1,14 @@
-"""Protocol v1 between the agent and the server (docs/agent-protocol.md).
+"""Protocol v1 between the agent and the server (docs/agent-protocol.md), and the
+messages the server sends browsers (docs/live-protocol.md).
 
 The wire schema, written once: limits, close codes, the value ranges and the typed
-frames (msgspec structs). The agent encodes its frames from these structs and the
-server decodes agent frames into them. The agent cleans every record against the same
-ranges before it is spooled, so a value NVML reports out of range costs one metric,
-never a rejected batch.
+frames (msgspec structs) of every frame either way: agent -> server (``Hello``,
+``Samples``, ``RulesetApplied``), server -> agent (``Welcome``, ``Ack``, ``Error``,
+``DiagnosticsRequest``, ``Ruleset``) and server -> browser (``LiveMessage``). Each
+end encodes what it sends from these structs and decodes what it receives into them;
+no frame is a hand-built dict. The agent cleans every record against the same ranges
+before it is spooled, so a value NVML reports out of range costs one metric, never a
+rejected batch. The module imports nothing of the console: the agent ships without it.
 """
 
 from __future__ import annotations
