@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TRACE = REPO / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = REPO / "agent" / "traces" / "h200_mixed.jsonl"
 SLOW_EVERY = 1  # fast samples per slow sample at the nvml defaults (1 s, 1 s)
 COUNTER_EVERY = 60  # fast samples per counter sample at the defaults (1 s, 60 s)
 
@@ -44,7 +44,7 @@ class Sink:
     """The agent's outbox, emptied after every step; optionally a spool behind it."""
 
     def __init__(self, spool: bool):
-        from monitoring.agent.outbox import Outbox
+        from agent.outbox import Outbox
 
         self.outboxes: dict[str, Outbox] = {}
         self.spools = {}
@@ -61,7 +61,7 @@ class Sink:
             self._spool(host, rows)
 
     def _spool(self, host: str, rows) -> None:
-        from monitoring.agent.spool import Spool
+        from agent.spool import Spool
 
         spool = self.spools.get(host)
         if spool is None:
@@ -71,7 +71,7 @@ class Sink:
 
 
 def sim_step(args):
-    from monitoring.agent.backends.sim import SimSource
+    from agent.backends.sim import SimSource
 
     source = SimSource.synthetic(args.hosts, args.gpus, slow_interval=5.0)
 
@@ -84,7 +84,7 @@ def sim_step(args):
 
 
 def replay_step(args):
-    from monitoring.agent.backends.replay import ReplaySource, Trace
+    from agent.backends.replay import ReplaySource, Trace
 
     if not Path(args.trace).exists():
         raise SystemExit(f"agent_cost: trace {args.trace} not found (give --trace PATH)")
@@ -100,7 +100,7 @@ def replay_step(args):
 
 
 def nvml_step(args, nvml=None, what="GPU(s)"):
-    from monitoring.agent.backends.nvml import NvmlSource, NvmlUnavailable
+    from agent.backends.nvml import NvmlSource, NvmlUnavailable
 
     source = NvmlSource(host="bench", nvml=nvml)
     try:

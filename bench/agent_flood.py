@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import wsclient  # noqa: E402 (bench/, beside this script)
 
-from monitoring.agent import protocol  # noqa: E402
+from agent import protocol  # noqa: E402
 
 HOST = "flood-host"
 UUIDS = [f"GPU-flood-{i}" for i in range(8)]

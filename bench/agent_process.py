@@ -136,10 +136,10 @@ def role_agent(args) -> None:
     sys.modules["pynvml"] = pynvml_for(args)
     if args.role == "agent-before":
         sys.path.insert(0, str(Path(args.before).resolve()))
-    from monitoring.agent.cli import main
+    from agent.cli import main
 
     if args.role == "agent-thread":  # the same agent with its sampling tick on a thread
-        from monitoring.agent.backends.nvml import NvmlSource
+        from agent.backends.nvml import NvmlSource
 
         start = NvmlSource.start
         NvmlSource.start = lambda self, emit, loop=None: start(self, emit)

@@ -16,8 +16,8 @@ import time
 
 
 def frame_text() -> str:
-    from monitoring.agent import protocol
-    from monitoring.agent.backends.sim import SimSource
+    from agent import protocol
+    from agent.backends.sim import SimSource
 
     sim = SimSource.synthetic(1, 8, prefix="bench-host", seed=1)
     bodies, seq, tick, start = [], 0, 0, time.time() - 600

@@ -292,7 +292,7 @@ def serve_console(env: dict, out: Path) -> subprocess.Popen:
 def start_agent(env: dict, out: Path, var: Path, token_file: Path, source: list[str]) -> subprocess.Popen:
     log(f"starting the agent ({' '.join(source)})")
     return subprocess.Popen(
-        [sys.executable, "-m", "monitoring.agent", *source, "--server", f"ws://127.0.0.1:{PORT}/ws/agent/",
+        [sys.executable, "-m", "agent", *source, "--server", f"ws://127.0.0.1:{PORT}/ws/agent/",
          "--token-file", str(token_file), "--host", HOST, "--spool-dir", str(var / "spool")],
         cwd=ROOT, env=env, stdout=open(out / "agent.log", "w"), stderr=subprocess.STDOUT,
     )

@@ -94,7 +94,7 @@ def main() -> int:
     args = p.parse_args()
     import pynvml as nv
 
-    from monitoring.agent.backends.nvml import NvmlSource
+    from agent.backends.nvml import NvmlSource
 
     nv.nvmlInit()
     report = {"driver": answer(nv.nvmlSystemGetDriverVersion), "gpus": nvml_facts(nv)}

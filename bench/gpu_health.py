@@ -7,7 +7,7 @@
    nothing changed sends nothing;
 2. the verdict of each GPU and of the host (monitoring/health.py) from those facts, the
    fast readings and the XID errors this boot's kernel log names;
-3. the diagnostics bundle (monitoring/agent/diagnostics.py), timed, with its manifest.
+3. the diagnostics bundle (agent/diagnostics.py), timed, with its manifest.
 Writes health.json, diagnostics-manifest.json, bundle.tar.gz (when under 16 MiB) and
 health.md (the summary) to --out.
 """
@@ -26,9 +26,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from agent import diagnostics  # noqa: E402
+from agent.backends.nvml import NvmlSource  # noqa: E402
 from monitoring import health  # noqa: E402
-from monitoring.agent import diagnostics  # noqa: E402
-from monitoring.agent.backends.nvml import NvmlSource  # noqa: E402
 
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)")
 

@@ -35,8 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from monitoring.agent import protocol  # noqa: E402
-from monitoring.agent.backends.sim import SimSource  # noqa: E402
+from agent import protocol  # noqa: E402
+from agent.backends.sim import SimSource  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import asgi_servers  # noqa: E402

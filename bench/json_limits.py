@@ -5,7 +5,7 @@ frames, same run; and how fast a hostile 5,000-deep document is refused.
     python bench/json_limits.py
     python bench/json_limits.py --records 500 --rounds 200
 
-Frames are built from the recorded H200 trace (monitoring/agent/traces/h200_mixed.jsonl)
+Frames are built from the recorded H200 trace (agent/traces/h200_mixed.jsonl)
 with the agent's own encoder: ``--records`` records per frame, each record one GPU reading
 with its metrics and a process list, as a v1 samples frame.
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agent import protocol  # noqa: E402
 from console import jsonlimits  # noqa: E402
-from monitoring.agent import protocol  # noqa: E402
 
-TRACE = REPO / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = REPO / "agent" / "traces" / "h200_mixed.jsonl"
 PROCS = [{"pid": 4000 + i, "used_memory": 2**30 * (i + 1), "name": "python3", "user": "train",
           "cmd": "python3 train.py --config big.yaml"} for i in range(4)]
 

@@ -42,8 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from monitoring.agent import firewall  # noqa: E402
-from monitoring.agent import protocol as wire  # noqa: E402
+from agent import firewall  # noqa: E402
+from agent import protocol as wire  # noqa: E402
 
 SIZES = (1, 100, 1000)
 
@@ -244,10 +244,10 @@ async def _drive(args, ns: str, seed: dict, port: int, var: Path) -> None:
     import asyncio
     import urllib.request
 
-    from monitoring.agent import runner
-    from monitoring.agent.backends.sim import SimSource
-    from monitoring.agent.spool import Spool
-    from monitoring.agent.uplink import HostLink
+    from agent import runner
+    from agent.backends.sim import SimSource
+    from agent.spool import Spool
+    from agent.uplink import HostLink
     from network import services
     from network.models import HostRules, SecurityGroup
 

@@ -91,8 +91,8 @@ def timed(step, seconds: float, max_steps: int, gpus: int, min_steps: int = 1) -
 
 
 def child_agent(seconds: float, max_steps: int) -> dict:
-    from monitoring.agent.backends.nvml import NvmlSource
-    from monitoring.agent.outbox import Outbox
+    from agent.backends.nvml import NvmlSource
+    from agent.outbox import Outbox
 
     source = NvmlSource(host="bench")
     source.open()
@@ -255,7 +255,7 @@ def child_step_tool(name: str, seconds: float, max_steps: int) -> dict:
 def child_calls(seconds: float, max_steps: int) -> dict:
     import pynvml as nv
 
-    from monitoring.agent.backends.nvml import FIELD_METRICS, GPM_METRICS
+    from agent.backends.nvml import FIELD_METRICS, GPM_METRICS
 
     nv.nvmlInit()
     h = nv.nvmlDeviceGetHandleByIndex(0)

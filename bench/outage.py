@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from ingest import PYTHON, Database, Server, free_port  # noqa: E402
 
-from monitoring.agent.backends.sim import SimSource  # noqa: E402
+from agent.backends.sim import SimSource  # noqa: E402
 
 
 def fleet_file(path: Path, sim: SimSource, tokens: dict[str, str]) -> None:
@@ -94,7 +94,7 @@ def main() -> int:
         server.start()
         spool = work / "spool"
         agent = subprocess.Popen(
-            [PYTHON, "-m", "monitoring.agent", "--server", f"ws://127.0.0.1:{server.port}/ws/agent/",
+            [PYTHON, "-m", "agent", "--server", f"ws://127.0.0.1:{server.port}/ws/agent/",
              "--backend", "sim", "--fleet", str(fleet), "--interval", str(args.interval),
              "--slow-interval", "1", "--spool-dir", str(spool), "--log-level", "warning"],
             cwd=REPO, stdout=open(work / "agent.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115

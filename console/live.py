@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
+
+from agent.protocol import live_text
 
 
 def team_group(team_id) -> str:
@@ -57,8 +58,9 @@ END = {"type": "live.end"}
 
 
 def encode(event: str, data: dict) -> str:
-    """The text a browser receives."""
-    return json.dumps({"event": event, "data": data}, separators=(",", ":"))
+    """The text a browser receives (``agent.protocol.LiveMessage``, the one schema of
+    every frame the console sends)."""
+    return live_text(event, data)
 
 
 def message(event: str, data: dict) -> dict:

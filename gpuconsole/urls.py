@@ -15,7 +15,7 @@ urlpatterns += [
     path("", include(module))
     for module in ("instances.urls", "monitoring.urls", "monitoring.metrics_urls", "billing.urls", "audit.urls",
                    "scaling.urls", "jobs.urls", "network.urls",
-                   "savings.urls")
+                   "savings.urls", "alerting.urls")
 ]
 
 handler400 = "console.views.bad_request"

@@ -24,7 +24,7 @@ from .models import (
     SliceProfile,
 )
 
-# The GPU recorded in monitoring/agent/traces/h200_mixed.jsonl; the replay agent reports it.
+# The GPU recorded in agent/traces/h200_mixed.jsonl; the replay agent reports it.
 REPLAY_GPU_UUID = "GPU-cc7cc80c-c4d9-ea4f-fa04-56bccf2abc35"
 REPLAY_HOST = "use1-h200-replay"
 

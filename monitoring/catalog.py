@@ -6,7 +6,7 @@ enforces exactly what docs/agent-protocol.md documents.
 
 from __future__ import annotations
 
-from monitoring.agent.protocol import METRICS as RANGES
+from agent.protocol import METRICS as RANGES
 
 # Gauges: raw column, and min/avg/max in the rollups.
 GAUGES = (

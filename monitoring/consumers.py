@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import json
 import logging
 import threading
 import time
@@ -24,6 +23,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import connection
 
+from agent import protocol as p
 from audit.models import Outcome
 from audit.services import record_event
 from console import jsonlimits
@@ -39,7 +39,6 @@ from console.live import (
 from console.request_context import bind_scope
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
-from monitoring.agent import protocol as p
 from network import agent_link
 
 from . import diagnostics, fanout, frames, ingest, inventory, services
@@ -391,10 +390,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.timer.cancel()
         self.link = ingest.Link(self.host.pk, self.host.name)
         self.acker = asyncio.ensure_future(self.ack_loop())
-        await self.send_frame({
-            "type": "welcome", "v": p.VERSION, "host": self.host.name, "server_time": time.time(),
-            "registered": result.registered, "vanished": result.vanished,
-        })
+        await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),
+                                        registered=result.registered, vanished=result.vanished))
         await agent_link.joined(self)  # the host's network rules, now and on every change
 
     async def ack_loop(self):
@@ -407,15 +404,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 raise
             except Exception:
                 log.exception("storing samples of %s failed", self.host.name)
-                await self.send_frame({"type": "error", "code": "server_error",
-                                       "message": "the server could not store this batch; send it again"})
+                await self.send_frame(p.Error(code="server_error",
+                                              message="the server could not store this batch; send it again"))
                 self.closing = True
                 await self.close(code=p.CLOSE_SERVER_ERROR)
                 return
             self.unacked.popleft()
             if not self.unacked:
                 self.ready.clear()
-            await self.send_frame({"type": "ack", "boot_id": boot_id, "seq": seq})
+            await self.send_frame(p.Ack(boot_id=boot_id, seq=seq))
 
     async def network_ruleset(self, message):
         await self.send(text_data=message["frame"])
@@ -423,15 +420,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def diagnostics_request(self, message):
         await self.send(text_data=message["frame"])
 
-    async def send_frame(self, frame: dict):
-        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+    async def send_frame(self, frame: p.Welcome | p.Ack | p.Error):
+        await self.send(text_data=p.encode(frame))
 
     async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False,
-                     extra: dict | None = None):
+                     extra: p.Error | None = None):
         if self.closing:
             return
         self.closing = True
-        await self.send_frame(extra or {"type": "error", "code": code, "message": message})
+        await self.send_frame(extra or p.Error(code=code, message=message))
         try:
             await database_sync_to_async(_note_refusal)(self.host, code, message, bad_frame)
         except Exception:
@@ -452,7 +449,7 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_DENIED = 4403
 CLOSE_BAD_MESSAGE = 4400
 MAX_SUBSCRIPTIONS = 64
-KINDS = ("team", "instance", "host", "fleet")
+KINDS = p.LIVE_KINDS
 
 
 def _allowed(user, kind: str, ident: int | None) -> bool:
@@ -533,7 +530,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if group in self.joined:
                 self.joined.discard(group)
                 await self.channel_layer.group_discard(group, self.channel_name)
-            await self.send_event("unsubscribed", {"kind": kind, "id": ident})
+            await self.send_event("unsubscribed", p.Subscription(kind, ident))
             return
         user = self.scope["user"]
         if not await database_sync_to_async(_allowed)(user, kind, ident):
@@ -546,13 +543,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 return
             self.joined.add(group)
             await self.channel_layer.group_add(group, self.channel_name)
-        await self.send_event("subscribed", {"kind": kind, "id": ident})
+        await self.send_event("subscribed", p.Subscription(kind, ident))
 
     async def fail(self, message: str):
-        await self.send_event("error", {"message": message})
+        await self.send_event("error", p.LiveError(message))
         await self.close(code=CLOSE_BAD_MESSAGE)
 
-    async def send_event(self, event: str, data: dict):
+    async def send_event(self, event: str, data: p.Subscription | p.LiveError):
         await self.send(text_data=encode(event, data))
 
     async def live_end(self, message):

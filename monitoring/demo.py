@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agent.backends.sim import PROFILES, allocated_kind
 from instances.demo import REPLAY_HOST
 from instances.models import (
     Gpu,
@@ -35,14 +36,13 @@ from instances.models import (
 )
 
 from . import services
-from .agent.backends.sim import PROFILES, allocated_kind
 from .catalog import GAUGES
 from .models import Rollup1h, Rollup1m
 
 HISTORY = timedelta(days=2)
 # Rightsizing reads the last 7 or 14 days of minutes of what runs on demand or spot.
 ADVICE_HISTORY = timedelta(days=7)
-TRACE = Path(settings.BASE_DIR) / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = Path(settings.BASE_DIR) / "agent" / "traces" / "h200_mixed.jsonl"
 
 def var_dir() -> Path:
     return Path(settings.VAR_DIR)
@@ -330,7 +330,7 @@ def agent_commands(base_url: str) -> list[list[str]]:
     """The demo's agents: one sim agent for every demo host but the replay host, and one
     replay agent looping the recorded H200 trace as ``use1-h200-replay``."""
     server = base_url.replace("https://", "wss://").replace("http://", "ws://").rstrip("/") + "/ws/agent/"
-    agent = [sys.executable, "-m", "monitoring.agent", "--server", server]
+    agent = [sys.executable, "-m", "agent", "--server", server]
     spool = var_dir() / "agent-spool"
     commands = []
     if fleet_path().exists():

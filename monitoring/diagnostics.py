@@ -3,7 +3,7 @@ websocket, uploaded by the agent over HTTPS with its host token and a one-time k
 kept through Django's storage API (the "diagnostics" entry of STORAGES, else files
 under var/diagnostics), listed with size and SHA-256, downloaded by operators, deleted
 after DIAGNOSTICS_RETENTION_DAYS. Every request, upload, download and deletion is
-audited. The bundle itself is made by monitoring/agent/diagnostics.py."""
+audited. The bundle itself is made by agent/diagnostics.py."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from django.core.files.storage import FileSystemStorage, Storage, storages
 from django.db import transaction
 from django.utils import timezone
 
+from agent import protocol
+from agent.diagnostics import MAX_BUNDLE_BYTES
 from audit.models import Outcome
 from audit.services import record_event
 from instances.models import Host
 
-from .agent.diagnostics import MAX_BUNDLE_BYTES
 from .models import BundleState, DiagnosticsBundle
 
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -72,8 +73,8 @@ def request_bundle(*, actor, host: Host) -> DiagnosticsBundle:
     bundle = DiagnosticsBundle.objects.create(host=host, requested_by=actor if getattr(actor, "pk", None) else None,
                                               upload_key_hash=_key_hash(key))
     record_event(actor=actor, action="host.diagnostics.collect", target=host, details={"bundle": bundle.pk})
-    frame = json.dumps({"type": "diagnostics", "id": bundle.pk, "key": key, "max_bytes": max_bytes(),
-                        "upload": f"/api/v1/agent/diagnostics/{bundle.pk}/"}, separators=(",", ":"))
+    frame = protocol.encode(protocol.DiagnosticsRequest(id=bundle.pk, key=key, max_bytes=max_bytes(),
+                                                        upload=f"/api/v1/agent/diagnostics/{bundle.pk}/"))
     transaction.on_commit(lambda: _send(host.pk, frame))
     return bundle
 

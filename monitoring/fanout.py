@@ -35,6 +35,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.utils import timezone
 
+from agent.protocol import GPUS_HEAD, GPUS_TAIL
 from console.live import (
     FLEET_GROUP,
     host_group,
@@ -43,8 +44,7 @@ from console.live import (
     team_group,
 )
 
-from . import readings
-from .readings import public
+from .readings import PUBLIC_KEYS, Live, stale_live
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,13 @@ def interval_s() -> float:
     return float(getattr(settings, "LIVE_COALESCE_S", 0.25))
 
 
-def groups_of(entry: dict) -> list[str]:
-    groups = [FLEET_GROUP, host_group(entry["_host_id"])]
-    if entry["team"]:
-        groups.append(team_group(entry["team"]))
-    if entry["instance"]:
-        groups.append(instance_group(entry["instance"]))
+def groups_of(entry: Live) -> list[str]:
+    groups = [FLEET_GROUP, host_group(entry.host_id)]
+    reading = entry.reading
+    if reading.team:
+        groups.append(team_group(reading.team))
+    if reading.instance:
+        groups.append(instance_group(reading.instance))
     return groups
 
 
@@ -70,12 +71,13 @@ FIELD = "\x1f"
 _json = msgspec.json.Encoder()  # the same text as json.dumps(separators=(",", ":")), faster
 
 
-def pack(entry: dict) -> str:
+def pack(entry: Live) -> str:
     """One reading as a ``live.gpus`` message carries it: its time in seconds and stale
     flag (the order a socket's merge keeps), its UUID, and the browser's JSON of it
-    (the public keys)."""
-    text = _json.encode(public(entry)).decode()
-    return f"{entry['_t']!r}{FIELD}{int(entry['stale'])}{FIELD}{entry['uuid']}{FIELD}{text}"
+    (``LiveReading``, encoded once here)."""
+    reading = entry.reading
+    text = _json.encode(reading).decode()
+    return f"{entry.t!r}{FIELD}{int(reading.stale)}{FIELD}{reading.uuid}{FIELD}{text}"
 
 
 def unpack(packed: str) -> list[tuple[str, tuple[float, bool], str]]:
@@ -111,7 +113,7 @@ def heard(packed: str) -> Heard:
     return Heard(packed)
 
 
-def split(entries: list[dict]) -> dict[str, list[str]]:
+def split(entries: list[Live]) -> dict[str, list[str]]:
     """{group: [packed reading, …]} for a set of readings; each is serialised once,
     however many groups it goes to."""
     by_group: dict[str, list[str]] = {}
@@ -127,7 +129,7 @@ def gpus_message(packed: list[str]) -> dict:
     return {"type": "live.gpus", "readings": RECORD.join(packed)}
 
 
-def sends(entries: list[dict]) -> list[tuple[str, dict]]:
+def sends(entries: list[Live]) -> list[tuple[str, dict]]:
     return [(group, gpus_message(packed)) for group, packed in split(entries).items()]
 
 
@@ -136,7 +138,12 @@ def readings_of(message: dict) -> str:
     release, whose messages carried ``gpus``: a list of readings as dicts."""
     if "readings" in message:
         return message["readings"]
-    return RECORD.join(pack(gpu) for gpu in message.get("gpus", ()))
+    return RECORD.join(_pack_dict(gpu) for gpu in message.get("gpus", ()))
+
+
+def _pack_dict(gpu: dict) -> str:
+    text = _json.encode({k: gpu[k] for k in PUBLIC_KEYS}).decode()
+    return f"{gpu['_t']!r}{FIELD}{int(gpu['stale'])}{FIELD}{gpu['uuid']}{FIELD}{text}"
 
 
 QUIET_S = 0.03  # a burst of agent frames has ended once none came for this long
@@ -156,7 +163,7 @@ class Coalescer:
 
     def __init__(self, interval: float):
         self.interval = interval
-        self.pending: dict[str, dict] = {}
+        self.pending: dict[str, Live] = {}
         self.task: asyncio.Task | None = None
         self.sent = 0
         self.last_flush = float("-inf")
@@ -170,17 +177,17 @@ class Coalescer:
         self.arrived = asyncio.get_running_loop().time()
         self.idle.clear()
 
-    def written(self, latest: dict[str, dict]) -> None:
+    def written(self, latest: dict[str, Live]) -> None:
         self.busy = max(0, self.busy - 1)
         if latest:
             self.offer(latest)
         if not self.busy:
             self.idle.set()
 
-    def offer(self, latest: dict[str, dict]) -> None:
+    def offer(self, latest: dict[str, Live]) -> None:
         for uuid, entry in latest.items():
             kept = self.pending.get(uuid)
-            if kept is None or entry["_t"] >= kept["_t"]:
+            if kept is None or entry.t >= kept.t:
                 self.pending[uuid] = entry
         if self.task is None or self.task.done():
             # Leading edge: a reading after a quiet spell goes out at once (with the
@@ -230,7 +237,7 @@ def coalescer() -> Coalescer:
     return found
 
 
-def offer(latest: dict[str, dict]) -> None:
+def offer(latest: dict[str, Live]) -> None:
     if latest:
         coalescer().offer(latest)
 
@@ -240,7 +247,7 @@ def writing() -> None:
     coalescer().writing()
 
 
-def written(latest: dict[str, dict]) -> None:
+def written(latest: dict[str, Live]) -> None:
     """A write of samples ended; ``latest`` are its newest readings (empty if it failed)."""
     coalescer().written(latest)
 
@@ -252,18 +259,12 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     now = now or timezone.now()
     edge = now - timedelta(seconds=stale_after_s())
     rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
-    entries = [
-        {**readings.of_latest(row, now=now, host=row.host.name, index=row.gpu.index), "stale": True,
-         "_host_id": row.host_id, "_t": row.time.timestamp()}
-        for row in rows.select_related("host", "gpu")
-    ]
+    entries = [stale_live(row, host=row.host.name, index=row.gpu.index) for row in rows.select_related("host", "gpu")]
     if entries:
         async_to_sync(send_each)(sends(entries), watched_only=True)
     return len(entries)
 
 
-GPUS_HEAD = '{"event":"gpus","data":{"gpus":['  # console.live.encode's text of a gpus event
-GPUS_TAIL = "]}}"
 NEVER = (float("-inf"), False)
 
 

@@ -23,7 +23,6 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 
-PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
 DEFAULT_PRECISION = "bf16"
 
 # Dense (no sparsity) tensor-core peaks, TFLOP/s, of the SXM parts by the vendor's

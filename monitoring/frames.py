@@ -1,6 +1,6 @@
 """Reading agent frames, protocol v1 (docs/agent-protocol.md). Pure: no database.
 
-The rules are the wire schema's (``monitoring.agent.protocol``): a frame is decoded
+The rules are the wire schema's (``agent.protocol``): a frame is decoded
 straight into its typed structs (msgspec), then checked against the rules a type cannot
 say (``protocol.frame_rules``). A frame is accepted whole or refused whole:
 ``FrameError`` carries the close code, the error slug of section 6 and one sentence
@@ -32,10 +32,11 @@ from functools import cache, reduce
 import msgspec
 from msgspec import inspect as mi
 
-from console import jsonlimits
-from monitoring.agent import protocol as p
-from monitoring.agent.protocol import (  # noqa: F401 (the frames' types, as the server names them)
+from agent import protocol as p
+from agent.protocol import (  # noqa: F401 (the frames' types, as the server names them)
     MAX_HELLO_BYTES,
+    Ack,
+    Error,
     Event,
     GpuInfo,
     Hello,
@@ -44,7 +45,9 @@ from monitoring.agent.protocol import (  # noqa: F401 (the frames' types, as the
     Record,
     Samples,
     SliceInfo,
+    Welcome,
 )
+from console import jsonlimits
 
 
 class FrameError(Exception):
@@ -57,13 +60,8 @@ class FrameError(Exception):
         self.boot_id = boot_id
         self.seq = seq
 
-    def frame(self) -> dict:
-        out = {"type": "error", "code": self.code, "message": self.message}
-        if self.boot_id is not None:
-            out["boot_id"] = self.boot_id
-        if self.seq is not None:
-            out["seq"] = self.seq
-        return out
+    def frame(self) -> p.Error:
+        return p.Error(code=self.code, message=self.message, boot_id=self.boot_id, seq=self.seq)
 
 
 def bad(message: str, code: str = "bad_field") -> FrameError:

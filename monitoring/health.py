@@ -1,7 +1,7 @@
 """Health verdicts of a GPU and of a host, in words an operator can act on.
 
 Pure functions of what the agent reports (no Django), so the agent's own check on a
-real host (``python -m monitoring.agent.diagnostics --verdict``) and the console judge
+real host (``python -m agent.diagnostics --verdict``) and the console judge
 alike. Inputs:
 - ``facts``: the GPU's health facts, read by the agent on its counter cadence and sent
   when they change (``FACTS`` below: aggregate ECC, retired pages, row remapping,

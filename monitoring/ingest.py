@@ -12,7 +12,6 @@ through ``alert_hooks``.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import time
@@ -25,11 +24,11 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agent import protocol
 from audit.services import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
 from . import alert_hooks, declarations, gpu_events, partitions, readings, rollup_marks
-from .agent import protocol
 from .catalog import RAW_METRICS, to_signed
 from .frames import Hello, Record, Samples
 from .inventory import HelloResult
@@ -213,7 +212,7 @@ class Link:
         self.host_id = host_id
         self.host_name = host_name
         self.high: dict[str, tuple[int, int]] = {}  # boot_id -> (session id, high)
-        self.latest: dict[str, dict] = {}
+        self.latest: dict[str, readings.Live] = {}
         self.counts = {"frames": 0, "samples": 0, "duplicates": 0}
         self._devices: dict[str, Device] = {}
         self._read_at = -math.inf
@@ -229,10 +228,10 @@ class Link:
             read_devices([self])
         return self._devices
 
-    def keep(self, latest: dict[str, dict], frames: int, samples: int, duplicates: int) -> None:
+    def keep(self, latest: dict[str, readings.Live], frames: int, samples: int, duplicates: int) -> None:
         for device, entry in latest.items():
             kept = self.latest.get(device)
-            if kept is None or entry["_t"] >= kept["_t"]:
+            if kept is None or entry.t >= kept.t:
                 self.latest[device] = entry
         self.counts["frames"] += frames
         self.counts["samples"] += samples
@@ -282,12 +281,12 @@ def read_devices(links: list[Link]) -> None:
 def write_kept(links: list[Link]) -> None:
     """Write the newest readings and the counters of ``links`` (inside the caller's
     transaction): one upsert for every link's readings, one update of their counters."""
-    latest: dict[str, tuple[int, dict]] = {}
+    latest: dict[str, tuple[int, readings.Live]] = {}
     counts: dict[int, list[int]] = {}
     for link in sorted(links, key=lambda link: link.host_id):
         for uuid, entry in link.latest.items():
             kept = latest.get(uuid)  # two connections of one host may both hold a GPU's reading
-            if kept is None or entry["_t"] >= kept[1]["_t"]:
+            if kept is None or entry.t >= kept[1].t:
                 latest[uuid] = (link.host_id, entry)
         total = counts.setdefault(link.host_id, [0, 0, 0])
         for i, name in enumerate(("frames", "samples", "duplicates")):
@@ -307,7 +306,7 @@ class Stored:
     stored: int
     duplicates: int
     discarded: int
-    latest: dict[str, dict]  # device uuid -> current reading (readings.live)
+    latest: dict[str, readings.Live]  # device uuid -> current reading
 
 
 @dataclass
@@ -320,7 +319,7 @@ class Prepared:
     attributed: list[list[tuple[Record, Held]]]  # per batch, the records of known devices
     team_ids: set[int]
     discarded: int
-    latest: dict[str, dict]
+    latest: dict[str, readings.Live]
     ahead: tuple[int, float] | None
 
 
@@ -435,7 +434,7 @@ def _attribute(link: Link, batches: list[Samples], holds: Holds, span: tuple[int
     link.declared.note(newest.values())
     latest = {
         uuid: readings.live(uuid=uuid, host_id=link.host_id, host=link.host_name, device=held.device, t=record.t,
-                            m=msgspec.to_builtins(record.m), instance=held.instance_id, team=held.team_id)
+                            m=record.m, instance=held.instance_id, team=held.team_id)
         for uuid, (record, held) in newest.items()
     }
     return Prepared(link, batches, attributed, holds.team_ids(), discarded, latest, ahead)
@@ -783,7 +782,7 @@ def insert_samples(rows: list[tuple]) -> None:
 # --- latest readings and counters ------------------------------------------------------------
 
 
-def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
+def _upsert_latest(latest: dict[str, tuple[int, readings.Live]]) -> None:
     """{uuid: (host id, reading)} in one statement; a reading only replaces an older one
     (replayed backlog never overwrites a newer reading)."""
     if not latest:
@@ -798,7 +797,7 @@ def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
     moving = ("host_id", "gpu_id", "slice_id", "instance_id", "team_id", "time", "metrics", "last_seen")
     sets = [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE {table}.{c} END" for c in moving]
     columns = "uuid, host_id, gpu_id, slice_id, instance_id, team_id, time, last_seen, metrics"
-    rows = [(uuid, host_id, e["_gpu_id"], e["_slice_id"], e["instance"], e["team"], _time_text(e["_t"]), e["m"])
+    rows = [(uuid, host_id, e.gpu_id, e.slice_id, e.reading.instance, e.reading.team, _time_text(e.t), e.reading.m)
             for uuid, (host_id, e) in sorted(latest.items())]
     if connection.vendor == "postgresql":  # every reading in one JSON parameter (see _values)
         sql = (
@@ -813,7 +812,7 @@ def _upsert_latest(latest: dict[str, tuple[int, dict]]) -> None:
         groups = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         sql = f"INSERT INTO {table} ({columns}) VALUES {groups} ON CONFLICT (uuid) DO UPDATE SET {', '.join(sets)}"
         params = [x for *head, when, m in rows
-                  for x in (*head, adapt(datetime.fromisoformat(when)), now, json.dumps(m))]
+                  for x in (*head, adapt(datetime.fromisoformat(when)), now, _encode(m).decode())]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 

@@ -9,7 +9,7 @@ import logging
 import msgspec
 from channels.db import database_sync_to_async
 
-from monitoring.agent import protocol as wire
+from agent import protocol as wire
 
 from . import services
 

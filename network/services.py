@@ -20,9 +20,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agent import protocol as wire
 from audit.services import record_event
 from instances.models import HOLDING_STATES, Host, Instance
-from monitoring.agent import protocol as wire
 
 from .models import (
     Direction,

@@ -16,11 +16,11 @@ import pytest
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
-from monitoring.agent.backends.replay import ReplaySource, Trace
-from monitoring.agent.spool import Spool
-from monitoring.agent.uplink import Backoff, HostLink
+from agent.backends.replay import ReplaySource, Trace
+from agent.spool import Spool
+from agent.uplink import Backoff, HostLink
 
-TRACE = Path(__file__).resolve().parents[2] / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "agent" / "traces" / "h200_mixed.jsonl"
 TOKEN = "host-token-1"
 
 
@@ -497,8 +497,8 @@ class FakePynvml:
 def fake_nvml(monkeypatch, tmp_path):
     """Install a fake pynvml with the given devices (two plain H200s by default). Process
     names come from an empty fake /proc (tmp_path/proc), so the host's PIDs never leak in."""
-    from monitoring.agent.backends import nvml
-    from monitoring.agent.procinfo import ProcessNames
+    from agent.backends import nvml
+    from agent.procinfo import ProcessNames
 
     (tmp_path / "proc").mkdir()
     monkeypatch.setattr(nvml, "_names", ProcessNames(tmp_path / "proc"))

@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from monitoring.agent.cli import main
+from agent.cli import main
 
 
 def test_the_cli_delivers_a_trace_once_and_exits_zero(threaded_server, small_trace, tmp_path):
@@ -32,6 +32,6 @@ def test_a_fleet_connects_each_host_with_its_own_token(threaded_server, tmp_path
 
 
 def test_the_agent_imports_without_django():
-    code = "import sys, monitoring.agent.cli, monitoring.agent.backends.nvml; "
+    code = "import sys, agent.cli, agent.backends.nvml; "
     code += "assert 'django' not in sys.modules and 'pynvml' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

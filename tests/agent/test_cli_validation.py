@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from monitoring.agent.cli import main, plan
+from agent.cli import main, plan
 
 SERVER = "ws://127.0.0.1:8000/ws/agent/"
 
@@ -106,7 +106,7 @@ def test_the_token_may_come_from_the_environment(fail, monkeypatch, tmp_path):
 
 def test_an_unreachable_server_is_one_line_per_attempt(small_trace, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "monitoring.agent", "--server", "ws://127.0.0.1:9/ws/agent/",
+        [sys.executable, "-m", "agent", "--server", "ws://127.0.0.1:9/ws/agent/",
          "--token", "t", "--backend", "replay", "--trace", str(small_trace), "--speed", "50",
          "--once", "--spool-dir", str(tmp_path / "spool")],
         stderr=subprocess.PIPE, text=True,

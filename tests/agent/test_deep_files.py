@@ -3,7 +3,7 @@ every other bad file the agent reads."""
 
 import pytest
 
-from monitoring.agent.cli import main
+from agent.cli import main
 
 SERVER = "ws://127.0.0.1:9/ws/agent/"
 DEEP = "[" * 100_000 + "]" * 100_000

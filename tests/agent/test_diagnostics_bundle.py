@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from monitoring.agent import diagnostics
+from agent import diagnostics
 
 
 class FakeNv:
@@ -138,7 +138,7 @@ def test_the_upload_address_follows_the_websocket_server():
 
 
 def test_the_nvml_backend_sends_health_facts_only_when_they_change(fake_nvml):
-    from monitoring.agent.backends.nvml import NvmlSource
+    from agent.backends.nvml import NvmlSource
 
     fake = fake_nvml()
     remap = [(0, 0, False, False)]

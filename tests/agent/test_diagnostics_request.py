@@ -1,8 +1,8 @@
 import asyncio
 import json
 
-from monitoring.agent import diagnostics
-from monitoring.agent.spool import Spool
+from agent import diagnostics
+from agent.spool import Spool
 
 
 async def test_a_diagnostics_frame_is_answered_off_the_event_loop(server, make_link, replay, small_trace, tmp_path,
@@ -12,7 +12,7 @@ async def test_a_diagnostics_frame_is_answered_off_the_event_loop(server, make_l
     loop = asyncio.get_running_loop()
 
     def answer(frame, *, server, token):
-        asked.append((frame["id"], server, token))
+        asked.append((frame.id, server, token))
         loop.call_soon_threadsafe(done.set)
 
     monkeypatch.setattr(diagnostics, "answer", answer)

@@ -4,8 +4,8 @@ order is kept across both."""
 
 import asyncio
 
-from monitoring.agent import runner, uplink
-from monitoring.agent.spool import Spool
+from agent import runner, uplink
+from agent.spool import Spool
 
 
 async def run_once(source, link, timeout=15):

@@ -4,8 +4,8 @@ tests/network/ run the same code against nftables itself)."""
 
 import asyncio
 
-from monitoring.agent import firewall
-from monitoring.agent import protocol as wire
+from agent import firewall
+from agent import protocol as wire
 
 WEB = wire.NetInterface(ifname="gc7", address="10.231.1.7/32",
                         inbound=[wire.NetRule(proto="tcp", peers=["10.231.1.8/32"], ports=(22, 23))],
@@ -83,8 +83,8 @@ def test_a_list_of_peers_is_one_named_set_shared_by_the_chains():
 
 async def test_a_connected_agent_applies_a_ruleset_and_reports_it(server_class, make_link, replay, small_trace,
                                                                    tmp_path):
-    from monitoring.agent import runner
-    from monitoring.agent.spool import Spool
+    from agent import runner
+    from agent.spool import Spool
 
     class RulesServer(server_class):
         """Sends a ruleset before its first ack, and keeps the agent's reports."""
@@ -121,8 +121,8 @@ def test_a_rule_naming_a_group_allows_its_members_and_an_empty_group_nothing():
 
 async def test_an_agent_waiting_for_its_next_sample_applies_a_ruleset_at_once(server_class, make_link, replay,
                                                                               small_trace, tmp_path):
-    from monitoring.agent import runner
-    from monitoring.agent.spool import Spool
+    from agent import runner
+    from agent.spool import Spool
 
     class RulesServer(server_class):
         """Acks the first samples, then sends a ruleset; notes what comes next."""
@@ -154,7 +154,7 @@ async def test_an_agent_waiting_for_its_next_sample_applies_a_ruleset_at_once(se
 def test_a_restarted_agent_puts_its_rules_back_before_it_connects(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from monitoring.agent import cli
+    from agent import cli
 
     applied = []
     monkeypatch.setattr(firewall, "nft_apply", lambda script, nft=("nft",): applied.append(script))

@@ -3,8 +3,8 @@ import time
 
 import pytest
 
-from monitoring.agent.backends import nvml as nvml_backend
-from monitoring.agent.backends.nvml import NvmlSource, NvmlUnavailable
+from agent.backends import nvml as nvml_backend
+from agent.backends.nvml import NvmlSource, NvmlUnavailable
 
 
 def opened(**kw) -> NvmlSource:
@@ -141,7 +141,7 @@ def test_each_reading_carries_its_tensor_activity_at_the_defaults(fake_nvml):
 
 
 def test_the_gpm_default_follows_the_backend(tmp_path):
-    from monitoring.agent.cli import build_parser, check_numbers
+    from agent.cli import build_parser, check_numbers
 
     def slow(*argv):
         args = build_parser().parse_args(["--server", "ws://h/ws/agent/", *argv])

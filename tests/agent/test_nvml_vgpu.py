@@ -1,7 +1,7 @@
 """vGPU through NVML: the hello says how each GPU is virtualized; on a host in vGPU mode
 each running vGPU is reported as a slice with its own memory and utilization."""
 
-from monitoring.agent.backends.nvml import NvmlSource
+from agent.backends.nvml import NvmlSource
 
 
 def opened() -> NvmlSource:

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from test_procinfo import fake_proc
 
-from monitoring.agent import protocol
-from monitoring.agent.procinfo import declared_precision, describe
+from agent import protocol
+from agent.procinfo import declared_precision, describe
 
 
 @pytest.mark.parametrize(("environ", "expected"), [

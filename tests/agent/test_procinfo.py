@@ -2,7 +2,7 @@
 
 import os
 
-from monitoring.agent.procinfo import ProcessNames, describe
+from agent.procinfo import ProcessNames, describe
 
 CONTAINER = "3f1c9a7e5b2d4c6a8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d"
 
@@ -39,7 +39,7 @@ def test_an_unseen_pid_gets_no_description(tmp_path):
 
 
 def test_the_nvml_agent_names_the_processes_nvml_reports(fake_nvml, tmp_path):
-    from monitoring.agent.backends import nvml
+    from agent.backends import nvml
 
     fake_nvml()
     fake_proc(tmp_path / "proc")

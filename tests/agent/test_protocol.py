@@ -3,8 +3,8 @@ import math
 
 import msgspec
 
-from monitoring.agent import protocol
-from monitoring.agent.outbox import Outbox
+from agent import protocol
+from agent.outbox import Outbox
 
 
 def test_records_are_numbered_from_one_in_order():

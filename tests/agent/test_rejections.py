@@ -1,8 +1,8 @@
 import asyncio
 
-from monitoring.agent import runner
-from monitoring.agent.cli import main
-from monitoring.agent.spool import Spool
+from agent import runner
+from agent.cli import main
+from agent.spool import Spool
 
 
 async def run_once(source, link):

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from monitoring.agent.backends.replay import ReplaySource, Trace, TraceError
+from agent.backends.replay import ReplaySource, Trace, TraceError
 
 
 def play(source: ReplaySource) -> list[dict]:

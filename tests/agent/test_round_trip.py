@@ -1,8 +1,8 @@
 import asyncio
 
-from monitoring.agent import runner
-from monitoring.agent.backends.replay import ReplaySource
-from monitoring.agent.spool import Spool
+from agent import runner
+from agent.backends.replay import ReplaySource
+from agent.spool import Spool
 
 
 async def run_once(source, link, timeout=15):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from monitoring.agent.backends.sim import FleetError, SimSource, load_fleet
+from agent.backends.sim import FleetError, SimSource, load_fleet
 
 
 def metrics(source: SimSource, ticks: int) -> list[dict]:
@@ -111,7 +111,7 @@ def test_a_fleet_file_names_a_bad_fault(tmp_path):
 
     import pytest
 
-    from monitoring.agent.backends.sim import FleetError, load_fleet
+    from agent.backends.sim import FleetError, load_fleet
 
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}]))

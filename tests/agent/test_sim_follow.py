@@ -3,8 +3,8 @@ is held for: free and pending devices idle with no processes, a running instance
 devices busy, MIG and vGPU slices with per-slice readings (absent, never 0, where the
 mode cannot report)."""
 
-from monitoring.agent.backends.sim import SimSource, apply_allocations, workload_for
-from monitoring.agent.cli import http_base
+from agent.backends.sim import SimSource, apply_allocations, workload_for
+from agent.cli import http_base
 
 GIB = 2**30
 

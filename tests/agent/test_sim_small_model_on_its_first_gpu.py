@@ -2,7 +2,7 @@
 the instance's GPUs on the host: that one holds a few GB and works a little, the others
 idle with no process, as the demo's seeded history has it."""
 
-from monitoring.agent.backends.sim import SimSource, allocated_kind, apply_allocations
+from agent.backends.sim import SimSource, allocated_kind, apply_allocations
 
 GIB = 2**30
 

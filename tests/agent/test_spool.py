@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from monitoring.agent.protocol import MAX_FRAME_BYTES
-from monitoring.agent.spool import Spool, SpoolError
+from agent.protocol import MAX_FRAME_BYTES
+from agent.spool import Spool, SpoolError
 
 BOOT_A, BOOT_B = "a" * 32, "b" * 32
 
@@ -91,8 +91,8 @@ def test_two_agents_cannot_share_a_spool(tmp_path):
 async def test_records_wait_in_memory_while_the_spool_cannot_be_written(tmp_path, monkeypatch):
     import asyncio
 
-    from monitoring.agent import uplink
-    from monitoring.agent.uplink import HostLink
+    from agent import uplink
+    from agent.uplink import HostLink
 
     monkeypatch.setattr(uplink, "SPOOL_AFTER_S", 0.0)
     spool = Spool(tmp_path)

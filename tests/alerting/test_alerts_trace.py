@@ -10,7 +10,7 @@ from alerting import alerts, periodic, services
 from alerting.models import Alert, AlertKind, AlertRule
 from instances import services as instance_services
 from monitoring import ingest
-from monitoring.agent.protocol import METRICS
+from agent.protocol import METRICS
 from monitoring.frames import Metrics, Record, Samples
 
 WINDOW_S = 5

@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("GPUCONSOLE_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-TRACE = ROOT / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = ROOT / "agent" / "traces" / "h200_mixed.jsonl"
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 REPLAY_HOST = "use1-h200-replay"
 PASSWORD = "demo"

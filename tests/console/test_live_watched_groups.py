@@ -8,13 +8,14 @@ import pytest
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 
+from agent.protocol import NO_METRICS, LiveReading
 from console import live
 from monitoring import fanout
+from monitoring.readings import Live
 
 
 def entry(uuid, host_id, team=None):
-    return {"uuid": uuid, "host": "h", "index": 0, "instance": None, "team": team, "t": "t", "m": {}, "stale": False,
-            "_host_id": host_id, "_t": 1.0}
+    return Live(LiveReading(uuid, "h", 0, None, team, "t", NO_METRICS, False), t=1.0, host_id=host_id)
 
 
 class Recording:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import time
 
+from agent import protocol
+from agent.backends.sim import SimGpu, SimHost, SimSource
 from monitoring import frames, ingest
-from monitoring.agent import protocol
-from monitoring.agent.backends.sim import SimGpu, SimHost, SimSource
 
 BOOT = "fa" * 16
 _seqs = itertools.count(1)

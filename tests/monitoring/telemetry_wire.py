@@ -16,7 +16,7 @@ from monitoring.catalog import RAW_METRICS
 from monitoring.ingest import insert_samples
 from monitoring.routing import websocket_urlpatterns
 
-TRACE = Path(__file__).resolve().parents[2] / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "agent" / "traces" / "h200_mixed.jsonl"
 APP = URLRouter(websocket_urlpatterns)
 
 

@@ -5,9 +5,9 @@ queued past that."""
 import pytest
 from telemetry_wire import Agent, record, samples
 
+from agent import protocol
 from audit.models import AuditEvent
 from monitoring import consumers, ingest
-from monitoring.agent import protocol
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ import websockets
 from daphne_support import ROOT, free_port
 from telemetry_wire import hello
 
-from monitoring.agent import protocol
+from agent import protocol
 
 SEED = """
 from datetime import timedelta

@@ -3,8 +3,8 @@
 
 from datetime import UTC, datetime
 
+from agent import protocol
 from monitoring import ingest
-from monitoring.agent import protocol
 from monitoring.frames import Metrics, Proc, Record
 
 

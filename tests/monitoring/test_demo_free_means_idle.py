@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from django.test import Client
 
+from agent.backends.sim import SimSource, apply_allocations, load_fleet
 from billing import demo as billing_demo
 from console import services as console_services
 from gpuconsole import demo as console_demo
@@ -21,7 +22,6 @@ from instances.models import Gpu, Host, HostKind
 from jobs import demo as jobs_demo
 from jobs.models import Job
 from monitoring import demo, ingest
-from monitoring.agent.backends.sim import SimSource, apply_allocations, load_fleet
 from monitoring.exposition import render
 from monitoring.frames import Samples
 from monitoring.models import GpuLatest, Sample

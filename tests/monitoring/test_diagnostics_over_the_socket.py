@@ -8,8 +8,8 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 from telemetry_wire import Agent
 
+from agent import diagnostics as agent_diagnostics
 from monitoring import diagnostics
-from monitoring.agent import diagnostics as agent_diagnostics
 from monitoring.models import DiagnosticsBundle
 
 pytestmark = pytest.mark.django_db(transaction=True)

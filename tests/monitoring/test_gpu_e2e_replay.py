@@ -13,13 +13,13 @@ from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 from telemetry_wire import TRACE, Agent
 
+from agent import protocol
+from agent.backends.replay import ReplaySource, Trace
 from alerting import periodic
-from monitoring.agent import protocol
-from monitoring.agent.backends.replay import ReplaySource, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BENCH = TRACE.parents[3] / "bench" / "gpu_e2e.py"
+BENCH = TRACE.parents[2] / "bench" / "gpu_e2e.py"
 IDLE_HOLD_S = 5  # the trace holds its 100 GiB for 10 s
 
 

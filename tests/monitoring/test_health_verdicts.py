@@ -2,8 +2,8 @@
 
 import pytest
 
+from agent.backends.sim import SimGpu, SimHost, SimSource
 from monitoring import health
-from monitoring.agent.backends.sim import SimGpu, SimHost, SimSource
 
 
 def _judged(fault, ticks=1, throttled_s=0.0):
@@ -73,7 +73,7 @@ def test_the_host_takes_its_worst_gpu_and_names_it():
 
 
 def test_an_unknown_fault_name_is_refused():
-    from monitoring.agent.backends.sim import FleetError
+    from agent.backends.sim import FleetError
 
     with pytest.raises(FleetError, match="unknown fault"):
         SimGpu({"uuid": "GPU-sim-0", "index": 0}, seed=3).set_fault("melted")

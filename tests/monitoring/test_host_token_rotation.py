@@ -8,10 +8,10 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from telemetry_wire import BOOT, new_boot, record, samples
 
+from agent.spool import Spool
+from agent.uplink import HostLink
 from audit.models import AuditEvent
 from monitoring import services
-from monitoring.agent.spool import Spool
-from monitoring.agent.uplink import HostLink
 from monitoring.models import HostToken, Sample
 
 

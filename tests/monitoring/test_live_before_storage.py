@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def offered(monkeypatch):
     seen: list[tuple[str, float]] = []
-    monkeypatch.setattr(fanout, "offer", lambda latest: seen.extend((u, e["_t"]) for u, e in latest.items()))
+    monkeypatch.setattr(fanout, "offer", lambda latest: seen.extend((u, e.t) for u, e in latest.items()))
     return seen
 
 

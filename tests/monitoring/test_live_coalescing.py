@@ -6,12 +6,12 @@ import time
 
 import pytest
 
+from agent.protocol import NO_METRICS, LiveReading
 from monitoring import fanout, readings
 
 
-def entry(uuid, t):
-    return {"uuid": uuid, "host": "h", "index": 0, "instance": None, "team": None, "t": t, "m": {}, "stale": False,
-            "_host_id": 1, "_t": t}
+def entry(uuid, t, *, team=None, instance=None, stale=False):
+    return readings.Live(LiveReading(uuid, "h", 0, instance, team, str(t), NO_METRICS, stale), t=t, host_id=1)
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def sent(monkeypatch):
     async def fake_send_each(sends, **_):
         for group, message in sends:
             shown = [json.loads(text) for _, _, text in fanout.unpack(message["readings"])]
-            events.append((asyncio.get_running_loop().time(), group, [g["t"] for g in shown]))
+            events.append((asyncio.get_running_loop().time(), group, [float(g["t"]) for g in shown]))
 
     monkeypatch.setattr(fanout, "send_each", fake_send_each)
     return events
@@ -95,7 +95,7 @@ async def test_each_group_gets_one_message_per_flush(monkeypatch):
 
     monkeypatch.setattr("console.live.get_channel_layer", lambda: Layer())
     c = fanout.Coalescer(0.2)
-    c.offer({"a": entry("a", 1.0), "b": {**entry("b", 2.0), "team": 7}})
+    c.offer({"a": entry("a", 1.0), "b": entry("b", 2.0, team=7)})
     await asyncio.sleep(0.02)
     groups = [group for group, _ in calls]
     assert sorted(groups) == ["fleet", "host.1", "team.7"]  # one group_send per group per flush
@@ -110,17 +110,20 @@ async def test_each_group_gets_one_message_per_flush(monkeypatch):
 
 async def test_a_reading_is_serialised_once_however_many_groups_it_goes_to(monkeypatch):
     calls = []
-    monkeypatch.setattr(fanout, "pack", lambda entry: calls.append(entry["uuid"]) or f"1.0\x1f0\x1f{entry['uuid']}\x1f{{}}")
-    fanout.sends([{**entry("a", 1.0), "team": 7, "instance": 3}])
+    monkeypatch.setattr(fanout, "pack", lambda entry: calls.append(entry.reading.uuid) or f"1.0\x1f0\x1f{entry.reading.uuid}\x1f{{}}")
+    fanout.sends([entry("a", 1.0, team=7, instance=3)])
     assert calls == ["a"]  # fleet, host, team and instance share the text
 
 
 def test_a_message_of_an_earlier_release_is_read_too():
     # Workers of the previous release sent readings as dicts; a socket still merges them.
-    old = {"type": "live.gpus", "gpus": [{**entry("a", 2.0), "stale": True}]}
+    public = {"uuid": "a", "host": "h", "index": 0, "instance": None, "team": None, "t": "2.0", "m": {},
+              "stale": True}
+    old = {"type": "live.gpus", "gpus": [{**public, "_host_id": 1, "_t": 2.0}]}
     [(uuid, key, text)] = fanout.unpack(fanout.readings_of(old))
     assert (uuid, key) == ("a", (2.0, True))
-    assert json.loads(text) == readings.public({**entry("a", 2.0), "stale": True})
+    assert text == fanout.unpack(fanout.pack(entry("a", 2.0, stale=True)))[0][2]
+    assert json.loads(text) == public
 
 
 async def test_a_burst_read_over_tens_of_milliseconds_goes_out_in_one_event(sent):

@@ -11,8 +11,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+from agent.protocol import LiveReading, Metrics
 from monitoring import fanout
-from monitoring.readings import PUBLIC_KEYS
+from monitoring.readings import PUBLIC_KEYS, Live
 from monitoring.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,8 +22,8 @@ INTERVAL = 0.1
 
 
 def reading(uuid, t, instance, *, stale=False):
-    return {"uuid": uuid, "host": "h", "index": 0, "instance": instance.pk, "team": instance.team_id,
-            "t": f"t{t}", "m": {"gpu_util": t}, "stale": stale, "_host_id": 1, "_t": float(t)}
+    return Live(LiveReading(uuid, "h", 0, instance.pk, instance.team_id, f"t{t}", Metrics(gpu_util=t), stale),
+                t=float(t), host_id=1)
 
 
 def cookie(user) -> bytes:
@@ -113,8 +114,7 @@ async def test_a_socket_sends_at_most_one_message_per_interval():
 
 
 def reading_of(uuid, t):
-    return {"uuid": uuid, "host": "h", "index": 0, "instance": None, "team": None, "t": f"t{t}", "m": {},
-            "stale": False, "_t": float(t)}
+    return Live(LiveReading(uuid, "h", 0, None, None, f"t{t}", Metrics(), False), t=float(t), host_id=1)
 
 
 async def test_messages_heard_before_a_flush_are_merged_reading_by_reading():

@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agent import cli
+from agent.backends.sim import load_fleet
 from billing import demo as billing_demo
 from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import Instance
 from monitoring import demo, services
-from monitoring.agent import cli
-from monitoring.agent.backends.sim import load_fleet
 from monitoring.models import HostToken, Rollup1h, Rollup1m
 
 

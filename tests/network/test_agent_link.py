@@ -8,8 +8,8 @@ from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
+from agent import protocol as wire
 from monitoring import services as monitoring_services
-from monitoring.agent import protocol as wire
 from monitoring.routing import websocket_urlpatterns
 from network import services
 from network.models import HostRules
@@ -75,7 +75,7 @@ async def test_a_change_in_the_console_reaches_the_connected_agent(fleet, ops, a
 
 
 async def test_an_agent_that_does_not_enforce_says_so(fleet, ops, web):
-    from monitoring.agent import firewall
+    from agent import firewall
 
     host = fleet["hosts"]["h100-a"]
     ws = await connect(ops, host)

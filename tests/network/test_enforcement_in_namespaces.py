@@ -8,8 +8,8 @@ import msgspec
 import netns
 import pytest
 
-from monitoring.agent import firewall
-from monitoring.agent import protocol as wire
+from agent import firewall
+from agent import protocol as wire
 from network import services
 from network.models import HostRules
 

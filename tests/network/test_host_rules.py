@@ -1,8 +1,8 @@
 """What each host is told to enforce: its instances' interfaces with their groups' rules,
 versioned, changed only when the rules change."""
 
+from agent import protocol as wire
 from instances import services as instance_services
-from monitoring.agent import protocol as wire
 from network import services
 from network.models import HostRules, Interface
 
@@ -66,7 +66,7 @@ def test_a_terminated_instance_leaves_the_rules_and_frees_its_address(fleet, acm
 def test_the_frame_sent_carries_the_version_and_hash(fleet, acme, bob, running):
     import msgspec
 
-    from monitoring.agent import protocol as wire
+    from agent import protocol as wire
 
     host = fleet["hosts"]["h100-a"]
     running(bob, acme, "web", host=host)

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from agent import protocol as wire
 from alerting.models import Alert, AlertKind, AlertState
-from monitoring.agent import protocol as wire
 from network import services, tasks
 from network.models import HostRules
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import wsclient  # noqa: E402 (the harnesses' websocket clients)
 
 BIN = Path(sys.executable).parent
-TRACE = ROOT / "monitoring" / "agent" / "traces" / "h200_mixed.jsonl"
+TRACE = ROOT / "agent" / "traces" / "h200_mixed.jsonl"
 HOST = "prod-replay"
 COVER_S = 1.0
 SETTLE_S = 120  # after the run: how long rollups and checkpoints may take to appear

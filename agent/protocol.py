@@ -1,10 +1,14 @@
-"""Protocol v1 between the agent and the server (docs/agent-protocol.md).
+"""Protocol v1 between the agent and the server (docs/agent-protocol.md), and the
+messages the server sends browsers (docs/live-protocol.md).
 
 The wire schema, written once: limits, close codes, the value ranges and the typed
-frames (msgspec structs). The agent encodes its frames from these structs and the
-server decodes agent frames into them. The agent cleans every record against the same
-ranges before it is spooled, so a value NVML reports out of range costs one metric,
-never a rejected batch.
+frames (msgspec structs) of every frame either way: agent -> server (``Hello``,
+``Samples``, ``RulesetApplied``), server -> agent (``Welcome``, ``Ack``, ``Error``,
+``DiagnosticsRequest``, ``Ruleset``) and server -> browser (``LiveMessage``). Each
+end encodes what it sends from these structs and decodes what it receives into them;
+no frame is a hand-built dict. The agent cleans every record against the same ranges
+before it is spooled, so a value NVML reports out of range costs one metric, never a
+rejected batch. The module imports nothing of the console: the agent ships without it.
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ class Proc(Struct, omit_defaults=True, gc=False):
     user: _text(PROC_TEXT["user"], pattern=NO_NUL) | UnsetType = UNSET
     cmd: _text(PROC_TEXT["cmd"], pattern=NO_NUL) | UnsetType = UNSET
     cgroup: _text(PROC_TEXT["cgroup"], pattern=NO_NUL) | UnsetType = UNSET
-    precision: Literal["bf16", "fp16", "tf32", "fp8"] | UnsetType = UNSET  # declared by the process
+    precision: Literal[PRECISIONS] | UnsetType = UNSET  # declared by the process
 
 
 def _metric(low: float, high: float, integral: bool):
@@ -341,19 +345,26 @@ def hello_frame(
 
 
 def to_record(raw: dict, seq: int) -> Record | None:
-    """A backend's reading as the record the wire carries (cleaned by ``clean_record``),
-    or None when nothing in it is sendable. Metrics stay a dict of the cleaned values:
-    the names of ``Metrics`` and any well-formed newer ones, in the order read."""
-    clean = clean_record(raw)
-    if clean is None:
+    """A backend's reading as the record the wire carries, or None when nothing in it
+    is sendable: values out of range left out (``clean_metrics``), processes kept as
+    ``clean_procs`` keeps them, an event's message without NUL. Metrics stay a dict of
+    the cleaned values: the names of ``Metrics`` and any well-formed newer ones, in the
+    order read."""
+    event = raw.get("event")
+    if event is not None:
+        if event.get("kind") not in EVENT_KINDS:
+            return None
+        if "message" in event:
+            event = dict(event, message=str(event["message"]).replace("\x00", "")[:MAX_MESSAGE])  # the server refuses NUL
+        return Record(seq=seq, t=raw["t"], gpu=raw["gpu"], slice=raw.get("slice"), event=Event(**event))
+    m = raw.get("m")
+    if m:
+        m = clean_metrics(m)
+    procs = raw.get("procs")
+    if procs is None and not m:
         return None
-    event = clean.get("event")
-    procs = clean.get("procs")
-    return Record(
-        seq=seq, t=clean["t"], gpu=clean["gpu"], slice=clean.get("slice"), m=clean.get("m", UNSET),
-        procs=UNSET if procs is None else [Proc(**p) for p in procs],
-        event=UNSET if event is None else Event(**event),
-    )
+    return Record(seq=seq, t=raw["t"], gpu=raw["gpu"], slice=raw.get("slice"), m=m or UNSET,
+                  procs=UNSET if procs is None else [Proc(**p) for p in clean_procs(procs)])
 
 
 def encode_record(raw: dict, seq: int) -> str | None:
@@ -443,40 +454,139 @@ def _is_int(value) -> bool:
 
 
 def clean_record(record: dict) -> dict | None:
-    """The record as it may go on the wire, or None when nothing in it is sendable."""
-    if "event" in record:
-        event = dict(record["event"])
-        if event.get("kind") not in EVENT_KINDS:
-            return None
-        if "message" in event:
-            event["message"] = str(event["message"]).replace("\x00", "")[:MAX_MESSAGE]  # the server refuses NUL
-        record = dict(record, event=event)
-        return record
-    out = {k: v for k, v in record.items() if k != "m" and k != "procs"}
-    m = record.get("m")
-    if m:
-        m = clean_metrics(m)
-        if m:
-            out["m"] = m
-    procs = record.get("procs")
-    if procs is not None:
-        out["procs"] = clean_procs(procs)
-    elif "m" not in out:
+    """The record as it may go on the wire (``to_record``), as plain data without its
+    seq, or None when nothing in it is sendable."""
+    found = to_record(record, 1)
+    if found is None:
         return None
+    out = msgspec.to_builtins(found)
+    del out["seq"]
     return out
 
 
-def parse_server_frame(text) -> dict | None:
-    """A server frame as a dict, or None when it is not a JSON object with a type."""
+# --- server -> agent: welcome, ack, error, diagnostics (and ``Ruleset`` below) ---------------
+# The server encodes these structs; the agent decodes them. Fields the agent does not
+# act on have defaults, so a server that leaves them out is still understood.
+
+
+class Welcome(Struct, tag="welcome", tag_field="type"):
+    v: int  # any version decodes: the agent refuses one it does not speak, by name
+    host: str = ""
+    server_time: float | None = None
+    registered: list[str] = msgspec.field(default_factory=list)  # GPU and slice UUIDs new to the console
+    vanished: list[str] = msgspec.field(default_factory=list)  # those the host no longer reports
+
+
+class Ack(Struct, tag="ack", tag_field="type"):
+    """Every record of ``boot_id`` up to ``seq`` is stored."""
+
+    boot_id: str
+    seq: _int(0, SAFE_INT)
+
+
+class Error(Struct, tag="error", tag_field="type", omit_defaults=True):
+    """Sent before a close; ``boot_id`` and ``seq`` name the frame refused, when one was."""
+
+    code: _text(64)
+    message: _text(MAX_MESSAGE, pattern=NO_NUL) = ""
+    boot_id: str | None = None
+    seq: int | None = None
+
+
+class DiagnosticsRequest(Struct, tag="diagnostics", tag_field="type", kw_only=True):
+    """Collect a diagnostics bundle and upload it to ``upload`` with ``key``."""
+
+    id: _int(1, SAFE_INT)
+    key: _text(128, 1)
+    max_bytes: _int(0, SAFE_INT) = 0  # 0: the agent's own limit
+    upload: _text(256, 1)
+
+
+class _Typed(Struct):
+    type: str
+
+
+_frame_type = msgspec.json.Decoder(_Typed)
+_server_frames = msgspec.json.Decoder(Welcome | Ack | Error | DiagnosticsRequest)
+SERVER_FRAME_TYPES = ("welcome", "ack", "error", "diagnostics", "ruleset")
+
+
+def server_frame_type(text) -> str | None:
+    """The ``type`` of a server frame, or None when it is not a JSON object with one."""
     if not isinstance(text, str):
         return None
     try:
-        frame = json.loads(text)
-    except ValueError:
+        return _frame_type.decode(text).type
+    except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-        return None
-    return frame
+
+
+def parse_server_frame(text: str) -> Welcome | Ack | Error | DiagnosticsRequest:
+    """A welcome, ack, error or diagnostics frame (``msgspec.ValidationError`` or
+    ``DecodeError`` when it is not one of them, well formed)."""
+    return _server_frames.decode(text)
+
+
+# --- server -> browser (docs/live-protocol.md): the messages of /ws/live/ -------------------
+# The agent sends none of these; they are here so that a reading's metrics are the wire's
+# ``Metrics`` all the way to the browser, with its names and ranges written once.
+
+
+class LiveReading(Struct, gc=False):
+    """A GPU's or slice's current reading as a browser gets it (the ``gpus`` event)."""
+
+    uuid: str
+    host: str
+    index: int | None
+    instance: int | None
+    team: int | None
+    t: str  # ISO 8601, UTC
+    m: Metrics  # encoded with the metrics read only (``omit_defaults``)
+    stale: bool
+
+
+class Gpus(Struct):
+    gpus: list[LiveReading]
+
+
+LIVE_KINDS = ("team", "instance", "host", "fleet")  # what a browser may subscribe to
+
+
+class Subscription(Struct):
+    """The data of ``subscribed`` and ``unsubscribed``: what the browser asked for."""
+
+    kind: Literal[LIVE_KINDS]
+    id: int | None
+
+
+class LiveError(Struct):
+    """The data of ``error``, sent before the socket closes with 4400."""
+
+    message: str
+
+
+class LiveMessage(Struct):
+    """Every message a browser receives: ``gpus`` (``Gpus``), ``subscribed`` and
+    ``unsubscribed`` (``Subscription``), ``error`` (``LiveError``); ``alert``,
+    ``instance``, ``budget`` and ``preemption`` carry their publishers' dicts."""
+
+    event: str
+    data: Gpus | Subscription | LiveError | dict
+
+
+def live_text(event: str, data) -> str:
+    """The text of a browser message (``encode``: compact, ASCII)."""
+    return encode(LiveMessage(event, data))
+
+
+def _gpus_envelope() -> tuple[str, str]:
+    """The text of a ``gpus`` message around its readings, from ``LiveMessage``: a batch
+    of readings encoded once is sent to many sockets, joined in between."""
+    head, tail = live_text("gpus", Gpus(gpus=[])).split("[]")
+    return head + "[", "]" + tail
+
+
+GPUS_HEAD, GPUS_TAIL = _gpus_envelope()
 
 
 # --- network rules (docs/network.md): server "ruleset" -> agent "ruleset_applied" ------------

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import msgspec
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
@@ -123,7 +124,7 @@ class HostLink:
         self.backoff = backoff or Backoff()
         self.outbox = Outbox(self.boot_id)
         diagnostics.LOG_TAIL.install()
-        self._last_error: dict | None = None
+        self._last_error: protocol.Error | None = None
         self._rehello: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None  # the outbox has records (or a spool check is due)
         self._ready: asyncio.Event | None = None  # something for the sender to look at
@@ -403,7 +404,7 @@ class HostLink:
         reason = exc.rcvd.reason if exc.rcvd is not None else ""
         error, self._last_error = self._last_error, None
         if error is not None:
-            reason = str(error.get("message") or error.get("code") or reason)
+            reason = error.message or error.code
         action = protocol.close_action(code)
         text = protocol.describe_close(code, reason)
         if action == protocol.FATAL:
@@ -426,8 +427,8 @@ class HostLink:
             raise _Reconnect("reconnecting after a rejected batch", immediate=True)
         raise _Reconnect(f"server closed the connection ({text})")
 
-    async def _recv(self, ws, timeout: float) -> dict:
-        """The next well-formed server frame; errors are logged, unknown types skipped."""
+    async def _recv(self, ws, timeout: float) -> protocol.Welcome | protocol.Ack:
+        """The next welcome or ack; errors are kept for the close, other frames dealt with."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -439,23 +440,31 @@ class HostLink:
             if frame is not None:
                 return frame
 
-    async def _take(self, ws, text) -> dict | None:
-        """A server frame for the caller, or None when it was dealt with here."""
-        frame = protocol.parse_server_frame(text)
-        if frame is None:
-            log.warning(self._say("ignored a server frame that is not a JSON object"))
+    async def _take(self, ws, text) -> protocol.Welcome | protocol.Ack | None:
+        """A welcome or ack for the caller, or None when the frame was dealt with here."""
+        kind = protocol.server_frame_type(text)
+        if kind is None:
+            log.warning(self._say("ignored a server frame that is not a JSON object with a type"))
             return None
-        if frame["type"] == "error":
+        if kind == "ruleset":  # the firewall reads it whole, and reports a ruleset it refuses
+            await firewall.answer(ws, text, self.network)
+            return None
+        if kind not in protocol.SERVER_FRAME_TYPES:
+            log.debug("skipped a server frame of type %r", kind[:40])  # a newer server's
+            return None
+        try:
+            frame = protocol.parse_server_frame(text)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning(self._say(f"ignored a malformed {kind[:40]!r} frame from the server: {exc}"))
+            return None
+        if type(frame) is protocol.Error:
             # Reported with the close that follows it, as one line.
             self._last_error = frame
             log.debug("server error frame: %s", frame)
             return None
-        if frame["type"] == "ack":
+        if type(frame) is protocol.Ack:
             await self._apply_ack(frame)
-        if frame["type"] == "ruleset":
-            await firewall.answer(ws, text, self.network)
-            return None
-        if frame["type"] == "diagnostics":  # collected and uploaded off the event loop
+        elif type(frame) is protocol.DiagnosticsRequest:  # collected and uploaded off the event loop
             asyncio.ensure_future(asyncio.to_thread(diagnostics.answer, frame, server=self.server, token=self.token))
             return None
         return frame
@@ -482,19 +491,19 @@ class HostLink:
 
     async def _await_welcome(self, ws) -> None:
         deadline = time.monotonic() + WELCOME_TIMEOUT_S
-        frame = {"type": None}
+        frame = None
         try:
-            while frame["type"] != "welcome":  # frame types this agent does not know: skipped
+            while type(frame) is not protocol.Welcome:  # an ack before the welcome: skipped
                 frame = await self._recv(ws, deadline - time.monotonic())
         except TimeoutError:
             await ws.close(1011, "no welcome")
             raise _Reconnect("no welcome from the server") from None
-        if frame.get("v") != protocol.VERSION:
-            raise FatalError(self._say(f"the server speaks protocol v{frame.get('v')}, not v1"))
-        self._check_clock(frame.get("server_time"))
+        if frame.v != protocol.VERSION:
+            raise FatalError(self._say(f"the server speaks protocol v{frame.v}, not v1"))
+        self._check_clock(frame.server_time)
 
-    def _check_clock(self, server_time) -> None:
-        if self._skew_warned or not isinstance(server_time, int | float):
+    def _check_clock(self, server_time: float | None) -> None:
+        if self._skew_warned or server_time is None:
             return
         skew = time.time() - server_time
         if abs(skew) > CLOCK_SKEW_WARNING_S:
@@ -531,20 +540,13 @@ class HostLink:
             except TimeoutError:
                 await ws.close(1011, "no ack")
                 raise _Reconnect(f"no ack within {ACK_TIMEOUT_S:.0f} s") from None
-            if (
-                frame["type"] == "ack"
-                and frame.get("boot_id") == batch.boot_id
-                and isinstance(frame.get("seq"), int)
-                and frame["seq"] >= batch.last_seq
-            ):
+            if type(frame) is protocol.Ack and frame.boot_id == batch.boot_id and frame.seq >= batch.last_seq:
                 return
 
-    async def _apply_ack(self, frame: dict) -> None:
-        boot_id, seq = frame.get("boot_id"), frame.get("seq")
-        if isinstance(boot_id, str) and isinstance(seq, int) and not isinstance(seq, bool):
-            self._forget_held(boot_id, seq)
-            writing = self._writing
-            if writing is not None and not writing.done():
-                await asyncio.wait([writing])
-            if len(self.spool):
-                await asyncio.to_thread(self.spool.ack, boot_id, seq)
+    async def _apply_ack(self, ack: protocol.Ack) -> None:
+        self._forget_held(ack.boot_id, ack.seq)
+        writing = self._writing
+        if writing is not None and not writing.done():
+            await asyncio.wait([writing])
+        if len(self.spool):
+            await asyncio.to_thread(self.spool.ack, ack.boot_id, ack.seq)

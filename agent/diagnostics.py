@@ -12,7 +12,7 @@ The console asks for a bundle with a server frame ``{"type": "diagnostics", "id"
 "upload"}``; the agent collects off its event loop and uploads the file over HTTPS to
 ``upload`` with its host token and the one-time key (docs/operations.md).
 
-Run by hand: ``python -m monitoring.agent.diagnostics --out bundle.tar.gz``.
+Run by hand: ``python -m agent.diagnostics --out bundle.tar.gz``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import urllib.parse
 import urllib.request
 
 from . import __version__
+from .protocol import DiagnosticsRequest
 
 log = logging.getLogger("gpuconsole.agent")
 
@@ -322,22 +323,22 @@ def upload(url: str, token: str, key: str, path: str, timeout: float = 300.0) ->
         return response.status
 
 
-def answer(frame: dict, *, server: str, token: str) -> None:
+def answer(request: DiagnosticsRequest, *, server: str, token: str) -> None:
     """Collect and upload the bundle a "diagnostics" frame asks for (blocking: run it in
     a thread). Failures are logged; the console shows the bundle as never uploaded."""
-    path = upload_url(server, str(frame.get("upload", "")))
+    path = upload_url(server, request.upload)
     with tempfile.TemporaryDirectory(prefix="gpuconsole-diag-") as workdir:
         out = os.path.join(workdir, "bundle.tar.gz")
         try:
-            manifest = collect(out, max_bytes=int(frame.get("max_bytes") or MAX_BUNDLE_BYTES))
-            status = upload(path, token, str(frame.get("key", "")), out)
-            log.info("diagnostics %s uploaded (%d items, HTTP %d)", frame.get("id"), len(manifest["items"]), status)
+            manifest = collect(out, max_bytes=request.max_bytes or MAX_BUNDLE_BYTES)
+            status = upload(path, token, request.key, out)
+            log.info("diagnostics %s uploaded (%d items, HTTP %d)", request.id, len(manifest["items"]), status)
         except Exception as exc:
-            log.warning("diagnostics %s could not be collected or uploaded: %s", frame.get("id"), exc)
+            log.warning("diagnostics %s could not be collected or uploaded: %s", request.id, exc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m monitoring.agent.diagnostics",
+    parser = argparse.ArgumentParser(prog="python -m agent.diagnostics",
                                      description="Collect this host's diagnostics bundle.")
     parser.add_argument("--out", required=True, help="the .tar.gz to write")
     parser.add_argument("--max-bytes", type=int, default=MAX_BUNDLE_BYTES)

@@ -1,4 +1,4 @@
-"""Replay a recorded NVML trace (see monitoring/agent/traces/README.md) as one live GPU.
+"""Replay a recorded NVML trace (see agent/traces/README.md) as one live GPU.
 
 Each recorded sample is sent with the current time, keeping the recorded spacing
 divided by ``speed``. Keys absent from a recorded line stay absent. The ``phase``
