@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db.models import Q
 
+from agent.protocol import METRICS
 from alerting import alerts, periodic, services
 from alerting.models import Alert, AlertKind, AlertRule
 from instances import services as instance_services
 from monitoring import ingest
-from agent.protocol import METRICS
 from monitoring.frames import Metrics, Record, Samples
 
 WINDOW_S = 5
