@@ -39,9 +39,8 @@ from console.live import (
 from console.request_context import bind_scope
 from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
-from network import agent_link
 
-from . import diagnostics, fanout, frames, ingest, inventory, services
+from . import agent_links, diagnostics, fanout, frames, ingest, inventory, services
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +337,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if getattr(self, "token_group", None) is not None:
             await self.channel_layer.group_discard(self.token_group, self.channel_name)
             await self.channel_layer.group_discard(diagnostics.agent_group(self.host.pk), self.channel_name)
-        await agent_link.left(self)
+        await agent_links.left(self)
         if self.acker is not None:
             self.acker.cancel()
             # The frames handed over are written, acked or not, before the link's last state.
@@ -353,8 +352,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None):
         if self.closing or self.host is None:
             return
-        if self.hello is not None and agent_link.is_report(text_data):
-            await agent_link.report(self, text_data)
+        link = agent_links.reader_of(text_data) if self.hello is not None else None
+        if link is not None:
+            await link.read(self, text_data)
             return
         try:
             frame = frames.read(text_data if text_data is not None else bytes_data,
@@ -392,7 +392,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.acker = asyncio.ensure_future(self.ack_loop())
         await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),
                                         registered=result.registered, vanished=result.vanished))
-        await agent_link.joined(self)  # the host's network rules, now and on every change
+        await agent_links.joined(self)  # e.g. the host's network rules, now and on every change
 
     async def ack_loop(self):
         """Acks in the order the frames came, each once its frame is stored."""

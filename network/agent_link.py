@@ -1,5 +1,5 @@
-"""The network half of an agent's websocket (monitoring.consumers.AgentConsumer calls
-these): after its welcome a connected agent gets its host's current ruleset and every
+"""The network half of an agent's websocket (registered with monitoring.agent_links,
+which monitoring.consumers.AgentConsumer calls): after its welcome a connected agent gets its host's current ruleset and every
 new version; its ``ruleset_applied`` reports are recorded."""
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ from . import services
 
 log = logging.getLogger(__name__)
 
-REPORT_PREFIX = '{"type":"ruleset_applied"'
+prefix = '{"type":"ruleset_applied"'  # the reports this link reads
 _reports = msgspec.json.Decoder(wire.RulesetApplied)
-
-
-def is_report(text) -> bool:
-    return isinstance(text, str) and text.startswith(REPORT_PREFIX)
 
 
 async def joined(consumer) -> None:
@@ -37,7 +33,7 @@ async def left(consumer) -> None:
         await consumer.channel_layer.group_discard(services.host_group(consumer.host.pk), consumer.channel_name)
 
 
-async def report(consumer, text: str) -> None:
+async def read(consumer, text: str) -> None:
     """Record the agent's report; one it cannot be read is logged and dropped (the
     console then shows the host as not applied, and alerts after APPLY_WITHIN)."""
     try:

@@ -7,8 +7,10 @@ class NetworkConfig(AppConfig):
 
     def ready(self):
         from instances import launch_options
+        from monitoring import agent_links
 
-        from . import signals  # noqa: F401 (connects the lifecycle receiver)
+        from . import agent_link, signals  # noqa: F401 (signals connects the lifecycle receiver)
         from .launch import NetworkChoices
 
         launch_options.register(NetworkChoices())
+        agent_links.register(agent_link)
