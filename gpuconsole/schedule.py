@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib
+import importlib.util
 import logging
 import os
 import threading
@@ -23,16 +24,19 @@ from celery.beat import Scheduler
 
 logger = logging.getLogger(__name__)
 
-APPS = ("instances", "monitoring", "alerting", "billing", "audit", "scaling", "jobs", "network")
 LEASE_S = 60  # a holder that stops renewing is replaced after this long
 STANDBY_TICK_S = 5.0  # how often a scheduler without the lease tries to take it
 LEASE_NAME = "gpuconsole:scheduler"
 
 
 def entries() -> dict[str, tuple[float, str]]:
+    """Every installed app's ``tasks.SCHEDULE``: a new app's periodic work needs no list here."""
+    from django.apps import apps
+
     found: dict[str, tuple[float, str]] = {}
-    for app in APPS:
-        found.update(getattr(importlib.import_module(f"{app}.tasks"), "SCHEDULE", {}))
+    for config in apps.get_app_configs():
+        if importlib.util.find_spec(f"{config.name}.tasks") is not None:
+            found.update(getattr(importlib.import_module(f"{config.name}.tasks"), "SCHEDULE", {}))
     return found
 
 
