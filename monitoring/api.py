@@ -14,8 +14,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
-from console.tenancy import ADMIN_ROLES, WRITE_ROLES, is_operator
+from console.api.mixins import TeamScopedViewSetMixin
+from console.policy import FLEET, may
 from instances.models import Gpu, GpuSlice, Instance
 
 from . import figures, health_api, queries, services
@@ -127,10 +127,10 @@ class OwnedMixin(TeamScopedViewSetMixin):
 
     def require_owner(self, team_id: int | None, what: str) -> None:
         if team_id is None:
-            if not is_operator(self.request.user):
+            if not may(self.request.user, "alert.configure", FLEET):
                 self.permission_denied(self.request, message=f"Only operators can {what} without a team.")
             return
-        self.require_role(team_id, ADMIN_ROLES, what)
+        self.require("alert.configure", team_id, what)
 
 
 class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
@@ -144,10 +144,10 @@ class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
 
     def _may_act(self, alert: Alert, what: str) -> None:
         if alert.team_id is None:
-            if not is_operator(self.request.user):
+            if not may(self.request.user, "alert.act", FLEET):
                 self.permission_denied(self.request, message=f"Only operators can {what} fleet alerts.")
         else:
-            self.require_role(alert.team_id, WRITE_ROLES, f"{what} alerts")
+            self.require("alert.act", alert, f"{what} alerts")
 
     def _answer(self, alert: Alert) -> Response:
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
@@ -293,9 +293,11 @@ class SilenceViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
         return Response(SilenceSerializer(services.end_silence(actor=request.user, silence=found)).data)
 
 
-class HostTokenViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class HostTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Agent tokens (operators). The raw token is in the creation answer only;
     revoke with POST …/{id}/revoke/."""
+
+    policy_action = "fleet.operate"
 
     queryset = HostToken.objects.select_related("host", "created_by")
     serializer_class = HostTokenSerializer
@@ -341,7 +343,7 @@ class OverviewView(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request):
         now = timezone.now()
-        if is_operator(request.user):
+        if may(request.user, "fleet.view"):
             models = figures.capacity()
             return Response({"scope": "fleet", **figures.fleet_totals(now, models=models), "capacity": models})
         return Response({"scope": "teams", **figures.team_totals(request.user, now)})
