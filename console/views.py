@@ -5,9 +5,8 @@ from django.contrib import messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,7 +28,8 @@ from .forms import (
     TokenForm,
 )
 from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
-from .tenancy import ADMIN_ROLES, is_operator
+from .policy import policy_required
+from .tenancy import ADMIN_ROLES
 
 # Between the password and the second factor: who, how, where to, since when.
 PENDING = "_signin_pending"
@@ -146,7 +146,7 @@ def _enrol_context(user, form, during_sign_in: bool) -> dict:
     }
 
 
-@login_required
+@policy_required("signed_in")
 def account(request):
     user = request.user
     password_form = PasswordChangeForm(user)
@@ -171,7 +171,7 @@ def account(request):
     return render(request, "console/account.html", context)
 
 
-@login_required
+@policy_required("signed_in")
 def account_enrol(request):
     if twofactor.enrolled(request.user):
         return redirect("account")
@@ -187,8 +187,7 @@ def account_enrol(request):
     return render(request, "console/enrol.html", _enrol_context(request.user, form, during_sign_in=False))
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def account_two_factor(request):
     """Remove the second factor, or make new recovery codes; both ask for a current code."""
     form = CodeForm(request.POST)
@@ -207,8 +206,7 @@ def account_two_factor(request):
     return redirect("account")
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def sign_out_everywhere(request):
     services.sign_out_everywhere(actor=request.user, user=request.user)
     logout(request)
@@ -216,12 +214,9 @@ def sign_out_everywhere(request):
     return redirect("login")
 
 
-@login_required
-@require_POST
+@policy_required("accounts.manage", message="Only operators can reset someone's two-factor sign-in.", methods=["POST"])
 def reset_two_factor(request, user_id):
     """An operator's recovery for someone who lost their authenticator."""
-    if not is_operator(request.user):
-        raise PermissionDenied("Only operators can reset someone's two-factor sign-in.")
     target = get_object_or_404(User, pk=user_id)
     twofactor.reset(actor=request.user, user=target)
     messages.success(request, f"{target.username}'s two-factor sign-in was reset and their sessions ended; they enrol again at the next sign-in.")
@@ -236,14 +231,14 @@ def logout_view(request):
     return redirect("login")
 
 
-@login_required
+@policy_required("signed_in")
 def home(request):
     from monitoring.pages import overview  # the overview lives with the live telemetry
 
     return overview(request)
 
 
-@login_required
+@policy_required("signed_in")
 def tokens(request):
     raw = None
     if request.method == "POST":
@@ -291,7 +286,7 @@ def _token_id(value: str) -> int | None:
 INVITE_LINK = "_invite_link"
 
 
-@login_required
+@policy_required("signed_in")
 def team_members(request):
     """Members of your teams; team admins (and operators) invite, change roles and remove."""
     user = request.user
@@ -314,7 +309,7 @@ def team_members(request):
     context = {
         "new_invite": request.session.pop(INVITE_LINK, None) if managed_ids else None,
         "teams": teams, "invite_form": invite_form if managed_ids else None, "roles": Role.choices,
-        "operator": is_operator(user), "invite_days": settings.INVITE_DAYS,
+        "invite_days": settings.INVITE_DAYS,
     }
     return render(request, "console/members.html", context)
 

@@ -13,8 +13,6 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F
 from django.http import JsonResponse
@@ -22,10 +20,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
 
 from console.models import Team
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, permitted_teams, policy_required, require
 from instances.models import (
     Gpu,
     GpuSlice,
@@ -59,11 +56,6 @@ GIB = charts.GIB
 # The clock events an operator looks for on a GPU page.
 HEALTH_EVENTS = (EventKind.XID, EventKind.ECC, EventKind.GPU_LOST, EventKind.GPU_BACK)
 PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
-
-
-def require_operator(user) -> None:
-    if not is_operator(user):
-        raise PermissionDenied("Only operators can see the fleet inventory.")
 
 
 def month_to_date(team) -> Decimal | None:
@@ -143,10 +135,10 @@ def latest_by_uuid(qs) -> dict[str, GpuLatest]:
 # --- overview -----------------------------------------------------------------------
 
 
-@login_required
+@policy_required("signed_in")
 def overview(request):
     page = request.GET.get("page")
-    if is_operator(request.user):
+    if may(request.user, "fleet.view"):
         return render(request, "monitoring/fleet.html", fleet_context(request.user, page=page))
     return render(request, "monitoring/overview.html", team_context(request.user, page=page))
 
@@ -201,7 +193,7 @@ def team_context(user, *, page=None) -> dict:
 def fleet_context(user, *, page=None) -> dict:
     """The fleet's figures and capacity per model (``figures``), then one page of hosts
     grouped by region with their utilization heatmap."""
-    require_operator(user)
+    require(user, "fleet.view")
     now = timezone.now()
     shown = Paginator(Host.objects.select_related("region").order_by("region__name", "name"), HOSTS_PER_PAGE).get_page(
         page
@@ -342,7 +334,7 @@ def instance_devices(user, instance: Instance) -> list[dict]:
     return devices
 
 
-@login_required
+@policy_required("signed_in")
 def instance_panel(request, pk):
     """The chart panel of an instance page: its devices now, or those it held."""
     instance = get_object_or_404(
@@ -407,15 +399,13 @@ def held_before(instance: Instance) -> list[dict]:
     return devices
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def instance_precision(request, pk):
     """Set the precision the instance's TFLOP/s estimate assumes (team writers)."""
     from instances import services as instance_services
 
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
-    if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to change this instance.")
+    require(request.user, "team.write", instance)
     try:
         instance_services.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
     except instance_services.LifecycleError as exc:
@@ -428,9 +418,8 @@ def instance_precision(request, pk):
 # --- hosts and GPUs (operators) -----------------------------------------------------
 
 
-@login_required
+@policy_required("fleet.view")
 def host_detail(request, pk):
-    require_operator(request.user)
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
     now = timezone.now()
     gpus = list(host.gpus.select_related("model", "instance", "team").annotate(**HOLDER_JOB).order_by("index"))
@@ -476,9 +465,8 @@ def host_detail(request, pk):
     return render(request, "monitoring/host.html", context)
 
 
-@login_required
+@policy_required("fleet.view")
 def gpu_detail(request, uuid):
-    require_operator(request.user)
     gpu = get_object_or_404(
         Gpu.objects.select_related("host__region", "model", "instance", "team"), uuid=uuid
     )
@@ -558,7 +546,7 @@ def process_rows(
 ALERT_STATE_FILTERS = {"active": ACTIVE_STATES, **{s: (s,) for s in AlertState.values}, "all": None}
 
 
-@login_required
+@policy_required("signed_in")
 def alert_list(request):
     """Every kind of alert (telemetry, budget, billing, audit) of the user's teams
     (operators: every alert), filtered by state, category, kind, severity and team."""
@@ -637,10 +625,8 @@ def acknowledgeable(user, alerts) -> set[int]:
 def actionable(user, alerts) -> set[int]:
     """The ids of the active ``alerts`` this user may acknowledge, resolve or silence."""
     active = [a for a in alerts if a.state in ACTIVE_STATES]
-    if is_operator(user):
-        return {a.pk for a in active}
-    writable = set(Team.objects.for_user(user, WRITE_ROLES).values_list("pk", flat=True))
-    return {a.pk for a in active if a.team_id in writable}
+    writable = permitted_teams(user, "alert.act")
+    return {a.pk for a in active if writable is None or a.team_id in writable}
 
 
 def silenced_ids(alerts) -> set[int]:
@@ -652,19 +638,15 @@ def silenced_ids(alerts) -> set[int]:
 
 
 def live_groups(user, teams) -> list[dict]:
-    if is_operator(user):
+    if may(user, "fleet.view"):
         return [{"kind": "fleet", "id": None}]
     return [{"kind": "team", "id": t.pk} for t in teams]
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def alert_acknowledge(request, pk):
     alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    if alert.team_id is None:
-        require_operator(request.user)
-    elif not (is_operator(request.user) or has_role(request.user, alert.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to acknowledge alerts.")
+    require(request.user, "alert.act", alert)
     try:
         services.acknowledge_alert(actor=request.user, alert=alert)
     except services.AlertError as exc:
