@@ -37,7 +37,7 @@ from console.live import (
     team_group,
     user_group,
 )
-from console.tenancy import READ_ROLES, has_role, is_operator
+from console.policy import PolicyConsumer, may
 from instances.models import Instance
 from monitoring.agent import protocol as p
 from network import agent_link
@@ -457,9 +457,10 @@ KINDS = ("team", "instance", "host", "fleet")
 
 def _allowed(user, kind: str, ident: int | None) -> bool:
     if kind == "fleet" or kind == "host":
-        return is_operator(user)
+        return may(user, "fleet.view")
     if kind == "team":
-        return is_operator(user) or has_role(user, ident, READ_ROLES)
+        return may(user, "team.read", ident)
+    # an instance: whoever sees it (tenancy) may watch it
     return Instance.objects.for_user(user).filter(pk=ident).exists()
 
 
@@ -483,7 +484,7 @@ def _target(target) -> tuple[str, int | None] | str:
     return kind, ident
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
     """Browsers: ``{"subscribe": {"kind": …, "id": …}}``; see docs/live-protocol.md."""
 
     async def dispatch(self, message):
@@ -496,7 +497,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.gpus = fanout.SocketMerge(fanout.interval_s(), lambda text: self.send(text_data=text))
         await self.accept()
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        if not await self.may("signed_in"):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         # console.live.end_user_sockets reaches this socket through its user's group.
