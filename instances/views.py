@@ -169,7 +169,7 @@ def image_list(request):
 @policy_required("signed_in", methods=["POST"])
 def image_retire(request, pk):
     image = get_object_or_404(Image.objects.for_user(request.user), pk=pk)
-    require(request.user, "image.manage", image)
+    require(request.user, "image.manage", image, "Only operators retire public images, and a team's members its own.")
     try:
         images.retire_image(actor=request.user, image=image)
     except ValidationError as exc:

@@ -405,7 +405,7 @@ def instance_precision(request, pk):
     from instances import services as instance_services
 
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
-    require(request.user, "team.write", instance)
+    require(request.user, "team.write", instance, "Your role in this team does not allow you to change this instance.")
     try:
         instance_services.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
     except instance_services.LifecycleError as exc:

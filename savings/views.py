@@ -28,7 +28,7 @@ def _team(request) -> tuple[Team, list[Team]]:
     return team, list(teams)
 
 
-@policy_required("savings.manage", methods=["GET"])
+@policy_required("savings.manage", message="Savings advice is for team admins and operators.", methods=["GET"])
 def savings(request):
     team, teams = _team(request)
     days = 7 if request.GET.get("days") == "7" else 14
