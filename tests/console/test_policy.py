@@ -6,7 +6,10 @@ from types import SimpleNamespace
 import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from django.template import Context, Template
+from django.views import View
+from rest_framework.test import APIClient
 
 from console import policy
 
@@ -37,7 +40,11 @@ def test_the_table_is_the_policys():
 
 @pytest.mark.parametrize("action", sorted(TABLE))
 def test_each_role_in_its_team(action, acme, alice, bob, audrey):
-    assert (policy.may(alice, action, acme), policy.may(bob, action, acme), policy.may(audrey, action, acme)) == TABLE[action]
+    assert (
+        policy.may(alice, action, acme),
+        policy.may(bob, action, acme),
+        policy.may(audrey, action, acme),
+    ) == TABLE[action]
 
 
 @pytest.mark.parametrize("action", sorted(set(TABLE) - {"signed_in"}))
@@ -106,8 +113,10 @@ def test_permitted_teams_lists_where_the_role_allows(acme, globex, bob, audrey, 
 
 
 def test_templates_ask_the_same_table(acme, bob, ops):
-    template = Template('{% load policy %}{% if user|may:"fleet.operate" %}op{% endif %}'
-                        '{% may_on user "team.write" team as w %}{% if w %}w{% endif %}')
+    template = Template(
+        '{% load policy %}{% if user|may:"fleet.operate" %}op{% endif %}'
+        '{% may_on user "team.write" team as w %}{% if w %}w{% endif %}'
+    )
     assert template.render(Context({"user": bob, "team": acme})) == "w"
     assert template.render(Context({"user": ops, "team": acme})) == "opw"
 
@@ -118,3 +127,26 @@ def test_pages_send_the_signed_out_to_sign_in_and_refuse_the_rest(client, bob, o
     assert client.get("/hosts/").status_code == 403
     client.force_login(ops)
     assert client.get("/hosts/").status_code == 200
+
+
+def test_a_class_view_asks_the_policy(rf, bob, ops):
+    class Fleet(policy.PolicyRequiredMixin, View):
+        policy_action = "fleet.view"
+
+        def get(self, request):
+            return HttpResponse("ok")
+
+    request = rf.get("/")
+    request.user = bob
+    with pytest.raises(PermissionDenied):
+        Fleet.as_view()(request)
+    request.user = ops
+    assert Fleet.as_view()(request).status_code == 200
+
+
+def test_the_api_refuses_with_the_tables_words(bob):
+    client = APIClient()
+    client.force_authenticate(bob)
+    answer = client.get("/api/v1/hosts/")
+    assert answer.status_code == 403
+    assert answer.json()["detail"] == policy.denial("fleet.view")

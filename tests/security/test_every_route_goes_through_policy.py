@@ -66,7 +66,7 @@ def _consumers(patterns):
     for route in patterns:
         app = route.callback
         while not hasattr(app, "consumer_class"):
-            app = getattr(app, "inner", None) or getattr(app, "application")
+            app = getattr(app, "inner", None) or app.application
         yield str(route.pattern), app.consumer_class
 
 
