@@ -7,7 +7,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
-from console.tenancy import ADMIN_ROLES, WRITE_ROLES, is_operator
+from console.policy import FLEET, may
 
 from . import services
 from .models import Alert, AlertRule, NotificationChannel, Silence
@@ -30,10 +30,10 @@ class OwnedMixin(TeamScopedViewSetMixin):
 
     def require_owner(self, team_id: int | None, what: str) -> None:
         if team_id is None:
-            if not is_operator(self.request.user):
+            if not may(self.request.user, "alert.configure", FLEET):
                 self.permission_denied(self.request, message=f"Only operators can {what} without a team.")
             return
-        self.require_role(team_id, ADMIN_ROLES, what)
+        self.require("alert.configure", team_id, what)
 
 
 class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
@@ -47,10 +47,10 @@ class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
 
     def _may_act(self, alert: Alert, what: str) -> None:
         if alert.team_id is None:
-            if not is_operator(self.request.user):
+            if not may(self.request.user, "alert.act", FLEET):
                 self.permission_denied(self.request, message=f"Only operators can {what} fleet alerts.")
         else:
-            self.require_role(alert.team_id, WRITE_ROLES, f"{what} alerts")
+            self.require("alert.act", alert, f"{what} alerts")
 
     def _answer(self, alert: Alert) -> Response:
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)

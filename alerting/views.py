@@ -7,18 +7,17 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
 
+from console import policy
 from console.models import Team
-from console.tenancy import ADMIN_ROLES, WRITE_ROLES, has_role, is_operator
+from console.tenancy import ADMIN_ROLES
 from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Host
 from monitoring import charts
@@ -47,13 +46,7 @@ def owners(user) -> list[tuple[str, str]]:
     """Who the user may make rules and channels for: teams they administer, and the
     operators (fleet) when they are one."""
     found = [(str(t.pk), t.name) for t in Team.objects.for_user(user, ADMIN_ROLES).order_by("name")]
-    return ([(FLEET, "Operators (fleet)")] if is_operator(user) else []) + found
-
-
-def may_own(user, team_id: int | None) -> bool:
-    if team_id is None:
-        return is_operator(user)
-    return is_operator(user) or has_role(user, team_id, ADMIN_ROLES)
+    return ([(FLEET, "Operators (fleet)")] if policy.may(user, "alert.configure", policy.FLEET) else []) + found
 
 
 def _owner_team(form) -> Team | None:
@@ -93,18 +86,17 @@ class RuleForm(forms.Form):
     def __init__(self, user, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["owner"].choices = owners(user)
-        if not is_operator(user):
+        if not policy.may(user, "fleet.view"):
             del self.fields["host"], self.fields["gpu_model"]
 
 
-@login_required
+@policy.policy_required("signed_in")
 def rule_list(request):
     rules = list(AlertRule.objects.for_user(request.user).select_related("team", "host", "gpu_model", "instance"))
     form = RuleForm(request.user, request.POST or None)
     if request.method == "POST" and form.is_valid():
         team = _owner_team(form)
-        if not may_own(request.user, team.pk if team else None):
-            raise PermissionDenied("Your role does not allow you to manage these alert rules.")
+        policy.require(request.user, "alert.configure", team or policy.FLEET, "Your role does not allow you to manage these alert rules.")
         data = {k: v for k, v in form.cleaned_data.items() if k != "owner" and v not in (None, "")}
         try:
             rule = services.create_rule(actor=request.user, team=team, **data)
@@ -114,18 +106,16 @@ def rule_list(request):
             messages.success(request, f"Rule “{rule.name}” saved.")
             return redirect("alert-rules")
     rows = [{"rule": r, "condition": describe(r.metric, r.comparison, r.threshold, r.hold_s),
-             "how": METRICS[r.metric].how, "editable": may_own(request.user, r.team_id)} for r in rules]
+             "how": METRICS[r.metric].how, "editable": policy.may(request.user, "alert.configure", r)} for r in rules]
     return render(request, "alerting/alert_rules.html", {
         "rows": rows, "form": form if owners(request.user) else None, "metrics": METRICS, "tab": "rules",
     })
 
 
-@login_required
-@require_POST
+@policy.policy_required("signed_in", methods=["POST"])
 def rule_action(request, pk):
     rule = get_object_or_404(AlertRule.objects.for_user(request.user), pk=pk)
-    if not may_own(request.user, rule.team_id):
-        raise PermissionDenied("Your role does not allow you to manage this alert rule.")
+    policy.require(request.user, "alert.configure", rule, "Your role does not allow you to manage this alert rule.")
     verb = request.POST.get("action", "")
     try:
         if verb == "toggle":
@@ -170,14 +160,13 @@ class ChannelForm(forms.Form):
         self.fields["owner"].choices = owners(user)
 
 
-@login_required
+@policy.policy_required("signed_in")
 def channel_list(request):
     channels = list(NotificationChannel.objects.for_user(request.user).select_related("team"))
     form = ChannelForm(request.user, request.POST or None)
     if request.method == "POST" and form.is_valid():
         team = _owner_team(form)
-        if not may_own(request.user, team.pk if team else None):
-            raise PermissionDenied("Your role does not allow you to manage these channels.")
+        policy.require(request.user, "alert.configure", team or policy.FLEET, "Your role does not allow you to manage these channels.")
         data = {k: v for k, v in form.cleaned_data.items() if k != "owner"}
         try:
             channel = services.create_channel(actor=request.user, team=team, **data)
@@ -188,19 +177,17 @@ def channel_list(request):
             note = (f" Its signing secret (shown once): {channel.secret}" if channel.secret else "")
             messages.success(request, f"Channel “{channel.name}” saved.{note}")
             return redirect("alert-channels")
-    rows = [{"channel": c, "editable": may_own(request.user, c.team_id),
+    rows = [{"channel": c, "editable": policy.may(request.user, "alert.configure", c),
              "last": c.deliveries.order_by("-time").first()} for c in channels]
     return render(request, "alerting/alert_channels.html", {
         "rows": rows, "form": form if owners(request.user) else None, "tab": "channels",
     })
 
 
-@login_required
-@require_POST
+@policy.policy_required("signed_in", methods=["POST"])
 def channel_action(request, pk):
     channel = get_object_or_404(NotificationChannel.objects.for_user(request.user), pk=pk)
-    if not may_own(request.user, channel.team_id):
-        raise PermissionDenied("Your role does not allow you to manage this channel.")
+    policy.require(request.user, "alert.configure", channel, "Your role does not allow you to manage this channel.")
     verb = request.POST.get("action", "")
     if verb == "test":
         delivery = services.send_test(actor=request.user, channel=channel)
@@ -222,19 +209,10 @@ def channel_action(request, pk):
 # --- one alert -------------------------------------------------------------------------------
 
 
-def _may_act(user, alert: Alert) -> None:
-    if alert.team_id is None:
-        if not is_operator(user):
-            raise PermissionDenied("Only operators can act on fleet alerts.")
-    elif not (is_operator(user) or has_role(user, alert.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to act on alerts.")
-
-
-@login_required
-@require_POST
+@policy.policy_required("signed_in", methods=["POST"])
 def alert_resolve(request, pk):
     alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    _may_act(request.user, alert)
+    policy.require(request.user, "alert.act", alert)
     try:
         services.resolve_alert(actor=request.user, alert=alert)
     except services.AlertError as exc:
@@ -244,11 +222,10 @@ def alert_resolve(request, pk):
     return _back(request, "alert-list")
 
 
-@login_required
-@require_POST
+@policy.policy_required("signed_in", methods=["POST"])
 def alert_silence(request, pk):
     alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    _may_act(request.user, alert)
+    policy.require(request.user, "alert.act", alert)
     try:
         until = timezone.now() + timedelta(hours=_hours(request))
         services.silence(actor=request.user, alert=alert, ends_at=until, reason=request.POST.get("reason", ""))
@@ -262,15 +239,10 @@ def alert_silence(request, pk):
 # --- the alerts list and acknowledging ---------------------------------------------
 
 
-def require_operator(user) -> None:
-    if not is_operator(user):
-        raise PermissionDenied("Only operators can see the fleet inventory.")
-
-
 ALERT_STATE_FILTERS = {"active": ACTIVE_STATES, **{s: (s,) for s in AlertState.values}, "all": None}
 
 
-@login_required
+@policy.policy_required("signed_in")
 def alert_list(request):
     """Every kind of alert (telemetry, budget, billing, audit) of the user's teams
     (operators: every alert), filtered by state, category, kind, severity and team."""
@@ -349,10 +321,8 @@ def acknowledgeable(user, alerts) -> set[int]:
 def actionable(user, alerts) -> set[int]:
     """The ids of the active ``alerts`` this user may acknowledge, resolve or silence."""
     active = [a for a in alerts if a.state in ACTIVE_STATES]
-    if is_operator(user):
-        return {a.pk for a in active}
-    writable = set(Team.objects.for_user(user, WRITE_ROLES).values_list("pk", flat=True))
-    return {a.pk for a in active if a.team_id in writable}
+    writable = policy.permitted_teams(user, "alert.act")
+    return {a.pk for a in active if writable is None or a.team_id in writable}
 
 
 def silenced_ids(alerts) -> set[int]:
@@ -364,19 +334,15 @@ def silenced_ids(alerts) -> set[int]:
 
 
 def live_groups(user, teams) -> list[dict]:
-    if is_operator(user):
+    if policy.may(user, "fleet.view"):
         return [{"kind": "fleet", "id": None}]
     return [{"kind": "team", "id": t.pk} for t in teams]
 
 
-@login_required
-@require_POST
+@policy.policy_required("signed_in", methods=["POST"])
 def alert_acknowledge(request, pk):
     alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    if alert.team_id is None:
-        require_operator(request.user)
-    elif not (is_operator(request.user) or has_role(request.user, alert.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to acknowledge alerts.")
+    policy.require(request.user, "alert.act", alert)
     try:
         services.acknowledge_alert(actor=request.user, alert=alert)
     except services.AlertError as exc:

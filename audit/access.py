@@ -1,22 +1,14 @@
 """Who may read the audit log, and which part of it: the one tenancy mechanism
-(``AuditEvent.objects.for_user``) plus the question "may this user audit at all?"."""
+(``AuditEvent.objects.for_user``); whether the user may audit at all is the policy's
+(``console.policy``, "audit.read")."""
 
 from django.http import Http404
 
-from console.models import Membership, Team
-from console.tenancy import AUDIT_ROLES, is_operator
+from console.models import Team
+from console.policy import FLEET, may
+from console.tenancy import AUDIT_ROLES
 
 from .models import AuditEvent
-
-DENIED_MESSAGE = "Only team admins, auditors and operators can read the audit log."
-
-
-def may_audit(user) -> bool:
-    if is_operator(user):
-        return True
-    if not (user and user.is_authenticated and user.is_active):
-        return False
-    return Membership.objects.filter(user_id=user.pk, role__in=AUDIT_ROLES).exists()
 
 
 def visible_events(user):
@@ -39,7 +31,7 @@ def export_team(user, team_id: int | None):
     """The team an export is filed under: the one asked for, or the only one visible."""
     if team_id is not None:
         return team_id
-    if is_operator(user):
+    if may(user, "audit.read", FLEET):
         return None
     ids = list(audit_teams(user).values_list("pk", flat=True)[:2])
     return ids[0] if len(ids) == 1 else None

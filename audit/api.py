@@ -9,27 +9,21 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers, viewsets
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from console.api.mixins import TeamScopedViewSetMixin
 from console.api.permissions import TokenScope
-from console.tenancy import AUDIT_ROLES, is_operator
+from console.policy import FLEET, Policy, may
+from console.tenancy import AUDIT_ROLES
 
 from . import access, keys, services
 from .export import FORMATS, async_chunks
 from .filters import AuditEventFilter, filter_values
 from .models import AuditEvent
 from .verification import parse_bound
-
-
-class MayAudit(BasePermission):
-    message = access.DENIED_MESSAGE
-
-    def has_permission(self, request, view):
-        return access.may_audit(request.user)
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -68,7 +62,8 @@ class AuditEventViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     queryset = AuditEvent.objects.filter(seq__isnull=False).select_related("team")  # sealed
     serializer_class = AuditEventSerializer
-    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, Policy]
+    policy_action = "audit.read"
     read_roles = AUDIT_ROLES
     filter_backends = [DjangoFilterBackend]
     filterset_class = AuditEventFilter
@@ -93,7 +88,8 @@ class ExportView(APIView):
     """Stream the filtered events as CSV or JSON Lines, ending with the signed checkpoint
     that covers them. The export is itself audited."""
 
-    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, Policy]
+    policy_action = "audit.read"
     token_scope = "audit:export"
     content_negotiation_class = _FormatIsOurs
 
@@ -140,7 +136,8 @@ class VerifyView(APIView):
     """Walk the hash chain and the signed checkpoints (optionally ``from``/``to``: a
     sequence number or an ISO date/time) and report each segment. Audited."""
 
-    permission_classes = [IsAuthenticated, TokenScope, MayAudit]
+    permission_classes = [IsAuthenticated, TokenScope, Policy]
+    policy_action = "audit.read"
     throttle_classes = [VerifyThrottle]
 
     @extend_schema(
@@ -165,7 +162,7 @@ class VerifyView(APIView):
 def verification_body(run, user=None) -> dict:
     """An operator sees the whole report; a team admin or auditor sees whether the log
     verifies and what concerns the events they may see, nothing about other teams."""
-    if user is not None and not is_operator(user):
+    if user is not None and not may(user, "audit.read", FLEET):
         return _team_view(run, user)
     return {
         "valid": run.valid,
@@ -221,7 +218,8 @@ class ConsistencyView(APIView):
     (default: the newest) extends the one of size ``first`` unchanged; the answer, saved
     as a file, is checked with ``python -m audit.offline_verify --consistency``."""
 
-    permission_classes = [IsAuthenticated, MayAudit]
+    permission_classes = [IsAuthenticated, Policy]
+    policy_action = "audit.read"
 
     @extend_schema(
         parameters=[OpenApiParameter("first", int, required=True), OpenApiParameter("second", int)],

@@ -3,15 +3,12 @@
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
-from console.tenancy import is_operator
+from console.policy import FLEET, may, policy_required
 
 from . import access, services
 from .export import FORMATS
@@ -27,19 +24,13 @@ QUICK_RANGES = [
 ]
 
 
-def _require_auditor(request) -> None:
-    if not access.may_audit(request.user):
-        raise PermissionDenied(access.DENIED_MESSAGE)
-
-
 def _before(request) -> int | None:
     raw = request.GET.get("before", "")
     return int(raw) if raw.isdigit() else None
 
 
-@login_required
+@policy_required("audit.read")
 def events(request):
-    _require_auditor(request)
     filterset = AuditEventFilter(
         request.GET, queryset=access.visible_events(request.user).select_related("team")
     )
@@ -70,7 +61,7 @@ def events(request):
         ],
         "formats": list(FORMATS),
         "verification": verification,
-        "full_report": is_operator(request.user),
+        "full_report": may(request.user, "audit.read", FLEET),
         "broken_is_yours": verification is not None
         and verification.first_broken_seq is not None
         and access.visible_events(request.user).filter(seq=verification.first_broken_seq).exists(),
@@ -78,25 +69,22 @@ def events(request):
     return render(request, "audit/events.html", context, status=200 if valid else 400)
 
 
-@login_required
+@policy_required("audit.read")
 def event_detail(request, seq: int):
-    _require_auditor(request)
     event = get_object_or_404(access.visible_events(request.user).select_related("team"), seq=seq)
     return render(request, "audit/detail.html", {"event": event, "chain": chain_status(event)})
 
 
-@login_required
-@require_POST
+@policy_required("audit.read", methods=["POST"])
 def verify(request):
-    _require_auditor(request)
     run = services.run_verification(actor=request.user)
     if run.valid:
         counted = (
-            f": {run.checked} events, every segment valid" if is_operator(request.user) else ""
+            f": {run.checked} events, every segment valid" if may(request.user, "audit.read", FLEET) else ""
         )
         messages.success(request, f"The audit log verifies{counted}.")
     elif (
-        is_operator(request.user)
+        may(request.user, "audit.read", FLEET)
         or access.visible_events(request.user).filter(seq=run.first_broken_seq).exists()
     ):
         messages.error(

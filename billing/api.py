@@ -13,9 +13,10 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
+from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
-from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, is_operator
+from console.policy import require
+from console.tenancy import AUDIT_ROLES, READ_ROLES
 from instances.models import Instance
 
 from . import costs, exports, figures, pricing, services
@@ -51,18 +52,12 @@ from .serializers import (
 BILL_ROLES = AUDIT_ROLES
 
 
-class OperatorWrites:
-    def require_operator(self, what: str) -> None:
-        if not is_operator(self.request.user):
-            self.permission_denied(self.request, message=f"Only operators can {what}.")
-
-
-class OperatorCreates(OperatorWrites, mixins.CreateModelMixin):
+class OperatorCreates(mixins.CreateModelMixin):
     operator_creates = ""
 
     def create(self, request, *args, **kwargs):
         # Refuse before validating, so an outsider learns nothing from the errors.
-        self.require_operator(self.operator_creates)
+        require(request.user, "billing.operate", message=f"Only operators can {self.operator_creates}.")
         return super().create(request, *args, **kwargs)
 
 
@@ -98,9 +93,11 @@ class SpotPriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
         serializer.instance = services.set_spot_price(actor=self.request.user, sku=data["sku"], hourly=data["hourly"])
 
 
-class UnratedUsageViewSet(OperatorOnlyMixin, viewsets.ReadOnlyModelViewSet):
+class UnratedUsageViewSet(viewsets.ReadOnlyModelViewSet):
     """Usage metering could not rate (no price in effect): held, not billed, until an
     operator prices the SKU and the days are metered again. Operators only."""
+
+    policy_action = "fleet.view"
 
     queryset = UnratedUsage.objects.select_related("instance")
     serializer_class = UnratedUsageSerializer
@@ -116,7 +113,7 @@ class ReservationViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewse
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, ADMIN_ROLES, "buy reservations")
+        self.require("billing.manage", data["team"], "buy reservations")
         serializer.instance = services.purchase_reservation(
             actor=self.request.user, team=data["team"], gpu_model=data["gpu_model"], gpu_count=data["gpu_count"],
             term=data["term"], start=data["start"],
@@ -135,7 +132,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, ADMIN_ROLES, "manage budgets")
+        self.require("billing.manage", data["team"], "manage budgets")
         serializer.instance = services.create_budget(
             actor=self.request.user, team=data["team"], month=data["month"], amount=data["amount"],
             currency_code=data.get("currency"), actual_thresholds=data.get("actual_thresholds", [50, 80, 100]),
@@ -145,7 +142,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     @extend_schema(request=BudgetUpdateSerializer, responses=BudgetSerializer)
     def partial_update(self, request, *args, **kwargs):
         budget = self.get_object()
-        self.require_role(budget.team_id, ADMIN_ROLES, "manage budgets")
+        self.require("billing.manage", budget, "manage budgets")
         form = BudgetUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -157,7 +154,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
         return Response(BudgetSerializer(budget, context=self.get_serializer_context()).data)
 
     def perform_destroy(self, budget):
-        self.require_role(budget.team_id, ADMIN_ROLES, "manage budgets")
+        self.require("billing.manage", budget, "manage budgets")
         services.delete_budget(actor=self.request.user, budget=budget)
 
 
@@ -170,7 +167,7 @@ class BudgetAlertViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["team", "budget", "basis"]
 
 
-class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyModelViewSet):
+class InvoiceViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     """Monthly invoices (team admins and auditors). A draft follows usage until its
     month ends; an issued invoice never changes: edits are refused (409) and audited."""
 
@@ -190,7 +187,7 @@ class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyMo
     @extend_schema(request=InvoiceMemoSerializer, responses={200: InvoiceSerializer, 409: OpenApiResponse(description="issued")})
     def partial_update(self, request, pk=None):
         invoice = self.get_object()
-        self.require_role(invoice.team_id, ADMIN_ROLES, "change invoices")
+        self.require("billing.manage", invoice, "change invoices")
         form = InvoiceMemoSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         invoice = services.update_invoice(actor=request.user, invoice=invoice, memo=form.validated_data["memo"])
@@ -208,7 +205,7 @@ class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyMo
     def adjustments(self, request, pk=None):
         """Operators: add a credit (negative) or charge to this draft."""
         invoice = self.get_object()
-        self.require_operator("adjust invoices")
+        require(request.user, "billing.operate", message="Only operators can adjust invoices.")
         form = AdjustmentSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         services.add_adjustment(actor=request.user, team=invoice.team, invoice=invoice, **form.validated_data)
@@ -220,7 +217,7 @@ class InvoiceViewSet(TeamScopedViewSetMixin, OperatorWrites, viewsets.ReadOnlyMo
     def issue(self, request, pk=None):
         """Operators: issue a draft whose month is over (the periodic task does this)."""
         invoice = self.get_object()
-        self.require_operator("issue invoices")
+        require(request.user, "billing.operate", message="Only operators can issue invoices.")
         return Response(InvoiceSerializer(services.issue_invoice(actor=request.user, invoice=invoice)).data)
 
 

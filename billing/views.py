@@ -7,17 +7,16 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Sum
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from console.models import Team
+from console.policy import may, policy_required, require
 from console.templatetags.money import rate as rate_text
-from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_operator
+from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES
 from instances import services as instance_services
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
 
@@ -58,15 +57,11 @@ def _month(request, now) -> date:
         return pricing.month_start(now).date()
 
 
-def _sees_bill(user, team) -> bool:
-    return is_operator(user) or has_role(user, team.pk, BILL_ROLES)
-
-
 # The idle GPUs one page lists, most idle cost first; the API (costs/idle-gpus/) has all.
 IDLE_GPU_ROWS = 20
 
 
-@login_required
+@policy_required("costs.read")
 def cost_explorer(request):
     now = timezone.now()
     team, teams = _team(request, READ_ROLES)
@@ -76,7 +71,7 @@ def cost_explorer(request):
     charges = Charge.objects.for_user(request.user, READ_ROLES).filter(team=team)
     window = costs.in_range(charges, start, end)
     current = start <= now < end
-    sees_bill = _sees_bill(request.user, team)
+    sees_bill = may(request.user, "billing.read", team)
     days, series = costs.daily_by_category(charges, start, end)
     idle = costs.idle_cost(charges, start, end)
     budget = Budget.objects.filter(team=team, month=month).first() if sees_bill else None
@@ -139,11 +134,9 @@ def _months(charges, now) -> list[date]:
     return months or [pricing.month_start(now).date()]
 
 
-@login_required
+@policy_required("billing.read", message="Invoices are for team admins and auditors.")
 def invoice_list(request):
     invoices = Invoice.objects.for_user(request.user, BILL_ROLES).select_related("team")
-    if not (is_operator(request.user) or Team.objects.for_user(request.user, BILL_ROLES).exists()):
-        raise PermissionDenied("Invoices are for team admins and auditors.")
     return render(request, "billing/invoice_list.html", {"invoices": invoices[:200]})
 
 
@@ -154,27 +147,25 @@ def _invoice(request, pk):
     )
 
 
-@login_required
+@policy_required("signed_in")
 def invoice_detail(request, pk):
     invoice = _invoice(request, pk)
     context = {"invoice": invoice, "currency": invoice.currency,
-               "can_memo": not invoice.is_issued and (is_operator(request.user) or has_role(request.user, invoice.team_id, ADMIN_ROLES))}
+               "can_memo": not invoice.is_issued and may(request.user, "billing.manage", invoice)}
     return render(request, "billing/invoice_detail.html", context)
 
 
-@login_required
+@policy_required("signed_in")
 def invoice_print(request, pk):
     invoice = _invoice(request, pk)
     provider = "GPU Console"
     return render(request, "billing/invoice_print.html", {"invoice": invoice, "provider": provider})
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def invoice_memo(request, pk):
     invoice = _invoice(request, pk)
-    if not (is_operator(request.user) or has_role(request.user, invoice.team_id, ADMIN_ROLES)):
-        raise PermissionDenied("Only team admins change invoices.")
+    require(request.user, "billing.manage", invoice, "Only team admins change invoices.")
     try:
         services.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", "")[:200])
     except services.InvoiceIssued as exc:
@@ -205,10 +196,8 @@ def _editing(request) -> dict | None:
             "forecast_thresholds": ", ".join(map(str, budget.forecast_thresholds)), "recurring": budget.recurring}
 
 
-@login_required
+@policy_required("billing.read", message="Budgets are for team admins and auditors.")
 def budget_list(request):
-    if not (is_operator(request.user) or Team.objects.for_user(request.user, BILL_ROLES).exists()):
-        raise PermissionDenied("Budgets are for team admins and auditors.")
     now = timezone.now()
 
     def create(data):
@@ -228,28 +217,24 @@ def budget_list(request):
         spent = costs.total(costs.in_range(Charge.objects.filter(team=b.team), pricing.month_start(b.month),
                                            pricing.next_month(b.month)))
         b.spent, b.used_pct = spent, (spent * 100 / b.amount).quantize(Decimal("0.1"))
-        b.editable = is_operator(request.user) or has_role(request.user, b.team_id, ADMIN_ROLES)
-    context = {"form": form, "budgets": budgets, "can_edit": form.fields["team"].queryset.exists(), "editing": editing,
+        b.editable = may(request.user, "billing.manage", b)
+    context = {"form": form, "budgets": budgets, "can_edit": may(request.user, "billing.manage"), "editing": editing,
                "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).select_related("budget__team")[:50],
                "currency": currency(), "now": now}
     return render(request, "billing/budgets.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def budget_delete(request, pk):
     budget = get_object_or_404(Budget.objects.for_user(request.user, BILL_ROLES), pk=pk)
-    if not (is_operator(request.user) or has_role(request.user, budget.team_id, ADMIN_ROLES)):
-        raise PermissionDenied("Only team admins manage budgets.")
+    require(request.user, "billing.manage", budget, "Only team admins manage budgets.")
     services.delete_budget(actor=request.user, budget=budget)
     messages.success(request, "Budget deleted.")
     return redirect("budget-list")
 
 
-@login_required
+@policy_required("costs.read", message="Reservations belong to teams; you are in none.")
 def reservation_list(request):
-    if not (is_operator(request.user) or Team.objects.for_user(request.user, READ_ROLES).exists()):
-        raise PermissionDenied("Reservations belong to teams; you are in none.")
 
     def buy(data):
         return services.purchase_reservation(
@@ -267,7 +252,7 @@ def reservation_list(request):
     for r in reservations[:100]:
         used = Charge.objects.filter(reservation=r).aggregate(c=Sum("billed_cents"))["c"]
         rows.append({"r": r, "status": r.status(now), "billed": pricing.from_cents(used), "basis": _basis(r)})
-    context = {"form": form, "rows": rows, "can_buy": form.fields["team"].queryset.exists(), "currency": currency()}
+    context = {"form": form, "rows": rows, "can_buy": may(request.user, "billing.manage"), "currency": currency()}
     return render(request, "billing/reservations.html", context, status=400 if request.method == "POST" else 200)
 
 
@@ -280,15 +265,14 @@ def _basis(r: Reservation) -> str:
     return "the catalog's 3-year price when it started, fixed for the term"
 
 
-@login_required
+@policy_required("signed_in")
 def price_list(request):
     now = timezone.now()
-    operator = is_operator(request.user)
+    operator = may(request.user, "billing.operate")
     price_form = forms.PriceForm(request.POST if "set_price" in request.POST else None)
     spot_form = forms.SpotPriceForm(request.POST if "set_spot" in request.POST else None)
     if request.method == "POST":
-        if not operator:
-            raise PermissionDenied("Only operators set prices.")
+        require(request.user, "billing.operate", message="Only operators set prices.")
         try:
             if "set_price" in request.POST and price_form.is_valid():
                 d = price_form.cleaned_data
@@ -322,11 +306,8 @@ def price_list(request):
     return render(request, "billing/prices.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
-@require_POST
+@policy_required("fleet.operate", message="Only operators preempt spot instances.", methods=["POST"])
 def preempt(request, pk):
-    if not is_operator(request.user):
-        raise PermissionDenied("Only operators preempt spot instances.")
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     try:
         item = instance_services.issue_preemption_notice(actor=request.user, instance=instance)

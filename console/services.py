@@ -12,11 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from . import twofactor
+from . import policy, twofactor
 from .events import Outcome, record_event
 from .live import end_user_sockets
 from .models import ApiToken, Invitation, Membership, Role, Scope, Team, UserSession, hash_secret
-from .tenancy import AUDIT_ROLES, is_operator
 
 
 @transaction.atomic
@@ -277,7 +276,7 @@ def authenticate_api_token(raw: str, *, source_ip: str | None = None) -> ApiToke
 def scopes_for(user: User) -> list[str]:
     """The scopes ``user``'s tokens may hold: ``audit:export`` only for team admins,
     auditors and operators. The token form offers these and no others."""
-    may_audit = is_operator(user) or Membership.objects.filter(user=user, role__in=AUDIT_ROLES).exists()
+    may_audit = policy.may(user, "audit.read")
     return [scope for scope in Scope.values if scope != Scope.AUDIT_EXPORT or may_audit]
 
 

@@ -5,9 +5,8 @@ from django.contrib import messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -27,8 +26,9 @@ from .forms import (
     TokenForm,
 )
 from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
+from .policy import policy_required
 from .signin import PENDING, PENDING_SECONDS, begin_second_factor
-from .tenancy import ADMIN_ROLES, is_operator
+from .tenancy import ADMIN_ROLES
 
 # Between the password and the second factor: who, how, where to, since when.
 PENDING_TRIES = 5
@@ -134,7 +134,7 @@ def _enrol_context(user, form, during_sign_in: bool) -> dict:
     }
 
 
-@login_required
+@policy_required("signed_in")
 def account(request):
     user = request.user
     password_form = PasswordChangeForm(user)
@@ -159,7 +159,7 @@ def account(request):
     return render(request, "console/account.html", context)
 
 
-@login_required
+@policy_required("signed_in")
 def account_enrol(request):
     if twofactor.enrolled(request.user):
         return redirect("account")
@@ -175,8 +175,7 @@ def account_enrol(request):
     return render(request, "console/enrol.html", _enrol_context(request.user, form, during_sign_in=False))
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def account_two_factor(request):
     """Remove the second factor, or make new recovery codes; both ask for a current code."""
     form = CodeForm(request.POST)
@@ -195,8 +194,7 @@ def account_two_factor(request):
     return redirect("account")
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def sign_out_everywhere(request):
     services.sign_out_everywhere(actor=request.user, user=request.user)
     logout(request)
@@ -204,12 +202,9 @@ def sign_out_everywhere(request):
     return redirect("login")
 
 
-@login_required
-@require_POST
+@policy_required("accounts.manage", message="Only operators can reset someone's two-factor sign-in.", methods=["POST"])
 def reset_two_factor(request, user_id):
     """An operator's recovery for someone who lost their authenticator."""
-    if not is_operator(request.user):
-        raise PermissionDenied("Only operators can reset someone's two-factor sign-in.")
     target = get_object_or_404(User, pk=user_id)
     twofactor.reset(actor=request.user, user=target)
     messages.success(request, f"{target.username}'s two-factor sign-in was reset and their sessions ended; they enrol again at the next sign-in.")
@@ -224,7 +219,7 @@ def logout_view(request):
     return redirect("login")
 
 
-@login_required
+@policy_required("signed_in")
 def tokens(request):
     raw = None
     if request.method == "POST":
@@ -272,7 +267,7 @@ def _token_id(value: str) -> int | None:
 INVITE_LINK = "_invite_link"
 
 
-@login_required
+@policy_required("signed_in")
 def team_members(request):
     """Members of your teams; team admins (and operators) invite, change roles and remove."""
     user = request.user
@@ -295,7 +290,7 @@ def team_members(request):
     context = {
         "new_invite": request.session.pop(INVITE_LINK, None) if managed_ids else None,
         "teams": teams, "invite_form": invite_form if managed_ids else None, "roles": Role.choices,
-        "operator": is_operator(user), "invite_days": settings.INVITE_DAYS,
+        "invite_days": settings.INVITE_DAYS,
     }
     return render(request, "console/members.html", context)
 

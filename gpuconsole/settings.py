@@ -193,6 +193,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
         "console.api.permissions.TokenScope",
+        "console.policy.Policy",
     ],
     "DEFAULT_PAGINATION_CLASS": "console.api.pagination.Pagination",
     "PAGE_SIZE": 50,

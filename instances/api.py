@@ -11,9 +11,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
+from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
-from console.tenancy import WRITE_ROLES, is_operator
+from console.policy import may
 
 from . import catalog, cordon_api, images, launch_options, services
 from .models import (
@@ -65,8 +65,10 @@ class SliceProfileViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = None
 
 
-class HostViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+class HostViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Fleet hosts (operators). PATCH state to drain a host or mark it down."""
+
+    policy_action = "fleet.view"
 
     queryset = Host.objects.select_related("region").annotate(
         gpu_count=Count("gpus"), gpus_free=Count("gpus", filter=gpu_free_q("gpus__")),
@@ -119,10 +121,10 @@ class ImageViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.Rea
     def perform_create(self, serializer):
         data = serializer.validated_data
         team = data.get("team")
-        if team is None and not is_operator(self.request.user):
+        if team is None and not may(self.request.user, "fleet.operate"):
             self.permission_denied(self.request, message="Only operators add public images; name your team.")
         if team is not None:
-            self.require_role(team.pk, WRITE_ROLES, "add images")
+            self.require("team.write", team, "add images")
         serializer.instance = images.create_image(
             actor=self.request.user, team=team, name=data["name"], reference=data["reference"],
             gpu_models=data["gpu_models"], framework=data.get("framework", ""),
@@ -135,10 +137,10 @@ class ImageViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.Rea
     def retire(self, request, pk=None):
         """Stops new launches of the image; running instances keep it."""
         image = self.get_object()
-        if image.team_id is None and not is_operator(request.user):
+        if image.team_id is None and not may(request.user, "image.manage", image):
             self.permission_denied(request, message="Only operators retire public images.")
         if image.team_id is not None:
-            self.require_role(image.team_id, WRITE_ROLES, "retire images")
+            self.require("team.write", image, "retire images")
         images.retire_image(actor=request.user, image=image)
         return Response(ImageSerializer(self.get_queryset().get(pk=image.pk), context={"request": request}).data)
 
@@ -147,7 +149,7 @@ class ImageViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.Rea
     def make_default(self, request, pk=None):
         """Operators: launches of the GPU model that name no image boot this one."""
         image = self.get_object()
-        if not is_operator(request.user):
+        if not may(request.user, "fleet.operate"):
             self.permission_denied(request, message="Only operators set a GPU model's default image.")
         body = DefaultImageRequest(data=request.data)
         body.is_valid(raise_exception=True)
@@ -179,7 +181,7 @@ class InstanceViewSet(
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, WRITE_ROLES, "launch instances")
+        self.require("team.write", data["team"], "launch instances")
         with launch_options.launching(actor=self.request.user, team=data["team"], data=data):
             serializer.instance = services.launch_instance(
                 actor=self.request.user,
@@ -197,7 +199,7 @@ class InstanceViewSet(
 
     def _act(self, request, verb, what):
         instance = self.get_object()
-        self.require_role(instance.team_id, WRITE_ROLES, what)
+        self.require("team.write", instance, what)
         verb(actor=request.user, instance=instance)
         fresh = self.get_queryset().get(pk=instance.pk)
         return Response(InstanceSerializer(fresh, context={"request": request}).data, status=status.HTTP_200_OK)
@@ -223,7 +225,7 @@ class InstanceViewSet(
         """Operators: end a ``stopping`` the host never confirmed (billing stopped at the
         grace, STOPPING_GRACE_SECONDS)."""
         instance = self.get_object()
-        if not is_operator(request.user):
+        if not may(request.user, "fleet.operate"):
             self.permission_denied(request, message="Only operators can force a stop.")
         services.force_stop(actor=request.user, instance=instance)
         fresh = self.get_queryset().get(pk=instance.pk)
@@ -240,7 +242,7 @@ class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, v
 
     def create(self, request, *args, **kwargs):
         # Refuse before validating, so an outsider learns nothing from the errors.
-        if not is_operator(request.user):
+        if not may(request.user, "fleet.operate"):
             self.permission_denied(request, message="Only operators can preempt instances.")
         return super().create(request, *args, **kwargs)
 

@@ -12,8 +12,6 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin
-
 from . import cordon, services
 from .models import Gpu, Host
 
@@ -34,7 +32,8 @@ def _cordon(target) -> dict:
             "cordon_reason": target.cordon_reason}
 
 
-class _CordonView(OperatorOnlyMixin, APIView):
+class _CordonView(APIView):
+    policy_action = "fleet.operate"
     verb = ""
 
     def _body(self, request) -> dict:

@@ -1,15 +1,13 @@
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, F, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from console.forms import apply_errors
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, policy_required, require
 
 from . import catalog, images, launch_options, precision, services
 from .forms import ImageForm, LaunchForm
@@ -38,7 +36,7 @@ def _instances(request):
     return Instance.objects.for_user(request.user).select_related("team", "gpu_model", "slice_profile", "host", "image")
 
 
-@login_required
+@policy_required("signed_in")
 def instance_list(request):
     qs = _instances(request)
     state = request.GET.get("state", "")
@@ -53,10 +51,10 @@ def instance_list(request):
     return render(request, "instances/list.html", context)
 
 
-@login_required
+@policy_required("signed_in")
 def instance_detail(request, pk):
     instance = get_object_or_404(_instances(request).prefetch_related("gpus", "slices", "events__host"), pk=pk)
-    can_act = is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)
+    can_act = may(request.user, "team.write", instance)
     context = {
         "instance": instance,
         "can_act": can_act,
@@ -74,16 +72,14 @@ def _cost_context(request, instance: Instance) -> dict:
     return {
         "cost": cost, "reserved_note": getattr(cost, "note", ""), "stuck": services.is_stuck(instance),
         "state_note": services.state_note(instance),
-        "grace_minutes": int(services.stopping_grace().total_seconds() // 60), "is_operator": is_operator(request.user),
+        "grace_minutes": int(services.stopping_grace().total_seconds() // 60),
         "currency": getattr(settings, "BILLING_CURRENCY", "USD"),
     }
 
 
-@login_required
+@policy_required("team.write", message="Your role does not allow launching instances.")
 def launch(request):
     form = LaunchForm(request.POST or None, user=request.user)
-    if not form.fields["team"].queryset.exists():
-        raise PermissionDenied("Your role does not allow launching instances.")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -125,16 +121,14 @@ def _offers() -> list[dict]:
     return rows
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def instance_action(request, pk, verb):
     instance = get_object_or_404(_instances(request), pk=pk)
     if verb not in ACTIONS and verb != "force-stop":
         return redirect("instance-detail", pk=pk)
-    if verb == "force-stop" and not is_operator(request.user):
-        raise PermissionDenied("Only operators can force a stop.")
-    if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
-        raise PermissionDenied(f"Your role does not allow you to {verb} instances.")
+    if verb == "force-stop":
+        require(request.user, "fleet.operate", message="Only operators can force a stop.")
+    require(request.user, "team.write", instance, f"Your role does not allow you to {verb} instances.")
     try:
         ACTIONS.get(verb, services.force_stop)(actor=request.user, instance=instance)
     except services.LifecycleError as exc:
@@ -144,7 +138,7 @@ def instance_action(request, pk, verb):
     return redirect("instance-detail", pk=pk)
 
 
-@login_required
+@policy_required("signed_in")
 def image_list(request):
     """The image catalog: public images and the user's teams' own; adding and retiring."""
     form = ImageForm(request.POST or None, user=request.user)
@@ -165,23 +159,15 @@ def image_list(request):
             .annotate(running=Count("instances", filter=Q(instances__state__in=HOLDING_STATES)))
             .order_by(F("retired_at").asc(nulls_first=True), F("team").asc(nulls_first=True), "name"))
     for image in rows:
-        image.can_retire = not image.retired and _may_manage(request.user, image)
+        image.can_retire = not image.retired and may(request.user, "image.manage", image)
     context = {"images": rows, "form": form, "can_add": bool(form.fields["owner"].choices)}
     return render(request, "instances/images.html", context, status=400 if request.method == "POST" else 200)
 
 
-def _may_manage(user, image: Image) -> bool:
-    if image.team_id is None:
-        return is_operator(user)
-    return has_role(user, image.team_id, WRITE_ROLES)
-
-
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def image_retire(request, pk):
     image = get_object_or_404(Image.objects.for_user(request.user), pk=pk)
-    if not _may_manage(request.user, image):
-        raise PermissionDenied("Only operators retire public images, and a team's members its own.")
+    require(request.user, "image.manage", image, "Only operators retire public images, and a team's members its own.")
     try:
         images.retire_image(actor=request.user, image=image)
     except ValidationError as exc:
@@ -191,10 +177,8 @@ def image_retire(request, pk):
     return redirect("image-list")
 
 
-@login_required
+@policy_required("fleet.view")
 def host_list(request):
-    if not is_operator(request.user):
-        raise PermissionDenied("Only operators can see the fleet inventory.")
     hosts = Host.objects.select_related("region").annotate(
         gpu_count=Count("gpus", distinct=True),
         gpus_used=Count("gpus", filter=gpu_used_q("gpus__"), distinct=True),

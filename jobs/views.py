@@ -3,15 +3,13 @@ form to submit one) and a job's page (its runs and events). Thin: scope with
 ``for_user``, call services, render."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from billing.models import currency
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, policy_required, require
 from instances.services import LifecycleError
 from network import services as network_services
 
@@ -24,12 +22,11 @@ def _jobs(request):
     return Job.objects.for_user(request.user).select_related("team", "gpu_model", "image", "instance__host")
 
 
-@login_required
+@policy_required("signed_in")
 def queue(request):
     form = SubmitForm(request.POST or None, user=request.user)
     if request.method == "POST":
-        if not form.fields["team"].queryset.exists():
-            raise PermissionDenied("Your role does not allow submitting jobs.")
+        require(request.user, "team.write", message="Your role does not allow submitting jobs.")
         if form.is_valid() and _submit(request, form):
             return redirect("job-queue")
     state = request.GET.get("state", "")
@@ -42,7 +39,7 @@ def queue(request):
     for job in rows:
         job.queue = info[job.pk]
     context = {"page": page, "rows": rows, "form": form, "states": JobState.choices, "state": state,
-               "can_submit": form.fields["team"].queryset.exists(), "currency": currency(),
+               "can_submit": may(request.user, "team.write"), "currency": currency(),
                "hold_minutes": int(services.reclaim_hold().total_seconds() // 60)}
     return render(request, "jobs/queue.html", context, status=400 if request.method == "POST" else 200)
 
@@ -67,22 +64,20 @@ def _submit(request, form) -> bool:
     return True
 
 
-@login_required
+@policy_required("signed_in")
 def job_detail(request, pk):
     job = get_object_or_404(_jobs(request).prefetch_related("runs__instance__host", "events__instance"), pk=pk)
     job.queue = services.queue_info([job], timezone.now())[job.pk]
-    can_act = is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)
+    can_act = may(request.user, "team.write", job)
     network = network_services.describe_choice(job.network)
     return render(request, "jobs/detail.html", {"job": job, "can_act": can_act, "currency": currency(),
                                                 "network": network})
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def job_cancel(request, pk):
     job = get_object_or_404(_jobs(request), pk=pk)
-    if not (is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role does not allow you to cancel jobs.")
+    require(request.user, "team.write", job, "Your role does not allow you to cancel jobs.")
     try:
         services.cancel_job(actor=request.user, job=job)
     except LifecycleError as exc:

@@ -14,8 +14,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
-from console.tenancy import is_operator
+from console.api.mixins import TeamScopedViewSetMixin
+from console.policy import may
 from instances.models import Gpu, GpuSlice, Instance
 
 from . import figures, health_api, queries, services
@@ -111,9 +111,11 @@ class GpuEventViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["kind", "uuid", "host__name", "instance", "team"]
     ordering_fields = ["time"]
 
-class HostTokenViewSet(OperatorOnlyMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class HostTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Agent tokens (operators). The raw token is in the creation answer only;
     revoke with POST …/{id}/revoke/."""
+
+    policy_action = "fleet.operate"
 
     queryset = HostToken.objects.select_related("host", "created_by")
     serializer_class = HostTokenSerializer
@@ -159,7 +161,7 @@ class OverviewView(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request):
         now = timezone.now()
-        if is_operator(request.user):
+        if may(request.user, "fleet.view"):
             models = figures.capacity()
             return Response({"scope": "fleet", **figures.fleet_totals(now, models=models), "capacity": models})
         return Response({"scope": "teams", **figures.team_totals(request.user, now)})

@@ -36,8 +36,8 @@ from console.live import (
     team_group,
     user_group,
 )
+from console.policy import PolicyConsumer, may
 from console.request_context import bind_scope
-from console.tenancy import READ_ROLES, has_role, is_operator
 from instances.models import Instance
 
 from . import agent_links, diagnostics, fanout, frames, ingest, inventory, services
@@ -454,9 +454,10 @@ KINDS = p.LIVE_KINDS
 
 def _allowed(user, kind: str, ident: int | None) -> bool:
     if kind == "fleet" or kind == "host":
-        return is_operator(user)
+        return may(user, "fleet.view")
     if kind == "team":
-        return is_operator(user) or has_role(user, ident, READ_ROLES)
+        return may(user, "team.read", ident)
+    # an instance: whoever sees it (tenancy) may watch it
     return Instance.objects.for_user(user).filter(pk=ident).exists()
 
 
@@ -480,7 +481,7 @@ def _target(target) -> tuple[str, int | None] | str:
     return kind, ident
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
     """Browsers: ``{"subscribe": {"kind": …, "id": …}}``; see docs/live-protocol.md."""
 
     async def dispatch(self, message):
@@ -493,7 +494,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.gpus = fanout.SocketMerge(fanout.interval_s(), lambda text: self.send(text_data=text))
         await self.accept()
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        if not await self.may("signed_in"):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         # console.live.end_user_sockets reaches this socket through its user's group.

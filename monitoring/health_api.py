@@ -15,7 +15,6 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.mixins import OperatorOnlyMixin
 from instances.models import Gpu, Host
 
 from . import diagnostics, services, verdicts
@@ -42,13 +41,18 @@ def host_health(host: Host) -> dict:
                  "cordoned": g.cordoned_at is not None, "cordon_reason": g.cordon_reason} for g in gpus]}
 
 
-class HostHealthView(OperatorOnlyMixin, APIView):
+class HostHealthView(APIView):
+    policy_action = "fleet.view"
+
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request, pk: int):
         return Response(host_health(get_object_or_404(Host, pk=pk)))
 
 
-class HostDiagnosticsView(OperatorOnlyMixin, APIView):
+class HostDiagnosticsView(APIView):
+    # reading and collecting bundles are both the operators'
+    policy_action = "fleet.view"
+
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request, pk: int):
         host = get_object_or_404(Host, pk=pk)
@@ -65,7 +69,9 @@ class HostDiagnosticsView(OperatorOnlyMixin, APIView):
         return Response(bundle_data(bundle), status=status.HTTP_202_ACCEPTED)
 
 
-class BundleDownloadView(OperatorOnlyMixin, APIView):
+class BundleDownloadView(APIView):
+    policy_action = "fleet.view"
+
     @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk: int, bundle: int):
         # the host first: an id past the column's range is a 404 there (a foreign key's

@@ -4,13 +4,10 @@ diagnostics bundles, and the page forms that cordon, drain and collect."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
-from console.tenancy import is_operator
+from console.policy import policy_required
 from instances import cordon
 from instances.models import Gpu, Host
 
@@ -19,11 +16,6 @@ from .models import DiagnosticsBundle, GpuHealth
 
 HOST_VERBS = ("cordon", "uncordon", "drain")
 GPU_VERBS = ("cordon", "uncordon")
-
-
-def require_operator(user) -> None:
-    if not is_operator(user):
-        raise PermissionDenied("Only operators can see host health and act on it.")
 
 
 def host_context(host: Host, gpus: list[Gpu]) -> dict:
@@ -41,10 +33,8 @@ def gpu_context(gpu: Gpu) -> dict:
     return {"gpu_health": row, "gpu_state": row.state if row else health.HEALTHY}
 
 
-@login_required
-@require_POST
+@policy_required("fleet.operate", methods=["POST"])
 def host_collect(request, pk):
-    require_operator(request.user)
     host = get_object_or_404(Host, pk=pk)
     try:
         diagnostics.request_bundle(actor=request.user, host=host)
@@ -55,10 +45,8 @@ def host_collect(request, pk):
     return redirect(reverse("host-detail", args=[host.pk]) + "#diagnostics")
 
 
-@login_required
-@require_POST
+@policy_required("fleet.operate", methods=["POST"])
 def host_placement(request, pk, verb):
-    require_operator(request.user)
     host = get_object_or_404(Host, pk=pk)
     if verb not in HOST_VERBS:
         messages.error(request, f"Unknown action {verb!r}: one of {', '.join(HOST_VERBS)}.")
@@ -81,10 +69,8 @@ def host_placement(request, pk, verb):
     return redirect("host-detail", host.pk)
 
 
-@login_required
-@require_POST
+@policy_required("fleet.operate", methods=["POST"])
 def gpu_placement(request, uuid, verb):
-    require_operator(request.user)
     gpu = get_object_or_404(Gpu.objects.select_related("host"), uuid=uuid)
     if verb not in GPU_VERBS:
         messages.error(request, f"Unknown action {verb!r}: one of {', '.join(GPU_VERBS)}.")

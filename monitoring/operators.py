@@ -3,8 +3,6 @@ operator issues and revokes a host's agent tokens."""
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from rest_framework import exceptions
@@ -12,7 +10,8 @@ from rest_framework import exceptions
 from audit.models import Outcome
 from audit.services import record_event
 from console.auth import ApiTokenAuthentication
-from console.tenancy import is_operator, token_teams
+from console.policy import may, policy_required
+from console.tenancy import token_teams
 from console.validators import plain_name
 from instances.models import Host
 
@@ -37,7 +36,7 @@ def metrics(request):
     if user is None:
         return _plain(401, "Send an operator's API token: Authorization: Token <key>\n", {"WWW-Authenticate": "Token"})
     teams = token_teams(user)
-    if not (is_operator(user) or (user.is_staff and teams is not None)):
+    if not (may(user, "fleet.view") or (user.is_staff and teams is not None)):
         record_event(actor=user, action="api.denied", outcome=Outcome.DENIED,
                      details={"method": request.method, "path": request.path, "reason": "metrics are for operators"})
         return _plain(403, "Only operators can read /metrics.\n")
@@ -54,10 +53,8 @@ class HostTokenForm(forms.Form):
                            help_text="A label, e.g. where the agent runs. Optional.")
 
 
-@login_required
+@policy_required("fleet.operate", message="Only operators manage agent tokens.")
 def host_tokens(request, pk):
-    if not is_operator(request.user):
-        raise PermissionDenied("Only operators manage agent tokens.")
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
     raw = None
     form = HostTokenForm()

@@ -12,17 +12,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from console.models import Team
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, policy_required, require
 from instances.models import (
     Gpu,
     GpuSlice,
@@ -51,9 +48,6 @@ HEALTH_EVENTS = (EventKind.XID, EventKind.ECC, EventKind.GPU_LOST, EventKind.GPU
 PROC_LOOKBACK = 120  # readings searched for each process's latest SM use
 
 
-def require_operator(user) -> None:
-    if not is_operator(user):
-        raise PermissionDenied("Only operators can see the fleet inventory.")
 
 
 def alert_temp_c() -> float:
@@ -124,10 +118,10 @@ def latest_by_uuid(qs) -> dict[str, GpuLatest]:
 # --- overview -----------------------------------------------------------------------
 
 
-@login_required
+@policy_required("signed_in")
 def overview(request):
     page = request.GET.get("page")
-    if is_operator(request.user):
+    if may(request.user, "fleet.view"):
         return render(request, "monitoring/fleet.html", fleet_context(request.user, page=page))
     return render(request, "monitoring/overview.html", team_context(request.user, page=page))
 
@@ -183,7 +177,7 @@ def team_context(user, *, page=None) -> dict:
 def fleet_context(user, *, page=None) -> dict:
     """The fleet's figures and capacity per model (``figures``), then one page of hosts
     grouped by region with their utilization heatmap."""
-    require_operator(user)
+    require(user, "fleet.view")
     now = timezone.now()
     shown = Paginator(Host.objects.select_related("region").order_by("region__name", "name"), HOSTS_PER_PAGE).get_page(
         page
@@ -366,15 +360,13 @@ def held_before(instance: Instance) -> list[dict]:
     return devices
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def instance_precision(request, pk):
     """Set the precision the instance's TFLOP/s estimate assumes (team writers)."""
     from instances import services as instance_services
 
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
-    if not (is_operator(request.user) or has_role(request.user, instance.team_id, WRITE_ROLES)):
-        raise PermissionDenied("Your role in this team does not allow you to change this instance.")
+    require(request.user, "team.write", instance, "Your role in this team does not allow you to change this instance.")
     try:
         instance_services.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
     except instance_services.LifecycleError as exc:
@@ -387,9 +379,8 @@ def instance_precision(request, pk):
 # --- hosts and GPUs (operators) -----------------------------------------------------
 
 
-@login_required
+@policy_required("fleet.view")
 def host_detail(request, pk):
-    require_operator(request.user)
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
     now = timezone.now()
     gpus = list(host.gpus.select_related("model", "instance", "team").annotate(**HOLDER_JOB).order_by("index"))
@@ -435,9 +426,8 @@ def host_detail(request, pk):
     return render(request, "monitoring/host.html", context)
 
 
-@login_required
+@policy_required("fleet.view")
 def gpu_detail(request, uuid):
-    require_operator(request.user)
     gpu = get_object_or_404(
         Gpu.objects.select_related("host__region", "model", "instance", "team"), uuid=uuid
     )

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.utils import timezone
 
+from console.policy import policy_required
 from instances.models import Gpu, GpuSlice, Instance
 
 from . import charts, pages, queries
@@ -83,7 +83,7 @@ def _limits(device: dict) -> dict:
 LIVE_SPAN = timedelta(minutes=15)  # the panel's "Live" range
 
 
-@login_required
+@policy_required("signed_in")
 def instance_figures(request, pk):
     """``device=<uuid>``: that device's charts; ``device=all``: every device per chart."""
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
@@ -128,10 +128,9 @@ def instance_body(user, instance, devices: list[dict], window: queries.Window, *
     return _answer(window, tier, [series], figures)
 
 
-@login_required
+@policy_required("fleet.view")
 def gpu_figures(request, uuid):
     """One GPU's or slice's charts, ECC included (operators)."""
-    pages.require_operator(request.user)
     now: datetime = timezone.now()
     latest = GpuLatest.objects.filter(uuid=uuid).first()
     gpu = Gpu.objects.select_related("model", "host").filter(uuid=uuid).first()
@@ -155,7 +154,7 @@ def gpu_figures(request, uuid):
     return JsonResponse(_answer(window, tier, [series], figures))
 
 
-@login_required
+@policy_required("signed_in")
 def instance_panel(request, pk):
     """The chart panel of an instance page: its devices now, or those it held."""
     instance = get_object_or_404(

@@ -5,7 +5,6 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
-from console.tenancy import WRITE_ROLES
 
 from . import services
 from .models import Interface, SecurityGroup, SecurityRule, Subnet, Vpc
@@ -28,12 +27,12 @@ class VpcViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.Destroy
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, WRITE_ROLES, "create VPCs")
+        self.require("team.write", data["team"], "create VPCs")
         serializer.instance = services.create_vpc(actor=self.request.user, team=data["team"], name=data["name"],
                                                   cidr=data["cidr"])
 
     def perform_destroy(self, vpc):
-        self.require_role(vpc.team_id, WRITE_ROLES, "delete VPCs")
+        self.require("team.write", vpc, "delete VPCs")
         if vpc.is_default:
             from django.core.exceptions import ValidationError
 
@@ -51,12 +50,12 @@ class SubnetViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.Dest
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["vpc"].team_id, WRITE_ROLES, "create subnets")
+        self.require("team.write", data["vpc"], "create subnets")
         serializer.instance = services.create_subnet(actor=self.request.user, vpc=data["vpc"], name=data["name"],
                                                      cidr=data["cidr"])
 
     def perform_destroy(self, subnet):
-        self.require_role(subnet.vpc.team_id, WRITE_ROLES, "delete subnets")
+        self.require("team.write", subnet.vpc, "delete subnets")
         services.delete_subnet(actor=self.request.user, subnet=subnet)
 
 
@@ -72,7 +71,7 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, WRITE_ROLES, "create security groups")
+        self.require("team.write", data["team"], "create security groups")
         serializer.instance = services.create_group(
             actor=self.request.user, team=data["team"], name=data["name"], description=data.get("description", ""),
             rules=self.request.data.get("rules") if isinstance(self.request.data, dict) else None,
@@ -80,21 +79,21 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
 
     def perform_update(self, serializer):
         group = serializer.instance
-        self.require_role(group.team_id, WRITE_ROLES, "change security groups")
+        self.require("team.write", group, "change security groups")
         data = serializer.validated_data
         rules = self.request.data.get("rules") if "rules" in data else None
         serializer.instance = services.update_group(actor=self.request.user, group=group, name=data.get("name"),
                                                     description=data.get("description"), rules=rules)
 
     def perform_destroy(self, group):
-        self.require_role(group.team_id, WRITE_ROLES, "delete security groups")
+        self.require("team.write", group, "delete security groups")
         services.delete_group(actor=self.request.user, group=group)
 
     @extend_schema(request=RuleSerializer, responses=RuleSerializer)
     @action(detail=True, methods=["post"], url_path="rules")
     def add_rule(self, request, pk=None):
         group = self.get_object()
-        self.require_role(group.team_id, WRITE_ROLES, "change security groups")
+        self.require("team.write", group, "change security groups")
         body = request.data if isinstance(request.data, dict) else {}
         rule = services.add_rule(actor=request.user, group=group, **{k: body.get(k) for k in (
             "direction", "protocol", "port_from", "port_to", "cidr", "peer_group", "confirm_open", "description")})
@@ -104,7 +103,7 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
     @action(detail=True, methods=["delete"], url_path=r"rules/(?P<rule_id>[0-9]+)")
     def remove_rule(self, request, pk=None, rule_id=None):
         group = self.get_object()
-        self.require_role(group.team_id, WRITE_ROLES, "change security groups")
+        self.require("team.write", group, "change security groups")
         rule = get_object_or_404(SecurityRule.objects.filter(group=group), pk=rule_id)
         services.remove_rule(actor=request.user, rule=rule)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -120,7 +119,7 @@ class InterfaceViewSet(TeamScopedViewSetMixin, mixins.UpdateModelMixin, viewsets
 
     def perform_update(self, serializer):
         interface = serializer.instance
-        self.require_role(interface.team_id, WRITE_ROLES, "change instances' security groups")
+        self.require("team.write", interface, "change instances' security groups")
         groups = serializer.validated_data.get("group_ids")
         if groups is not None:
             serializer.instance = services.set_groups(actor=self.request.user, interface=interface,

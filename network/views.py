@@ -2,35 +2,23 @@
 with ``for_user``, read, call a service, show its named errors on the form."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
 from console.forms import apply_errors
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, policy_required, require
 
 from . import services
 from .forms import GroupForm, RuleForm, SubnetForm, VpcForm
 from .models import Interface, SecurityGroup, SecurityRule, Vpc
 
 
-def _may_change(request, team_id: int) -> bool:
-    return is_operator(request.user) or has_role(request.user, team_id, WRITE_ROLES)
-
-
-def _require_change(request, team_id: int, what: str) -> None:
-    if not _may_change(request, team_id):
-        raise PermissionDenied(f"Your role does not allow you to {what}.")
-
-
-@login_required
+@policy_required("signed_in")
 def vpc_list(request):
     form = VpcForm(request.POST or None, user=request.user)
     if request.method == "POST":
-        if not form.fields["team"].queryset.exists():
-            raise PermissionDenied("Your role does not allow you to create VPCs.")
+        require(request.user, "team.write", message="Your role does not allow you to create VPCs.")
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -42,16 +30,16 @@ def vpc_list(request):
                 return redirect("vpc-detail", pk=vpc.pk)
     vpcs = (Vpc.objects.for_user(request.user).select_related("team").prefetch_related("subnets")
             .annotate(instances=Count("subnets__interfaces", filter=Q(subnets__interfaces__released_at__isnull=True))))
-    context = {"vpcs": vpcs, "form": form, "may_create": form.fields["team"].queryset.exists()}
+    context = {"vpcs": vpcs, "form": form, "may_create": may(request.user, "team.write")}
     return render(request, "network/vpcs.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
+@policy_required("signed_in")
 def vpc_detail(request, pk):
     vpc = get_object_or_404(Vpc.objects.for_user(request.user).select_related("team"), pk=pk)
     form = SubnetForm(request.POST or None)
     if request.method == "POST":
-        _require_change(request, vpc.team_id, "create subnets")
+        require(request.user, "team.write", vpc, "Your role does not allow you to create subnets.")
         if form.is_valid():
             try:
                 subnet = services.create_subnet(actor=request.user, vpc=vpc, **form.cleaned_data)
@@ -64,16 +52,15 @@ def vpc_detail(request, pk):
     interfaces = (Interface.objects.filter(subnet__vpc=vpc, released_at__isnull=True)
                   .select_related("instance", "subnet").prefetch_related("groups"))
     context = {"vpc": vpc, "subnets": subnets, "interfaces": interfaces, "form": form,
-               "may_change": _may_change(request, vpc.team_id)}
+               "may_change": may(request.user, "team.write", vpc)}
     return render(request, "network/vpc_detail.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
+@policy_required("signed_in")
 def group_list(request):
     form = GroupForm(request.POST or None, user=request.user)
     if request.method == "POST":
-        if not form.fields["team"].queryset.exists():
-            raise PermissionDenied("Your role does not allow you to create security groups.")
+        require(request.user, "team.write", message="Your role does not allow you to create security groups.")
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -87,16 +74,16 @@ def group_list(request):
     groups = (SecurityGroup.objects.for_user(request.user).select_related("team")
               .annotate(rule_count=Count("rules", distinct=True),
                         members=Count("interfaces", filter=Q(interfaces__released_at__isnull=True), distinct=True)))
-    context = {"groups": groups, "form": form, "may_create": form.fields["team"].queryset.exists()}
+    context = {"groups": groups, "form": form, "may_create": may(request.user, "team.write")}
     return render(request, "network/groups.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
+@policy_required("signed_in")
 def group_detail(request, pk):
     group = get_object_or_404(SecurityGroup.objects.for_user(request.user).select_related("team"), pk=pk)
     form = RuleForm(request.POST or None, group=group)
     if request.method == "POST":
-        _require_change(request, group.team_id, "change security groups")
+        require(request.user, "team.write", group, "Your role does not allow you to change security groups.")
         if form.is_valid():
             try:
                 services.add_rule(actor=request.user, group=group, **form.values())
@@ -106,7 +93,7 @@ def group_detail(request, pk):
                 messages.success(request, f"Rule added to {group.name}; its instances' hosts apply it now.")
                 return redirect("security-group-detail", pk=group.pk)
     context = {
-        "group": group, "form": form, "may_change": _may_change(request, group.team_id),
+        "group": group, "form": form, "may_change": may(request.user, "team.write", group),
         "rules": group.rules.select_related("peer_group"),
         "members": (group.interfaces.filter(released_at__isnull=True)
                     .select_related("instance__host__network_rules", "subnet")),
@@ -114,23 +101,21 @@ def group_detail(request, pk):
     return render(request, "network/group_detail.html", context, status=400 if request.method == "POST" else 200)
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def rule_remove(request, pk, rule_id):
     group = get_object_or_404(SecurityGroup.objects.for_user(request.user), pk=pk)
-    _require_change(request, group.team_id, "change security groups")
+    require(request.user, "team.write", group, "Your role does not allow you to change security groups.")
     rule = get_object_or_404(SecurityRule.objects.filter(group=group), pk=rule_id)
     services.remove_rule(actor=request.user, rule=rule)
     messages.success(request, f"Rule removed from {group.name}.")
     return redirect("security-group-detail", pk=group.pk)
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def instance_groups(request, pk):
     """Change a running instance's groups from its page."""
     interface = get_object_or_404(Interface.objects.for_user(request.user).select_related("instance"), pk=pk)
-    _require_change(request, interface.team_id, "change instances' security groups")
+    require(request.user, "team.write", interface, "Your role does not allow you to change instances' security groups.")
     ids = [int(v) for v in request.POST.getlist("security_groups") if v.isdigit()]
     try:
         services.set_groups(actor=request.user, interface=interface, groups=ids)

@@ -4,7 +4,7 @@ dismiss / snooze / restore of one instance's advice; /api/v1/idle-stop-policies/
 import re
 from datetime import date, datetime, timedelta
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
@@ -15,7 +15,8 @@ from rest_framework.response import Response
 from billing import pricing
 from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
-from console.tenancy import ADMIN_ROLES, is_operator
+from console.policy import require
+from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
 from . import energy, idle_stop, services
@@ -77,7 +78,7 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def dismiss(self, request, pk=None):
         instance = self.get_object()
-        self.require_role(instance.team_id, ADMIN_ROLES, "dismiss savings advice")
+        self.require("savings.manage", instance, "dismiss savings advice")
         data = request.data if isinstance(request.data, dict) else {}
         d = services.dismiss(actor=request.user, instance=instance, kind=data.get("kind"), days=data.get("days"),
                              reason=str(data.get("reason", "")))
@@ -87,7 +88,7 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def restore(self, request, pk=None):
         instance = self.get_object()
-        self.require_role(instance.team_id, ADMIN_ROLES, "restore savings advice")
+        self.require("savings.manage", instance, "restore savings advice")
         data = request.data if isinstance(request.data, dict) else {}
         services.restore(actor=request.user, instance=instance, kind=data.get("kind"))
         return Response({"instance": instance.pk, "kind": data.get("kind"), "restored": True})
@@ -128,7 +129,7 @@ class IdleStopPolicyViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mix
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, ADMIN_ROLES, "set idle-stop policies")
+        self.require("savings.manage", data["team"], "set idle-stop policies")
         serializer.instance = idle_stop.set_policy(
             actor=self.request.user, team=data["team"], instance=data.get("instance"),
             idle_minutes=data["idle_minutes"], warn_minutes=data.get("warn_minutes", 10),
@@ -136,14 +137,14 @@ class IdleStopPolicyViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mix
 
     def perform_update(self, serializer):
         policy, data = serializer.instance, serializer.validated_data
-        self.require_role(policy.team_id, ADMIN_ROLES, "change idle-stop policies")
+        self.require("savings.manage", policy, "change idle-stop policies")
         serializer.instance = idle_stop.set_policy(
             actor=self.request.user, team=policy.team, instance=policy.instance,
             idle_minutes=data.get("idle_minutes", policy.idle_minutes),
             warn_minutes=data.get("warn_minutes", policy.warn_minutes), enabled=data.get("enabled", policy.enabled))
 
     def perform_destroy(self, policy):
-        self.require_role(policy.team_id, ADMIN_ROLES, "delete idle-stop policies")
+        self.require("savings.manage", policy, "delete idle-stop policies")
         idle_stop.delete_policy(actor=self.request.user, policy=policy)
 
 
@@ -218,8 +219,7 @@ class RegionFootprintViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelView
     serializer_class = RegionFootprintSerializer
 
     def perform_create(self, serializer):
-        if not is_operator(self.request.user):
-            raise PermissionDenied("Only operators set a region's PUE and carbon intensity.")
+        require(self.request.user, "fleet.operate", message="Only operators set a region's PUE and carbon intensity.")
         data = serializer.validated_data
         serializer.instance = energy.set_footprint(actor=self.request.user, region=data["region"], pue=data["pue"],
                                                    grid_g_co2e_per_kwh=data["grid_g_co2e_per_kwh"])

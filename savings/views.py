@@ -3,17 +3,16 @@
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
 
 from billing.models import currency
 from console.models import Team
-from console.tenancy import ADMIN_ROLES, has_role, is_operator
+from console.policy import policy_required, require
+from console.tenancy import ADMIN_ROLES
 from instances.models import Instance
 
 from . import commitments, energy, idle_stop, services, useful_work
@@ -29,8 +28,7 @@ def _team(request) -> tuple[Team, list[Team]]:
     return team, list(teams)
 
 
-@login_required
-@require_GET
+@policy_required("savings.manage", message="Savings advice is for team admins and operators.", methods=["GET"])
 def savings(request):
     team, teams = _team(request)
     days = 7 if request.GET.get("days") == "7" else 14
@@ -55,8 +53,7 @@ def savings(request):
     return render(request, "savings/savings.html", context)
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def dismiss(request, pk: int):
     instance = get_object_or_404(Instance.objects.for_user(request.user, ADMIN_ROLES), pk=pk)
     try:
@@ -84,13 +81,11 @@ def _idle_stop_target(request, pk: int | None) -> tuple[Team, Instance | None, s
     else:
         instance = get_object_or_404(Instance.objects.for_user(request.user).select_related("team"), pk=pk)
         team, back = instance.team, reverse("instance-detail", args=[instance.pk])
-    if not (is_operator(request.user) or has_role(request.user, team.pk, ADMIN_ROLES)):
-        raise PermissionDenied("Only the team's admins set idle stop.")
+    require(request.user, "savings.manage", team, "Only the team's admins set idle stop.")
     return team, instance, back
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def idle_stop_policy(request, pk: int | None = None):
     """Set the team's idle-stop policy (or one instance's) from the Savings or instance page."""
     team, instance, back = _idle_stop_target(request, pk)

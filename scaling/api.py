@@ -7,7 +7,6 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
-from console.tenancy import WRITE_ROLES
 
 from . import costs, services
 from .models import ScalingGroup
@@ -37,7 +36,7 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        self.require_role(data["team"].pk, WRITE_ROLES, "create scaling groups")
+        self.require("team.write", data["team"], "create scaling groups")
         serializer.instance = services.create_group(
             actor=self.request.user, team=data["team"], name=data["name"],
             **{field: data[field] for field in (*SETTINGS, *services.NETWORK) if field in data},
@@ -45,13 +44,13 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
 
     def perform_update(self, serializer):
         group = serializer.instance
-        self.require_role(group.team_id, WRITE_ROLES, "change scaling groups")
+        self.require("team.write", group, "change scaling groups")
         changes = {field: value for field, value in serializer.validated_data.items()
                    if field in (*SETTINGS, *services.NETWORK)}
         serializer.instance = services.update_group(actor=self.request.user, group=group, **changes)
 
     def perform_destroy(self, instance):
-        self.require_role(instance.team_id, WRITE_ROLES, "delete scaling groups")
+        self.require("team.write", instance, "delete scaling groups")
         services.delete_group(actor=self.request.user, group=instance)
 
     @extend_schema(request=QueueDepthSerializer, responses=ScalingGroupSerializer)
@@ -60,7 +59,7 @@ class ScalingGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixin
         """Push the group's queue depth, ``{"queue_depth": N}`` (an API token needs the
         ``write`` scope). The group is evaluated at once, and every 30 s after."""
         group = self.get_object()
-        self.require_role(group.team_id, WRITE_ROLES, "push metrics of scaling groups")
+        self.require("team.write", group, "push metrics of scaling groups")
         if not isinstance(request.data, dict) or "queue_depth" not in request.data:
             raise ValidationError({"queue_depth": "Send {\"queue_depth\": N}, N queued items."})
         services.push_queue_depth(group=group, queue_depth=request.data["queue_depth"])

@@ -4,16 +4,14 @@ chart, cost and the decision log). Thin: scope with ``for_user``, read, render."
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from billing import charts as billing_charts
 from console.forms import apply_errors
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may, policy_required, require
 from network import services as network_services
 
 from . import charts, costs, services
@@ -26,10 +24,6 @@ CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": time
 
 def _groups(request):
     return ScalingGroup.objects.live().for_user(request.user).select_related("team", "gpu_model", "image")
-
-
-def _may_change(request, group: ScalingGroup) -> bool:
-    return is_operator(request.user) or has_role(request.user, group.team_id, WRITE_ROLES)
 
 
 LOG_SCAN = 5000
@@ -52,7 +46,7 @@ def notable(group: ScalingGroup) -> list:
     return kept[::-1]
 
 
-@login_required
+@policy_required("signed_in")
 def group_list(request):
     now = timezone.now()
     groups = list(services.with_running(_groups(request)))
@@ -61,7 +55,7 @@ def group_list(request):
     for group in groups:
         group.latest = latest.get(group.pk)
         group.cost = group_costs[group.pk]
-    may_create = ScalingGroupForm(user=request.user).fields["team"].queryset.exists()
+    may_create = may(request.user, "team.write")
     return render(request, "scaling/list.html", {"groups": groups, "may_create": may_create})
 
 
@@ -71,24 +65,21 @@ def _settings(data: dict) -> dict:
 
 
 
-@login_required
+@policy_required("team.write", message="Your role does not allow creating scaling groups.")
 def group_create(request):
     return _group_form(request, None)
 
 
-@login_required
+@policy_required("signed_in")
 def group_edit(request, pk):
     group = get_object_or_404(_groups(request), pk=pk)
-    if not _may_change(request, group):
-        raise PermissionDenied("Your role does not allow changing scaling groups.")
+    require(request.user, "team.write", group, "Your role does not allow changing scaling groups.")
     return _group_form(request, group)
 
 
 def _group_form(request, group: ScalingGroup | None):
     """The form to make a group (``group`` None) or change one; the services check it."""
     form = ScalingGroupForm(request.POST or None, user=request.user, group=group)
-    if group is None and not form.fields["team"].queryset.exists():
-        raise PermissionDenied("Your role does not allow creating scaling groups.")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -108,12 +99,10 @@ def _group_form(request, group: ScalingGroup | None):
     return render(request, "scaling/form.html", {"form": form, "group": group}, status=status)
 
 
-@login_required
-@require_POST
+@policy_required("signed_in", methods=["POST"])
 def group_delete(request, pk):
     group = get_object_or_404(_groups(request), pk=pk)
-    if not _may_change(request, group):
-        raise PermissionDenied("Your role does not allow deleting scaling groups.")
+    require(request.user, "team.write", group, "Your role does not allow deleting scaling groups.")
     try:
         ended = services.delete_group(actor=request.user, group=group)
     except ValidationError as exc:
@@ -124,7 +113,7 @@ def group_delete(request, pk):
     return redirect("scaling-group-list")
 
 
-@login_required
+@policy_required("signed_in")
 def group_detail(request, pk):
     group = get_object_or_404(_groups(request), pk=pk)
     now = timezone.now()
@@ -139,7 +128,7 @@ def group_detail(request, pk):
     context = {
         "group": group, "cost": cost, "window": window, "windows": list(CHART_WINDOWS),
         "running": services.active_instances(group).count(), "depth": services.current_depth(group, now),
-        "members": members, "log": log, "everything": everything, "may_change": _may_change(request, group),
+        "members": members, "log": log, "everything": everything, "may_change": may(request.user, "team.write", group),
         "network": network_services.describe_choice(group.network),
         "figures": {"history": charts.history_figure(shown, start=now - CHART_WINDOWS[window], end=now),
                     "cost": billing_charts.daily_cost(days, series, cost.currency)},

@@ -1,27 +1,16 @@
-from django.core.exceptions import PermissionDenied
-
-from console.tenancy import READ_ROLES, has_role, is_operator
+from console import policy
+from console.tenancy import READ_ROLES
 
 
 class TeamScopedViewSetMixin:
     """The viewset half of the tenancy mechanism: every queryset is narrowed with
-    ``for_user`` (another team's object is a 404), and writes check the user's role."""
+    ``for_user`` (another team's object is a 404); writes ask the policy about the
+    object's team."""
 
     read_roles = READ_ROLES
 
     def get_queryset(self):
         return super().get_queryset().for_user(self.request.user, self.read_roles)
 
-    def require_role(self, team_id: int, roles, what: str) -> None:
-        if is_operator(self.request.user) or has_role(self.request.user, team_id, roles):
-            return
-        raise PermissionDenied(f"Your role in this team does not allow you to {what}.")
-
-
-class OperatorOnlyMixin:
-    """Fleet inventory: operators (staff) only."""
-
-    def check_permissions(self, request):
-        super().check_permissions(request)
-        if not is_operator(request.user):
-            self.permission_denied(request, message="Only operators can see the fleet inventory.")
+    def require(self, action: str, target, what: str) -> None:
+        policy.require(self.request.user, action, target, f"Your role in this team does not allow you to {what}.")

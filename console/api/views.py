@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from console import lockout, services, twofactor
 from console.models import ApiToken, Membership, Team
-from console.tenancy import ADMIN_ROLES, is_operator
+from console.policy import may
 
 from .mixins import TeamScopedViewSetMixin
 from .serializers import (
@@ -125,7 +125,7 @@ class TeamViewSet(
         return context
 
     def perform_create(self, serializer):
-        if not is_operator(self.request.user):
+        if not may(self.request.user, "accounts.manage"):
             self.permission_denied(self.request, message="Only operators can create teams.")
         serializer.instance = services.create_team(actor=self.request.user, name=serializer.validated_data["name"])
 
@@ -141,12 +141,12 @@ class MembershipViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     def create(self, request, *args, **kwargs):
         team_id = str(request.data.get("team", ""))
         if team_id.isdigit() and Team.objects.for_user(request.user).filter(pk=team_id).exists():
-            self.require_role(int(team_id), ADMIN_ROLES, "manage members")
+            self.require("team.admin", int(team_id), "manage members")
         return super().create(request, *args, **kwargs)
 
     def perform_create(self, serializer):
         team = serializer.validated_data["team"]
-        self.require_role(team.pk, ADMIN_ROLES, "manage members")
+        self.require("team.admin", team, "manage members")
         serializer.instance = services.add_member(
             actor=self.request.user, team=team, user=serializer.validated_data["user"], role=serializer.validated_data["role"]
         )
@@ -154,12 +154,12 @@ class MembershipViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     @extend_schema(request=RoleChangeSerializer, responses=MembershipSerializer)
     def partial_update(self, request, *args, **kwargs):
         membership = self.get_object()
-        self.require_role(membership.team_id, ADMIN_ROLES, "manage members")
+        self.require("team.admin", membership, "manage members")
         form = RoleChangeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         services.change_role(actor=request.user, membership=membership, role=form.validated_data["role"])
         return Response(MembershipSerializer(membership).data)
 
     def perform_destroy(self, membership):
-        self.require_role(membership.team_id, ADMIN_ROLES, "manage members")
+        self.require("team.admin", membership, "manage members")
         services.remove_member(actor=self.request.user, membership=membership)

@@ -3,7 +3,7 @@
 from django import template
 from django.utils.html import format_html
 
-from console.tenancy import WRITE_ROLES, has_role, is_operator
+from console.policy import may
 
 from .. import services
 from ..models import Interface, SecurityGroup
@@ -23,7 +23,7 @@ def instance_network(context, instance):
     interface = (Interface.objects.filter(instance=instance).select_related("subnet__vpc", "instance__host__network_rules")
                  .prefetch_related("groups").first())
     user = context["request"].user
-    may_change = is_operator(user) or has_role(user, instance.team_id, WRITE_ROLES)
+    may_change = may(user, "team.write", instance)
     return {
         "interface": interface, "state": _state(interface) if interface else None, "may_change": may_change,
         "choices": SecurityGroup.objects.filter(team_id=instance.team_id) if interface else [],

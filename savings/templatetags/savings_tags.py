@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from django import template
 from django.utils import timezone
 
-from console.tenancy import ADMIN_ROLES, has_role, is_operator
+from console.policy import may
 
 from .. import energy
 from ..models import IdleStopPolicy
@@ -14,10 +14,6 @@ from ..models import IdleStopPolicy
 register = template.Library()
 
 DAYS = 7  # the same window as GET /api/v1/energy/ without ?days=
-
-
-def _may_set(user, team_id: int) -> bool:
-    return is_operator(user) or has_role(user, team_id, ADMIN_ROLES)
 
 
 @register.inclusion_tag("savings/_instance.html", takes_context=True)
@@ -31,7 +27,7 @@ def instance_savings(context, instance):
                                         instance_id=instance.pk).get(instance.pk),
         "own": IdleStopPolicy.objects.filter(instance=instance).first(),
         "team_policy": IdleStopPolicy.objects.filter(team_id=instance.team_id, instance__isnull=True).first(),
-        "may_set": _may_set(context["request"].user, instance.team_id), "csrf_token": context.get("csrf_token"),
+        "may_set": may(context["request"].user, "savings.manage", instance), "csrf_token": context.get("csrf_token"),
     }
 
 
