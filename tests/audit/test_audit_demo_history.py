@@ -4,11 +4,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from audit import services
 from audit.verification import verify
 from billing import demo as billing_demo
 from billing import pricing
 from console import request_context as context
-from console import services
 from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 

@@ -3,8 +3,8 @@ from asgiref.sync import sync_to_async
 from audit_support import last_event
 from django.db import connections
 
+from audit import services
 from console import request_context as context
-from console import services
 
 
 def test_the_source_ip_is_the_socket_peer(client, bob):
