@@ -103,10 +103,11 @@ def pin_instance(uuid: str, *, idle_hold_s: int = IDLE_HOLD_S, at: datetime | No
 
 def price_model(ops, sku: str, at: datetime) -> None:
     """An on-demand price for ``sku`` in effect from ``at``, unless one already is."""
-    from billing import services as billing_services
+    from billing import price_changes as billing_price_changes
+    from billing import prices as billing_prices
 
-    if billing_services.price_in_effect(sku, "on_demand", at) is None:
-        billing_services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=ON_DEMAND_HOURLY,
+    if sku not in billing_prices.in_effect(billing_prices.ON_DEMAND, [sku], at):
+        billing_price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=ON_DEMAND_HOURLY,
                                    effective_from=at, now=at)
 
 

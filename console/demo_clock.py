@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from audit.context import recorded_at
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
+from billing import price_changes as billing_price_changes
 from instances import services as instance_services
 from instances.models import Instance, State
 from jobs import services as job_services
@@ -49,14 +50,14 @@ def advance(*, start: datetime, end: datetime, tick: timedelta = TICK, seed: int
         t += tick
         played.ticks += 1
     with recorded_at(end):
-        billing_services.meter_recent(now=end)
+        billing_meter_runs.meter_recent(now=end)
     return played
 
 
 def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> None:
     if (t - start) % SPOT_STEP < TICK:
         with transaction.atomic():
-            billing_services.move_spot_market(now=t, rng=rng)
+            billing_price_changes.move_spot_market(now=t, rng=rng)
     instance_services.enforce_max_prices(now=t)
     played.preempted += len(instance_services.preempt_due(now=t))
     played.started_jobs += len(job_services.run_queue(now=t, provision=False).started)
@@ -69,7 +70,7 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
     played.launched += _provision(t)
     played.failed += len(instance_services.fail_overdue(now=t))
     if (t - start) % METER_STEP < TICK:
-        billing_services.meter_recent(now=t)
+        billing_meter_runs.meter_recent(now=t)
 
 
 def _push_depths(t: datetime, start: datetime) -> None:

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.context import recorded_at
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from billing.pricing import floor_day
 from console.models import Team
 from instances import services as instance_services
@@ -50,7 +50,7 @@ def seed(*, users, stdout=None) -> None:
             _finish(made[name], now - timedelta(minutes=52), actors["Acme"])
     _yield_and_resume(made["nightly-eval"], now - timedelta(minutes=40), now - timedelta(minutes=15), users["bob"])
     with transaction.atomic():
-        billing_services.meter_window(actor=users["ops"], start=floor_day(now - timedelta(hours=1)), end=now, now=now)
+        billing_meter_runs.meter_window(actor=users["ops"], start=floor_day(now - timedelta(hours=1)), end=now, now=now)
     if stdout is not None:
         stdout.write(f"jobs: {Job.objects.count()} jobs, {Job.objects.filter(state='running').count()} running.")
 

@@ -69,7 +69,7 @@ def require_operator(user) -> None:
 def month_to_date(team) -> Decimal | None:
     """This month's cost so far, from billing when it is installed."""
     try:
-        from billing.services import month_to_date as billing_month_to_date
+        from billing.budgets import month_to_date as billing_month_to_date
     except ImportError:
         return None
     return billing_month_to_date(team)

@@ -134,13 +134,13 @@ def fleet(db):
 def _price_list(skus, spot):
     """A launch needs a price in effect: a flat list since 2000 (tests of billing set
     their own catalog from 2026, which cuts this one there)."""
-    from billing import services as billing_services
+    from billing import price_changes as billing_price_changes
 
     since = datetime(2000, 1, 1, tzinfo=UTC)
     for sku in skus:
-        billing_services.set_price(actor="system", sku=sku, kind="on_demand", hourly="1.00", effective_from=since, now=since)
+        billing_price_changes.set_price(actor="system", sku=sku, kind="on_demand", hourly="1.00", effective_from=since, now=since)
     for sku in spot:
-        billing_services.set_spot_price(actor="system", sku=sku, hourly="0.40", now=since)
+        billing_price_changes.set_spot_price(actor="system", sku=sku, hourly="0.40", now=since)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import budgets as billing_budgets
+from billing import invoices as billing_invoices
+from billing import price_changes as billing_price_changes
 from billing.models import Invoice
 from console import services as console_services
 from instances import images as image_services
@@ -270,7 +272,7 @@ def _this_month() -> date:
 
 
 def _budget(world: World):
-    return billing_services.create_budget(
+    return billing_budgets.create_budget(
         actor=world.users["alice"], team=world.acme, month=_this_month(), amount=Decimal("1000")
     )
 
@@ -286,14 +288,14 @@ def _invoice(world: World, months_ago: int = 0) -> Invoice:
 
 
 def _issued_invoice(world: World) -> Invoice:
-    return billing_services.issue_invoice(
+    return billing_invoices.issue_invoice(
         actor=world.users["ops"], invoice=_invoice(world, months_ago=1)
     )
 
 
 def _priced(world: World):
     now = timezone.now()
-    billing_services.set_price(
+    billing_price_changes.set_price(
         actor=world.users["ops"],
         sku="H100-80GB",
         kind="on_demand",
@@ -318,7 +320,7 @@ def _image(world: World):
 def _idle_job(world: World):
     """A low-priority job, queued (the idle-capacity price is set first)."""
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
                                effective_from=since, now=since)
     return job_services.submit_job(
         actor=world.users["bob"], team=world.acme, name="walk-job", command="python train.py",

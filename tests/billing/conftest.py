@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from billing_support import CATALOG_START, DEC, NOV, ON_DEMAND, SPOT, THREE_YEAR
 
-from billing import services
+from billing import meter_runs, price_changes
 from billing.models import Price, SpotPrice
 from instances import services as instance_services
 
@@ -24,13 +24,13 @@ def prices(fleet, ops):
     Price.objects.all().delete()
     SpotPrice.objects.all().delete()
     for sku, hourly in ON_DEMAND.items():
-        services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=CATALOG_START,
+        price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=CATALOG_START,
                            now=CATALOG_START)
     for sku, hourly in THREE_YEAR.items():
-        services.set_price(actor=ops, sku=sku, kind="reserved_3y", hourly=hourly, effective_from=CATALOG_START,
+        price_changes.set_price(actor=ops, sku=sku, kind="reserved_3y", hourly=hourly, effective_from=CATALOG_START,
                            now=CATALOG_START)
     for sku, hourly in SPOT.items():
-        services.set_spot_price(actor=ops, sku=sku, hourly=hourly, now=CATALOG_START)
+        price_changes.set_spot_price(actor=ops, sku=sku, hourly=hourly, now=CATALOG_START)
     return ON_DEMAND
 
 
@@ -66,6 +66,6 @@ def play(launch, prices):
 @pytest.fixture
 def meter(ops):
     def _meter(start=NOV, end=DEC, now=DEC):
-        return services.meter_window(actor=ops, start=start, end=end, now=now)
+        return meter_runs.meter_window(actor=ops, start=start, end=end, now=now)
 
     return _meter

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
+from billing import price_changes as billing_price_changes
 from billing.models import Charge, UsageRecord
 from instances import services
 from instances.models import FINAL_STATES, HOLDING_STATES, Gpu, GpuModel, GpuSlice, Instance, State
@@ -117,7 +118,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def meter(self):
-        billing_services.meter_window(actor="system", start=self.origin, end=self.clock + timedelta(seconds=1),
+        billing_meter_runs.meter_window(actor="system", start=self.origin, end=self.clock + timedelta(seconds=1),
                                       now=self.clock + timedelta(seconds=1))
         cents = dict(Charge.objects.filter(instance__isnull=False).values("instance").annotate(c=Sum("billed_cents"))
                      .values_list("instance", "c"))
@@ -165,7 +166,7 @@ def idle_price(fleet):
     from datetime import UTC, datetime
 
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
 
 

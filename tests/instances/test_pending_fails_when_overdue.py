@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from billing.models import Charge
 from instances import services
 from instances.models import Gpu, State
@@ -24,7 +24,7 @@ def test_an_overdue_pending_instance_fails_and_gives_its_gpus_back(launch, bob, 
     assert not Gpu.objects.filter(instance=late).exists()
     event = AuditEvent.objects.get(action="instance.fail", target_id=str(late.pk))
     assert "did not confirm the boot within 31 minutes" in event.details["reason"]
-    billing_services.meter_window(actor="system", start=now - timedelta(hours=1), end=now, now=now)
+    billing_meter_runs.meter_window(actor="system", start=now - timedelta(hours=1), end=now, now=now)
     assert not Charge.objects.filter(instance=late).exists()
 
 

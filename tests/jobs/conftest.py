@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from instances.models import GpuModel
 from jobs import services
 
@@ -16,7 +16,7 @@ IDLE_PRICE = "0.25"
 def idle_price(fleet):
     since = datetime(2000, 1, 1, tzinfo=UTC)
     for sku in ("H100-80GB", "H200-141GB"):
-        billing_services.set_price(actor="system", sku=sku, kind="idle", hourly=IDLE_PRICE, effective_from=since,
+        billing_price_changes.set_price(actor="system", sku=sku, kind="idle", hourly=IDLE_PRICE, effective_from=since,
                                    now=since)
     return fleet
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing import costs, rates
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from billing.models import Charge, PricingCategory
 from instances import services as instance_services
 from jobs import services
@@ -31,7 +31,7 @@ def test_a_job_pays_the_idle_price_per_second(submit, acme, bob, ops):
     job = submit(bob, acme, count=2, now=T0)
     _run_for(job, T0, 3600, how="preempt")  # 2 GPUs × 1 h × 0.25
     _run_for(job, T0 + timedelta(hours=2), 90)  # 2 GPUs × 90 s × 0.25 = 0.0125, no 60-s minimum top-up
-    billing_services.meter_window(actor=ops, start=T0, end=T0 + timedelta(days=1), now=T0 + timedelta(days=1))
+    billing_meter_runs.meter_window(actor=ops, start=T0, end=T0 + timedelta(days=1), now=T0 + timedelta(days=1))
     charges = Charge.objects.filter(instance__job_run__job=job)
     assert sorted(c.billed_cost for c in charges) == [Decimal("0.01"), Decimal("0.50")]
     assert {c.pricing_category for c in charges} == {PricingCategory.DYNAMIC}

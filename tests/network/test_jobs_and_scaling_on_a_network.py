@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from instances import services as instance_services
 from jobs import services as job_services
 from jobs.models import Job, JobState
@@ -64,7 +64,7 @@ def test_a_job_naming_nothing_runs_in_the_teams_defaults(submit_job, fleet, acme
 def test_a_preempted_jobs_new_instance_gets_its_own_address_and_the_first_is_freed(submit_job, fleet, acme, bob,
                                                                                    https):
     since = timezone.now() - timedelta(days=1)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
     job = submit_job(bob, acme, subnet=https["subnet"].pk, priority="low")
     first = started(job)

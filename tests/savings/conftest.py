@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from billing.models import Price
 from instances import services as instance_services
 from instances.models import GpuHold, SliceProfile
@@ -23,7 +23,7 @@ def catalog(fleet, ops):
     SliceProfile.objects.create(gpu_model=fleet["h100"], kind="mig", name="1g.10gb", memory_gb=10, slices_per_gpu=7)
     Price.objects.all().delete()
     for sku, hourly in PRICES.items():
-        billing_services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=SINCE, now=SINCE)
+        billing_price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=SINCE, now=SINCE)
     return PRICES
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from billing import meter_runs as billing_meter_runs
 from billing import pricing
-from billing import services as billing_services
 from billing.models import Charge, Reservation
 from instances import services as instance_services
 from savings import commitments
@@ -23,7 +23,7 @@ def steady(alice, acme, ops, launch, catalog):
     start = now - timedelta(days=5)
     instance = launch(alice, acme, name="serve", count=2, at=start - timedelta(seconds=30))
     instance_services.mark_running(instance=instance, at=start)
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(start), end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(start), end=now, now=now)
     return instance
 
 

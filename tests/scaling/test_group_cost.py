@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.test import Client
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from instances import services as instance_services
 from scaling import services
 
@@ -18,7 +18,7 @@ def _metered_group(group, now):
     services.evaluate_group(group, now=start, provision=False)
     for instance in services.active_instances(group):
         instance_services.mark_running(instance=instance, at=start + timedelta(seconds=90))
-    billing_services.meter_window(actor="system", start=start, end=now, now=now)
+    billing_meter_runs.meter_window(actor="system", start=start, end=now, now=now)
 
 
 def test_page_api_and_cost_explorer_agree(api, group, acme, bob, launch):

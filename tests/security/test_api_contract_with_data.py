@@ -18,7 +18,7 @@ from django.urls import get_resolver
 from rest_framework import serializers
 from schemathesis.checks import response_schema_conformance
 
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from console.services import create_api_token
 from instances.models import GpuModel, Instance
 from jobs import services as job_services
@@ -48,7 +48,7 @@ def _keep_the_test_connection():
 def rows(acme_instance, launch, alice, bob, acme, ops, fleet, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
     model = GpuModel.objects.get(name="H100-80GB")
     queued = job_services.submit_job(actor=bob, team=acme, name="never-run", command="true", gpu_model=model,

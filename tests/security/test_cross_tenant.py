@@ -13,7 +13,7 @@ from django.urls import get_resolver
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 
-from billing import services as billing
+from billing import invoices as billing_invoices
 from console.models import Membership
 
 pytestmark = pytest.mark.django_db
@@ -57,8 +57,8 @@ def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_ins
         assert client.post(API + "jobs/", {"team": team.pk, "name": "eval", "command": "python eval.py",
                                             "gpu_model": "H100-80GB", "gpu_count": 1, "priority": "normal"},
                            format="json").status_code == 201
-        billing.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
-        billing.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
+        billing_invoices.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
+        billing_invoices.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
         _network(who, team, acme_instance if team == acme else globex_instance)
     return {"member": bob, "admin": alice, "auditor": auditor}
 
