@@ -175,7 +175,7 @@ import json
 from django.contrib.auth.models import User
 from console.models import Team
 from instances.models import GpuModel, Host, Instance, Region, State
-from instances.services import add_gpu
+from instances.inventory import add_gpu
 from monitoring import services as monitoring_services
 from network import services
 ops = User.objects.create_user("ops", is_staff=True)

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from audit.context import recorded_at
 from console.models import Team
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import GpuModel, Instance, SliceProfile
 
 from . import budgets, figures, invoices, meter_runs, price_changes, pricing, reservations
@@ -163,27 +164,27 @@ def _play(actor, team, name, model, count, pricing_model, profile, runs) -> None
     slice_profile = SliceProfile.objects.get(gpu_model=gpu_model, name=profile) if profile else None
     start = runs[0][0]
     with recorded_at(start - timedelta(seconds=90)):
-        instance = instance_services.launch_instance(
+        instance = instance_lifecycle.launch_instance(
             actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing_model,
             slice_profile=slice_profile, at=start - timedelta(seconds=90), provision=False,
         )
     for i, (s, e, how) in enumerate(runs):
         if i:
             with recorded_at(s - timedelta(seconds=90)):
-                instance_services.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
+                instance_lifecycle.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
                                                  provision=False)
         with recorded_at(s):
-            instance_services.mark_running(instance=instance, at=s)
+            instance_lifecycle.mark_running(instance=instance, at=s)
         with recorded_at(e):
             if how == "preempt":
-                instance_services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
+                instance_preemption.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
             elif how == "stop" and i < len(runs) - 1:
-                instance_services.stop_instance(actor=actor, instance=instance, at=e, finish=False)
+                instance_lifecycle.stop_instance(actor=actor, instance=instance, at=e, finish=False)
             else:
-                instance_services.terminate_instance(actor=actor, instance=instance, at=e)
+                instance_lifecycle.terminate_instance(actor=actor, instance=instance, at=e)
         if how == "stop" and i < len(runs) - 1:
             with recorded_at(e + timedelta(seconds=45)):
-                instance_services.finish_stop(instance=instance, at=e + timedelta(seconds=45))
+                instance_lifecycle.finish_stop(instance=instance, at=e + timedelta(seconds=45))
 
 
 def _budgets_and_credit(users, now: datetime) -> None:

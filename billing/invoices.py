@@ -13,7 +13,7 @@ from django.utils import timezone
 from audit.models import Outcome
 from audit.services import record_event
 from console.models import Team
-from instances import services as instance_services
+from instances import transitions as instance_transitions
 
 from . import invoicing, pricing
 from .models import (
@@ -26,7 +26,7 @@ from .models import (
 )
 
 
-class BillingConflict(instance_services.LifecycleError):
+class BillingConflict(instance_transitions.LifecycleError):
     """A request the billing state does not allow (answers 409)."""
 
     code = "billing_conflict"

@@ -25,7 +25,7 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
-from instances.services import stopping_grace
+from instances.transitions import stopping_grace
 
 from . import bulk, prices, pricing
 from .models import (

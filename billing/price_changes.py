@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.services import record_event
 from console.validators import ascii_decimal
-from instances import services as instance_services
+from instances import preemption as instance_preemption
 from instances.models import GpuModel, SliceProfile
 
 from . import costs, prices, pricing
@@ -123,7 +123,7 @@ def set_spot_price(*, actor, sku: str, hourly, now: datetime | None = None) -> S
     )
     record_event(actor=actor, action="billing.spot_price.set", target=spot, details={"sku": sku, "hourly": str(hourly)})
     # Instances whose max price it passes get their notice with the price, not a tick later.
-    instance_services.enforce_max_prices(now=now)
+    instance_preemption.enforce_max_prices(now=now)
     return spot
 
 

@@ -18,7 +18,7 @@ from django.db.models import Max, Sum
 
 from instances.catalog import InstanceCost, Quote, SpotOutlook
 from instances.models import Instance, LifecycleEvent, PricingModel, State
-from instances.services import is_stuck
+from instances.transitions import is_stuck
 
 from . import charts, costs, prices, pricing
 from .models import Charge, MeterState, Reservation

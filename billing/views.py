@@ -18,7 +18,8 @@ from django.views.decorators.http import require_POST
 from console.models import Team
 from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES, has_role, is_operator
-from instances import services as instance_services
+from instances import preemption as instance_preemption
+from instances import transitions as instance_transitions
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
 
 from . import (
@@ -341,8 +342,8 @@ def preempt(request, pk):
         raise PermissionDenied("Only operators preempt spot instances.")
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     try:
-        item = instance_services.issue_preemption_notice(actor=request.user, instance=instance)
-    except instance_services.LifecycleError as exc:
+        item = instance_preemption.issue_preemption_notice(actor=request.user, instance=instance)
+    except instance_transitions.LifecycleError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{instance.name} will be preempted at {item.preempt_at:%H:%M:%S} UTC.")

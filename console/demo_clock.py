@@ -15,7 +15,8 @@ from django.db import transaction
 from audit.context import recorded_at
 from billing import meter_runs as billing_meter_runs
 from billing import price_changes as billing_price_changes
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import Instance, State
 from jobs import services as job_services
 from scaling import alerting
@@ -58,8 +59,8 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
     if (t - start) % SPOT_STEP < TICK:
         with transaction.atomic():
             billing_price_changes.move_spot_market(now=t, rng=rng)
-    instance_services.enforce_max_prices(now=t)
-    played.preempted += len(instance_services.preempt_due(now=t))
+    instance_preemption.enforce_max_prices(now=t)
+    played.preempted += len(instance_preemption.preempt_due(now=t))
     played.started_jobs += len(job_services.run_queue(now=t, provision=False).started)
     _push_depths(t, start)
     # As evaluate_all does, but new instances boot in _provision at the tick's time.
@@ -68,7 +69,7 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
     alerting.reconcile(decisions, now=t)
     played.scaling_changes += sum(d.changed for d in decisions)
     played.launched += _provision(t)
-    played.failed += len(instance_services.fail_overdue(now=t))
+    played.failed += len(instance_lifecycle.fail_overdue(now=t))
     if (t - start) % METER_STEP < TICK:
         billing_meter_runs.meter_recent(now=t)
 
@@ -87,6 +88,6 @@ def _provision(t: datetime) -> int:
     booted = 0
     due = Instance.objects.filter(state=State.PENDING, state_changed_at__lte=t - STARTUP).exclude(name="acme-new-job")
     for instance in due.order_by("state_changed_at", "pk"):
-        instance_services.mark_running(instance=instance, at=instance.state_changed_at + STARTUP)
+        instance_lifecycle.mark_running(instance=instance, at=instance.state_changed_at + STARTUP)
         booted += 1
     return booted

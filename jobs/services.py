@@ -3,7 +3,7 @@
 A job runs as an instance launched through ``instances.services``: a low-priority job
 under the ``idle`` pricing model (billed at the idle-capacity price, preemptible), a
 normal one on-demand. Low-priority instances get the same preemption notice as spot
-when a paying launch needs their GPUs (``instances.services.reclaim_spot_capacity``);
+when a paying launch needs their GPUs (``instances.preemption.reclaim_spot_capacity``);
 the scheduler then puts the job back at the head of the queue and resumes it, as a new
 run, once idle capacity frees. Every change writes a ``JobEvent`` and an audit event in
 the same transaction."""
@@ -23,7 +23,9 @@ from django.utils import timezone
 from audit.services import record_event
 from console.validators import plain_name
 from instances import catalog, images
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import placement as instance_placement
+from instances import transitions as instance_transitions
 from instances.models import (
     HOLDING_STATES,
     GpuModel,
@@ -48,7 +50,7 @@ from .models import (
 )
 
 
-class JobConflict(instance_services.LifecycleError):
+class JobConflict(instance_transitions.LifecycleError):
     """A request the job's state does not allow (answers 409)."""
 
     code = "invalid_job_state"
@@ -78,7 +80,7 @@ def _check(*, name: str, command, gpu_model: GpuModel, gpu_count, priority: str,
     if priority not in Priority.values:
         errors["priority"] = f"Priority is one of {', '.join(Priority.values)}, not {priority!r}."
     # A job's GPUs are all on one host, in one NVLink group where the host has groups.
-    most, by_group = instance_services.largest_pool(gpu_model)
+    most, by_group = instance_placement.largest_pool(gpu_model)
     if type(gpu_count) is not int or gpu_count <= 0:
         errors["gpu_count"] = "gpu_count is a whole number of GPUs, at least 1."
     elif most == 0:
@@ -118,7 +120,7 @@ def submit_job(
     pricing_model = PricingModel.IDLE if priority == Priority.LOW else PricingModel.ON_DEMAND
     why = catalog.missing_price(sku=gpu_model.name, pricing_model=pricing_model, at=now)
     if why:
-        raise instance_services.NoPriceError(why)
+        raise instance_lifecycle.NoPriceError(why)
     job = Job.objects.create(
         team=team, name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
         deadline=deadline, queue_key=_tail_key(now), submitted_at=now, waiting_since=now,
@@ -145,7 +147,7 @@ def cancel_job(*, actor, job: Job, now: datetime | None = None) -> Job:
     if was == JobState.RUNNING:
         instance = job.instance
         if instance is not None and instance.can_move_to(State.TERMINATED):
-            instance_services.terminate_instance(actor=actor, instance=instance, at=now)
+            instance_lifecycle.terminate_instance(actor=actor, instance=instance, at=now)
         _close_run(job, now, "cancelled")
     job.state, job.ended_at, job.wait_note = JobState.CANCELLED, now, ""
     job.save(update_fields=["state", "ended_at", "wait_note"])
@@ -297,7 +299,7 @@ def held_hosts(gpu_model: GpuModel, now: datetime) -> set[int]:
 
 def _start_in_order(jobs: list[Job], now: datetime, provision: bool) -> list[Job]:
     model = jobs[0].gpu_model
-    free = instance_services.free_gpus_by_host(gpu_model=model)
+    free = instance_placement.free_gpus_by_host(gpu_model=model)
     held = held_hosts(model, now)
     started = []
     for job in jobs:
@@ -344,12 +346,12 @@ def _start(pk: int, host: Host | int | None, now: datetime, provision: bool) -> 
         # A normal job's launch is paying work: short of capacity, it gives notice to
         # low-priority jobs and spot instances, as any on-demand launch does.
         with network_services.launching_on(actor="system", team=job.team, choice=job.network):
-            instance = instance_services.launch_instance(
+            instance = instance_lifecycle.launch_instance(
                 actor="system", team=job.team, name=f"{job.name[:50]}-run-{runs + 1}", gpu_model=job.gpu_model,
                 gpu_count=job.gpu_count, pricing_model=job.pricing_model, provision=provision, at=now,
                 labels={"job": job.code}, image=job.image, **options,
             )
-    except instance_services.LifecycleError as exc:
+    except instance_transitions.LifecycleError as exc:
         _note(job, str(exc))
         job.refresh_from_db()
         return job

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from billing.models import currency
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from instances.services import LifecycleError
+from instances.transitions import LifecycleError
 from network import services as network_services
 
 from . import services

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.models import Outcome
 from audit.services import record_event, record_refusal
-from instances import services as instance_services
+from instances import inventory as instance_inventory
 from instances.models import Host, HostKind, Region
 
 from . import alerts, rule_cache
@@ -133,7 +133,7 @@ def ensure_host(*, actor, name: str, region: str | None = None, kind: str = Host
         found = regions.first()
         if found is None:
             raise TokenError("No region exists yet; pass a region to create the first one.")
-    return instance_services.register_host(actor=actor, name=name, region=found, kind=kind), True
+    return instance_inventory.register_host(actor=actor, name=name, region=found, kind=kind), True
 
 
 def authenticate_agent(raw: str) -> HostToken | None:

@@ -9,7 +9,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from audit.models import Outcome
 from audit.services import record_event
-from instances.services import LifecycleError
+from instances.transitions import LifecycleError
 
 
 def exception_handler(exc, context):

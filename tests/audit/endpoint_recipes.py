@@ -18,7 +18,7 @@ from billing import price_changes as billing_price_changes
 from billing.models import Invoice
 from console import services as console_services
 from instances import images as image_services
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuModel, Host, Region
 from jobs import services as job_services
 from monitoring import services as monitoring_services
@@ -76,18 +76,18 @@ def _form(url: str, body: dict | Callable | None = None, method: str = "post"):
 
 def _running(world: World, name="walk-job", pricing="on_demand"):
     instance = world.launch(world.users["bob"], world.acme, name=name, pricing=pricing)
-    return instance_services.mark_running(instance=instance)
+    return instance_lifecycle.mark_running(instance=instance)
 
 
 def _stopped(world: World):
     instance = _running(world)
-    instance_services.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
-    return instance_services.finish_stop(instance=instance)
+    instance_lifecycle.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
+    return instance_lifecycle.finish_stop(instance=instance)
 
 
 def _stopping(world: World):
     instance = _running(world)
-    return instance_services.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
+    return instance_lifecycle.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
 
 
 def _token(world: World):

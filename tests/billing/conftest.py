@@ -9,7 +9,8 @@ from billing_support import CATALOG_START, DEC, NOV, ON_DEMAND, SPOT, THREE_YEAR
 
 from billing import meter_runs, price_changes
 from billing.models import Price, SpotPrice
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 
 
 @pytest.fixture(autouse=True)
@@ -45,18 +46,18 @@ def play(launch, prices):
                           at=first - timedelta(seconds=30), **kwargs)
         for i, (start, end, how) in enumerate(runs):
             if i:
-                instance_services.start_instance(actor=actor, instance=instance, at=start - timedelta(seconds=30),
+                instance_lifecycle.start_instance(actor=actor, instance=instance, at=start - timedelta(seconds=30),
                                                  provision=False)
-            instance_services.mark_running(instance=instance, at=start)
+            instance_lifecycle.mark_running(instance=instance, at=start)
             if end is None:
                 continue
             if how == "stop":
-                instance_services.stop_instance(actor=actor, instance=instance, at=end, finish=False)
-                instance_services.finish_stop(instance=instance, at=end)
+                instance_lifecycle.stop_instance(actor=actor, instance=instance, at=end, finish=False)
+                instance_lifecycle.finish_stop(instance=instance, at=end)
             elif how == "preempt":
-                instance_services.preempt_instance(instance=instance, at=end)
+                instance_preemption.preempt_instance(instance=instance, at=end)
             else:
-                instance_services.terminate_instance(actor=actor, instance=instance, at=end)
+                instance_lifecycle.terminate_instance(actor=actor, instance=instance, at=end)
         instance.refresh_from_db()
         return instance
 

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from billing import invoices, meter_runs, reservations
 from billing.models import MeterState
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 
 
 def test_a_running_instance_shows_its_price_and_what_it_cost_this_month(play, bob, acme, api, ops):
@@ -51,7 +51,7 @@ def test_the_summary_gives_the_run_rate_and_both_month_to_date_figures(play, bob
 
 def test_a_stuck_stop_has_no_price_and_is_flagged(play, bob, acme, api):
     job = play(bob, acme, runs=[(at(3, 10), None, "")])
-    instance_services.stop_instance(actor=bob, instance=job, at=at(3, 11), finish=False)
+    instance_lifecycle.stop_instance(actor=bob, instance=job, at=at(3, 11), finish=False)
     row = api(bob).get(f"/api/v1/instances/{job.pk}/").json()
     assert row["stuck"] is True and row["price_per_hour"] is None
 

@@ -17,9 +17,9 @@ def test_a_missed_run_catches_up_from_where_metering_stopped(play, bob, acme):
 def test_a_run_that_ended_since_the_last_pass_gets_its_minimum(play, bob, acme):
     job = play(bob, acme, runs=[(at(3, 23, 59, 50), None, "")])
     meter_runs.meter_recent(now=at(3, 23, 59, 55))
-    from instances import services as instance_services
+    from instances import lifecycle as instance_lifecycle
 
-    instance_services.terminate_instance(actor=bob, instance=job, at=at(4, 0, 0, 5))
+    instance_lifecycle.terminate_instance(actor=bob, instance=job, at=at(4, 0, 0, 5))
     meter_runs.meter_recent(now=at(4, 0, 5))
     assert sum(Charge.objects.values_list("priced_seconds", flat=True)) == 60
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from billing import meter_runs, price_changes, pricing, reservations
 from billing.models import Charge, ChargeType, Invoice, PricingCategory, Reservation, UsageRecord
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import GpuModel
 
 START = datetime(2026, 10, 25, tzinfo=UTC)
@@ -72,19 +73,19 @@ def _build(world, bob, acme, ops, launch):
                 made = launch(bob, acme, name=f"i{k}", count=count, pricing=pricing_model,
                               at=start - timedelta(seconds=30))
             else:
-                instance_services.start_instance(actor=bob, instance=made, at=start - timedelta(seconds=30),
+                instance_lifecycle.start_instance(actor=bob, instance=made, at=start - timedelta(seconds=30),
                                                  provision=False)
-            instance_services.mark_running(instance=made, at=start)
+            instance_lifecycle.mark_running(instance=made, at=start)
             if how == "running":
                 expected_runs.append((made.pk, pricing_model, count, start, None, False))
                 break
             if how == "stop":
-                instance_services.stop_instance(actor=bob, instance=made, at=end, finish=False)
-                instance_services.finish_stop(instance=made, at=end)
+                instance_lifecycle.stop_instance(actor=bob, instance=made, at=end, finish=False)
+                instance_lifecycle.finish_stop(instance=made, at=end)
             elif how == "preempt":
-                instance_services.preempt_instance(instance=made, at=end)
+                instance_preemption.preempt_instance(instance=made, at=end)
             else:
-                instance_services.terminate_instance(actor=bob, instance=made, at=end)
+                instance_lifecycle.terminate_instance(actor=bob, instance=made, at=end)
             expected_runs.append((made.pk, pricing_model, count, start, end, how == "preempt"))
             clock = end
             if how in ("terminate", "preempt"):

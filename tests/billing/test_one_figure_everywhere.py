@@ -8,7 +8,7 @@ from billing_support import at
 
 from billing import price_changes, rates, reservations
 from billing.models import Charge
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuModel
 
 T = at(3, 10)
@@ -36,7 +36,7 @@ def test_a_reserved_launch_costs_what_its_quote_said(prices, play, meter, ops, a
     assert quote.price_per_hour == Decimal("6.60")
     launched = play(alice, acme, name="second", runs=[(T, None, "")], pricing="reserved", count=3)
     assert rates.run_rate(team_ids=[acme.pk], now=T + timedelta(minutes=30)).instances[launched.pk] == quote.price_per_hour
-    instance_services.terminate_instance(actor=alice, instance=launched, at=T + timedelta(hours=1))
+    instance_lifecycle.terminate_instance(actor=alice, instance=launched, at=T + timedelta(hours=1))
     assert _metered(launched, meter) == quote.price_per_hour
 
 
@@ -48,5 +48,5 @@ def test_a_spot_launch_costs_what_its_quote_and_chart_said(prices, play, meter, 
     assert Decimal(outlook.figure["data"][0]["y"][-1]) == outlook.price
     launched = play(bob, acme, name="spot", runs=[(T, None, "")], pricing="spot", count=2)
     assert rates.run_rate(team_ids=[acme.pk], now=T + timedelta(minutes=30)).instances[launched.pk] == quote.price_per_hour
-    instance_services.terminate_instance(actor=bob, instance=launched, at=T + timedelta(hours=1))
+    instance_lifecycle.terminate_instance(actor=bob, instance=launched, at=T + timedelta(hours=1))
     assert _metered(launched, meter) == quote.price_per_hour

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from billing import meter_runs as billing_meter_runs
 from billing import price_changes as billing_price_changes
 from billing.models import Charge, UsageRecord
-from instances import services
+from instances import lifecycle, preemption, transitions
 from instances.models import FINAL_STATES, HOLDING_STATES, Gpu, GpuModel, GpuSlice, Instance, State
 from jobs import services as job_services
 from jobs.models import Job, JobRun, JobState
@@ -25,13 +25,13 @@ from scaling import services as scaling_services
 
 ENDED = (*FINAL_STATES, State.PREEMPTED)
 VERBS = {
-    "run": lambda i, at: services.mark_running(instance=i, at=at),
-    "stop": lambda i, at: services.stop_instance(actor="system", instance=i, at=at, finish=False),
-    "stopped": lambda i, at: services.finish_stop(instance=i, at=at),
-    "start": lambda i, at: services.start_instance(actor="system", instance=i, at=at, provision=False),
-    "preempt": lambda i, at: services.preempt_instance(instance=i, at=at),
-    "terminate": lambda i, at: services.terminate_instance(actor="system", instance=i, at=at),
-    "fail": lambda i, at: services.fail_instance(instance=i, reason="boot timed out", at=at),
+    "run": lambda i, at: lifecycle.mark_running(instance=i, at=at),
+    "stop": lambda i, at: lifecycle.stop_instance(actor="system", instance=i, at=at, finish=False),
+    "stopped": lambda i, at: lifecycle.finish_stop(instance=i, at=at),
+    "start": lambda i, at: lifecycle.start_instance(actor="system", instance=i, at=at, provision=False),
+    "preempt": lambda i, at: preemption.preempt_instance(instance=i, at=at),
+    "terminate": lambda i, at: lifecycle.terminate_instance(actor="system", instance=i, at=at),
+    "fail": lambda i, at: lifecycle.fail_instance(instance=i, reason="boot timed out", at=at),
 }
 
 
@@ -69,9 +69,9 @@ class Lifecycle(RuleBasedStateMachine):
     def launch(self, pricing, count, team):
         self.count += 1
         try:
-            services.launch_instance(actor="system", team=self.world[team], name=f"i{self.count}", gpu_model=self.h100,
+            lifecycle.launch_instance(actor="system", team=self.world[team], name=f"i{self.count}", gpu_model=self.h100,
                                      gpu_count=count, pricing_model=pricing, at=self.clock, provision=False)
-        except services.LifecycleError:
+        except transitions.LifecycleError:
             pass  # no room (spot instances may have been given notice)
 
     @rule(verb=st.sampled_from(sorted(VERBS)), n=st.integers(0, 100), back=st.sampled_from([0, 0, 0, 45]))
@@ -83,13 +83,13 @@ class Lifecycle(RuleBasedStateMachine):
         before = (instance.state, instance.events.count())
         try:
             VERBS[verb](instance, self.clock - timedelta(minutes=back))
-        except services.LifecycleError:
+        except transitions.LifecycleError:
             instance.refresh_from_db()
             assert (instance.state, instance.events.count()) == before, f"a refused {verb} changed {instance}"
 
     @rule()
     def notices_run_out(self):
-        services.preempt_due(now=self.clock)
+        preemption.preempt_due(now=self.clock)
 
     @rule(count=st.integers(1, 8), priority=st.sampled_from(["low", "normal"]))
     def submit(self, count, priority):

@@ -7,7 +7,9 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import placement as instance_placement
+from instances import preemption as instance_preemption
 from instances.models import Image, PreemptionNotice, PricingModel, State
 from jobs import services
 from jobs.models import JobState
@@ -16,7 +18,7 @@ from jobs.models import JobState
 def _pass(now):
     result = services.run_queue(now=now, provision=False)
     for job in result.started:
-        instance_services.mark_running(instance=job.instance, at=now)
+        instance_lifecycle.mark_running(instance=job.instance, at=now)
     return result
 
 
@@ -30,9 +32,9 @@ def test_a_low_priority_job_yields_to_an_on_demand_launch_and_resumes(launch, su
     assert job.instance.pricing_model == PricingModel.IDLE
     assert job.instance.host.name == "h100-b" != busy.host.name
 
-    with pytest.raises(instance_services.PlacementError, match="given notice"):
+    with pytest.raises(instance_placement.PlacementError, match="given notice"):
         launch(charlie, globex, name="globex-train", count=8)
-    instance_services.preempt_due(now=t0 + timedelta(minutes=3))
+    instance_preemption.preempt_due(now=t0 + timedelta(minutes=3))
     _pass(t0 + timedelta(minutes=3))
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
@@ -41,7 +43,7 @@ def test_a_low_priority_job_yields_to_an_on_demand_launch_and_resumes(launch, su
 
     paying = launch(charlie, globex, name="globex-train", count=8)
     assert paying.host.name == "h100-b"
-    instance_services.terminate_instance(actor=charlie, instance=paying, at=t0 + timedelta(hours=1))
+    instance_lifecycle.terminate_instance(actor=charlie, instance=paying, at=t0 + timedelta(hours=1))
     _pass(t0 + timedelta(hours=1))
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.instance.host.name == "h100-b"
@@ -90,7 +92,7 @@ def test_stopping_a_jobs_instance_finishes_it_and_cancel_ends_a_run(submit, acme
     now = timezone.now()
     _pass(now)
     done.refresh_from_db()
-    instance_services.terminate_instance(actor=bob, instance=done.instance, at=now + timedelta(minutes=5))
+    instance_lifecycle.terminate_instance(actor=bob, instance=done.instance, at=now + timedelta(minutes=5))
     services.cancel_job(actor=bob, job=cancelled)
     _pass(now + timedelta(minutes=6))
     done.refresh_from_db()

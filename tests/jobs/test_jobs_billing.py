@@ -8,7 +8,8 @@ from decimal import Decimal
 from billing import costs, rates
 from billing import meter_runs as billing_meter_runs
 from billing.models import Charge, PricingCategory
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from jobs import services
 
 T0 = datetime(2026, 11, 10, 8, 0, tzinfo=UTC)
@@ -17,12 +18,12 @@ T0 = datetime(2026, 11, 10, 8, 0, tzinfo=UTC)
 def _run_for(job, start, seconds, how="terminate"):
     services.run_queue(now=start, provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance, at=start)
+    instance_lifecycle.mark_running(instance=job.instance, at=start)
     end = start + timedelta(seconds=seconds)
     if how == "preempt":
-        instance_services.preempt_instance(instance=job.instance, at=end)
+        instance_preemption.preempt_instance(instance=job.instance, at=end)
     else:
-        instance_services.terminate_instance(actor="system", instance=job.instance, at=end)
+        instance_lifecycle.terminate_instance(actor="system", instance=job.instance, at=end)
     services.run_queue(now=end, provision=False)
     job.refresh_from_db()
 
@@ -45,7 +46,7 @@ def test_a_running_job_bills_the_idle_price_per_hour_now(submit, acme, bob):
     job = submit(bob, acme, count=4)
     services.run_queue(provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance)
+    instance_lifecycle.mark_running(instance=job.instance)
     from django.utils import timezone
 
     assert rates.run_rate(team_ids=[acme.pk], now=timezone.now()).instances[job.instance_id] == Decimal("1.00")

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from audit.context import recorded_at
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from jobs import services
 from jobs.models import JobState
 
@@ -27,7 +27,7 @@ def test_a_past_job_run_ends_after_it_began(submit, bob, acme, django_capture_on
         job = submit(bob, acme, count=2, priority="normal", now=at)
         services.run_queue(now=at, provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance, at=at + timedelta(minutes=1))
-    instance_services.terminate_instance(actor=bob, instance=job.instance, at=at + timedelta(minutes=5))
+    instance_lifecycle.mark_running(instance=job.instance, at=at + timedelta(minutes=1))
+    instance_lifecycle.terminate_instance(actor=bob, instance=job.instance, at=at + timedelta(minutes=5))
     times = list(job.instance.events.order_by("id").values_list("time", flat=True))
     assert times == sorted(times) and times[0] == at

@@ -8,7 +8,7 @@ from alert_support import Feed, active
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuHold
 from monitoring import services
 from monitoring.models import Alert, AlertRule
@@ -18,7 +18,7 @@ from monitoring.models import Alert, AlertRule
 def acme_instance(launch, bob, acme):
     """Running since an hour ago, so readings of the last minutes are the instance's."""
     began = timezone.now() - timedelta(hours=1)
-    instance = instance_services.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began),
+    instance = instance_lifecycle.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began),
                                               at=began)
     return instance
 

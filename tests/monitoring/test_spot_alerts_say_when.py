@@ -8,14 +8,14 @@ from datetime import timedelta
 from django.utils import timezone
 
 from billing import price_changes as billing_price_changes
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import PreemptionNotice
 from monitoring import alerts
 from monitoring.models import Alert
 
 
 def test_each_alert_says_which_price_it_quotes(launch, bob, acme, ops):
-    instance = instance_services.mark_running(
+    instance = instance_lifecycle.mark_running(
         instance=launch(bob, acme, name="sweep", pricing="spot", max_price="0.50"))
     t0 = timezone.now().replace(microsecond=0) - timedelta(seconds=50)
     billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.60", now=t0)  # gives the notice

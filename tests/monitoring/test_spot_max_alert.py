@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing import price_changes as billing_price_changes
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring import alerts, services
 from monitoring.models import Alert, AlertRule
 
@@ -16,7 +16,7 @@ def _active(**filters):
 
 def _spot(launch, bob, acme, max_price="0.50"):
     instance = launch(bob, acme, name="sweep", pricing="spot", max_price=max_price)
-    return instance_services.mark_running(instance=instance)
+    return instance_lifecycle.mark_running(instance=instance)
 
 
 def test_every_team_starts_with_the_rule(acme, globex):

@@ -1,7 +1,7 @@
 import pytest
 from django.db import transaction
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from network import services
 
 
@@ -40,6 +40,6 @@ def running(launch):
     def _running(actor, team, name, *, host=None, subnet=None, groups=None):
         instance = launch(actor, team, name=name, host=host)
         services.attach_instance(actor=actor, instance=instance, subnet=subnet, groups=groups)
-        return instance_services.mark_running(instance=instance)
+        return instance_lifecycle.mark_running(instance=instance)
 
     return _running

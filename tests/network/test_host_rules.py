@@ -1,7 +1,7 @@
 """What each host is told to enforce: its instances' interfaces with their groups' rules,
 versioned, changed only when the rules change."""
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring.agent import protocol as wire
 from network import services
 from network.models import HostRules, Interface
@@ -56,7 +56,7 @@ def test_a_terminated_instance_leaves_the_rules_and_frees_its_address(fleet, acm
     host = fleet["hosts"]["h100-a"]
     web = running(bob, acme, "web", host=host)
     address = web.interface.address
-    instance_services.terminate_instance(actor=bob, instance=web)
+    instance_lifecycle.terminate_instance(actor=bob, instance=web)
     assert ruleset(host) == {}
     assert Interface.objects.get(instance=web).released_at is not None
     again = running(bob, acme, "web2", host=host)

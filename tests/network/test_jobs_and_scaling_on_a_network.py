@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from billing import price_changes as billing_price_changes
-from instances import services as instance_services
+from instances import preemption as instance_preemption
 from jobs import services as job_services
 from jobs.models import Job, JobState
 from network import services
@@ -68,7 +68,7 @@ def test_a_preempted_jobs_new_instance_gets_its_own_address_and_the_first_is_fre
                                now=since)
     job = submit_job(bob, acme, subnet=https["subnet"].pk, priority="low")
     first = started(job)
-    instance_services.preempt_instance(instance=first)
+    instance_preemption.preempt_instance(instance=first)
     second = started(job)
     assert second != first
     assert Interface.objects.get(instance=first).released_at is not None

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from billing import price_changes as billing_price_changes
 from billing.models import Price
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuHold, SliceProfile
 from monitoring.models import Rollup1m
 
@@ -35,7 +35,7 @@ def running(launch, catalog):
         start = timezone.now() - timedelta(hours=2)
         instance = launch(actor, team, name=name, model=model, count=count, at=start - timedelta(seconds=30), **kwargs)
         if instance.state != "running":
-            instance_services.mark_running(instance=instance, at=start)
+            instance_lifecycle.mark_running(instance=instance, at=start)
         instance.refresh_from_db()
         return instance
 
