@@ -18,7 +18,7 @@ from billing import price_changes as billing_price_changes
 from instances import lifecycle as instance_lifecycle
 from instances import preemption as instance_preemption
 from instances.models import Instance, State
-from jobs import services as job_services
+from jobs import scheduler as job_scheduler
 from scaling import alerting
 from scaling import demo as scaling_demo
 from scaling import services as scaling_services
@@ -61,7 +61,7 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
             billing_price_changes.move_spot_market(now=t, rng=rng)
     instance_preemption.enforce_max_prices(now=t)
     played.preempted += len(instance_preemption.preempt_due(now=t))
-    played.started_jobs += len(job_services.run_queue(now=t, provision=False).started)
+    played.started_jobs += len(job_scheduler.run_queue(now=t, provision=False).started)
     _push_depths(t, start)
     # As evaluate_all does, but new instances boot in _provision at the tick's time.
     decisions = [scaling_services.evaluate_group(group, now=t, provision=False)

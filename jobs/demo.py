@@ -21,7 +21,7 @@ from instances import lifecycle as instance_lifecycle
 from instances import preemption as instance_preemption
 from instances.models import GpuModel, PricingModel
 
-from . import services
+from . import scheduler, submission
 from .models import Job
 
 # team, name, command, model, GPUs, priority, submitted minutes ago
@@ -42,7 +42,7 @@ def seed(*, users, stdout=None) -> None:
     for team_name, name, command, model, count, priority, minutes_ago in JOBS:
         at = now - timedelta(minutes=minutes_ago)
         with recorded_at(at), transaction.atomic():
-            made[name] = services.submit_job(
+            made[name] = submission.submit_job(
                 actor=actors[team_name], team=Team.objects.get(name=team_name), name=name, command=command,
                 gpu_model=GpuModel.objects.get(name=model), gpu_count=count, priority=priority, now=at,
             )
@@ -58,7 +58,7 @@ def seed(*, users, stdout=None) -> None:
 
 def _pass(at) -> None:
     with recorded_at(at):
-        result = services.run_queue(now=at, provision=False)
+        result = scheduler.run_queue(now=at, provision=False)
     for job in result.started:
         with recorded_at(at + timedelta(seconds=60)):
             instance_lifecycle.mark_running(instance=job.instance, at=at + timedelta(seconds=60))

@@ -15,7 +15,7 @@ from console.tenancy import WRITE_ROLES, has_role, is_operator
 from instances.transitions import LifecycleError
 from network import services as network_services
 
-from . import services
+from . import queue_status, scheduler, submission
 from .forms import SubmitForm
 from .models import Job, JobState
 
@@ -38,19 +38,19 @@ def queue(request):
         jobs = jobs.filter(state=state)
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
     rows = list(page.object_list)
-    info = services.queue_info(rows, timezone.now())
+    info = queue_status.queue_info(rows, timezone.now())
     for job in rows:
         job.queue = info[job.pk]
     context = {"page": page, "rows": rows, "form": form, "states": JobState.choices, "state": state,
                "can_submit": form.fields["team"].queryset.exists(), "currency": currency(),
-               "hold_minutes": int(services.reclaim_hold().total_seconds() // 60)}
+               "hold_minutes": int(scheduler.reclaim_hold().total_seconds() // 60)}
     return render(request, "jobs/queue.html", context, status=400 if request.method == "POST" else 200)
 
 
 def _submit(request, form) -> bool:
     data = form.cleaned_data
     try:
-        job = services.submit_job(
+        job = submission.submit_job(
             actor=request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
             deadline=data["deadline"], image=data["image"], subnet=data["subnet"],
@@ -70,7 +70,7 @@ def _submit(request, form) -> bool:
 @login_required
 def job_detail(request, pk):
     job = get_object_or_404(_jobs(request).prefetch_related("runs__instance__host", "events__instance"), pk=pk)
-    job.queue = services.queue_info([job], timezone.now())[job.pk]
+    job.queue = queue_status.queue_info([job], timezone.now())[job.pk]
     can_act = is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)
     network = network_services.describe_choice(job.network)
     return render(request, "jobs/detail.html", {"job": job, "can_act": can_act, "currency": currency(),
@@ -84,7 +84,7 @@ def job_cancel(request, pk):
     if not (is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)):
         raise PermissionDenied("Your role does not allow you to cancel jobs.")
     try:
-        services.cancel_job(actor=request.user, job=job)
+        submission.cancel_job(actor=request.user, job=job)
     except LifecycleError as exc:
         messages.error(request, str(exc))
     else:

@@ -20,7 +20,7 @@ from console import services as console_services
 from instances import images as image_services
 from instances import lifecycle as instance_lifecycle
 from instances.models import GpuModel, Host, Region
-from jobs import services as job_services
+from jobs import submission as job_submission
 from monitoring import services as monitoring_services
 from monitoring.alerts import Condition, raise_alert
 from network import services as network_services
@@ -322,7 +322,7 @@ def _idle_job(world: World):
     since = datetime(2000, 1, 1, tzinfo=UTC)
     billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
                                effective_from=since, now=since)
-    return job_services.submit_job(
+    return job_submission.submit_job(
         actor=world.users["bob"], team=world.acme, name="walk-job", command="python train.py",
         gpu_model=GpuModel.objects.get(name="H100-80GB"), gpu_count=1,
     )

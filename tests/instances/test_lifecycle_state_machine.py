@@ -19,7 +19,9 @@ from billing import price_changes as billing_price_changes
 from billing.models import Charge, UsageRecord
 from instances import lifecycle, preemption, transitions
 from instances.models import FINAL_STATES, HOLDING_STATES, Gpu, GpuModel, GpuSlice, Instance, State
-from jobs import services as job_services
+from jobs import queue_status as job_queue_status
+from jobs import scheduler as job_scheduler
+from jobs import submission as job_submission
 from jobs.models import Job, JobRun, JobState
 from scaling import services as scaling_services
 
@@ -94,21 +96,21 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(count=st.integers(1, 8), priority=st.sampled_from(["low", "normal"]))
     def submit(self, count, priority):
         self.count += 1
-        job_services.submit_job(actor=self.world["bob"], team=self.world["acme"], name=f"j{self.count}",
+        job_submission.submit_job(actor=self.world["bob"], team=self.world["acme"], name=f"j{self.count}",
                                 command="python train.py", gpu_model=self.h100, gpu_count=count, priority=priority,
                                 now=self.clock)
 
     @rule()
     def queue_pass(self):
-        job_services.run_queue(now=self.clock, provision=False)
+        job_scheduler.run_queue(now=self.clock, provision=False)
 
     @rule(n=st.integers(0, 100))
     def cancel(self, n):
         jobs = list(Job.objects.order_by("id"))
         if jobs:
             try:
-                job_services.cancel_job(actor=self.world["bob"], job=jobs[n % len(jobs)], now=self.clock)
-            except job_services.JobConflict:
+                job_submission.cancel_job(actor=self.world["bob"], job=jobs[n % len(jobs)], now=self.clock)
+            except job_submission.JobConflict:
                 pass
 
     @rule(depth=st.integers(0, 40))
@@ -129,7 +131,7 @@ class Lifecycle(RuleBasedStateMachine):
                 self.ended_cents.setdefault(pk, cents.get(pk, 0))
                 late = UsageRecord.objects.filter(instance_id=pk, end__gt=end)
                 assert not late.exists(), f"instance {pk} has usage after it became {state} at {end}"
-        costs = job_services.job_costs(list(Job.objects.values_list("pk", flat=True)))
+        costs = job_queue_status.job_costs(list(Job.objects.values_list("pk", flat=True)))
         for job in Job.objects.exclude(state__in=(JobState.QUEUED, JobState.RUNNING)):
             self.ended_jobs.setdefault(job.pk, costs.get(job.pk, 0))
             assert costs.get(job.pk, 0) == self.ended_jobs[job.pk], f"job {job} cost more after it ended"

@@ -7,7 +7,7 @@ import pytest
 
 from billing import price_changes as billing_price_changes
 from instances.models import GpuModel
-from jobs import services
+from jobs import submission
 
 IDLE_PRICE = "0.25"
 
@@ -26,7 +26,7 @@ def submit(idle_price):
     """Submit a job through the service as ``actor`` for ``team``."""
 
     def _submit(actor, team, name="train", count=8, priority="low", model="H100-80GB", **kwargs):
-        return services.submit_job(actor=actor, team=team, name=name, command="python train.py --epochs 3",
+        return submission.submit_job(actor=actor, team=team, name=name, command="python train.py --epochs 3",
                                    gpu_model=GpuModel.objects.get(name=model), gpu_count=count, priority=priority,
                                    **kwargs)
 

@@ -10,13 +10,13 @@ from billing import meter_runs as billing_meter_runs
 from billing.models import Charge, PricingCategory
 from instances import lifecycle as instance_lifecycle
 from instances import preemption as instance_preemption
-from jobs import services
+from jobs import queue_status, scheduler
 
 T0 = datetime(2026, 11, 10, 8, 0, tzinfo=UTC)
 
 
 def _run_for(job, start, seconds, how="terminate"):
-    services.run_queue(now=start, provision=False)
+    scheduler.run_queue(now=start, provision=False)
     job.refresh_from_db()
     instance_lifecycle.mark_running(instance=job.instance, at=start)
     end = start + timedelta(seconds=seconds)
@@ -24,7 +24,7 @@ def _run_for(job, start, seconds, how="terminate"):
         instance_preemption.preempt_instance(instance=job.instance, at=end)
     else:
         instance_lifecycle.terminate_instance(actor="system", instance=job.instance, at=end)
-    services.run_queue(now=end, provision=False)
+    scheduler.run_queue(now=end, provision=False)
     job.refresh_from_db()
 
 
@@ -37,17 +37,17 @@ def test_a_job_pays_the_idle_price_per_second(submit, acme, bob, ops):
     assert sorted(c.billed_cost for c in charges) == [Decimal("0.01"), Decimal("0.50")]
     assert {c.pricing_category for c in charges} == {PricingCategory.DYNAMIC}
     assert sum(c.list_cost for c in charges) == Decimal("2.05")  # what on-demand (1.00) would have cost
-    assert services.job_costs([job.pk]) == {job.pk: Decimal("0.51")}
+    assert queue_status.job_costs([job.pk]) == {job.pk: Decimal("0.51")}
     by_job = costs.grouped(Charge.objects.all(), "job")
     assert [(r["key"], r["label"], r["billed_cost"]) for r in by_job] == [(str(job.pk), "train", Decimal("0.51"))]
 
 
 def test_a_running_job_bills_the_idle_price_per_hour_now(submit, acme, bob):
     job = submit(bob, acme, count=4)
-    services.run_queue(provision=False)
+    scheduler.run_queue(provision=False)
     job.refresh_from_db()
     instance_lifecycle.mark_running(instance=job.instance)
     from django.utils import timezone
 
     assert rates.run_rate(team_ids=[acme.pk], now=timezone.now()).instances[job.instance_id] == Decimal("1.00")
-    assert services.queue_info([job])[job.pk].price_per_hour == Decimal("1.00")
+    assert queue_status.queue_info([job])[job.pk].price_per_hour == Decimal("1.00")

@@ -10,7 +10,8 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from billing import price_changes as billing_price_changes
 from instances import preemption as instance_preemption
-from jobs import services as job_services
+from jobs import scheduler as job_scheduler
+from jobs import submission as job_submission
 from jobs.models import Job, JobState
 from network import services
 from network.models import Interface
@@ -38,7 +39,7 @@ def in_ruleset(instance):
 
 
 def started(job):
-    job_services.run_queue(now=timezone.now(), provision=False)
+    job_scheduler.run_queue(now=timezone.now(), provision=False)
     job.refresh_from_db()
     return job.instance
 
@@ -79,7 +80,7 @@ def test_a_preempted_jobs_new_instance_gets_its_own_address_and_the_first_is_fre
 def test_a_jobs_ended_run_frees_its_address(submit_job, fleet, acme, bob):
     job = submit_job(bob, acme)
     instance = started(job)
-    job_services.cancel_job(actor=bob, job=job)
+    job_submission.cancel_job(actor=bob, job=job)
     assert Interface.objects.get(instance=instance).released_at is not None
 
 
@@ -118,7 +119,7 @@ def test_another_teams_subnet_or_group_is_refused_by_name(api, fleet, acme, glob
 
 
 def test_a_job_whose_subnet_was_deleted_waits_and_says_why(submit_job, fleet, acme, bob, https, monkeypatch):
-    monkeypatch.setattr(job_services, "kick", lambda: None)  # it stays queued until the pass below
+    monkeypatch.setattr(job_submission, "kick", lambda: None)  # it stays queued until the pass below
     subnet_id = https["subnet"].pk
     job = submit_job(bob, acme, subnet=subnet_id)
     services.delete_subnet(actor=bob, subnet=https["subnet"])
@@ -131,7 +132,7 @@ def test_a_job_whose_subnet_was_deleted_waits_and_says_why(submit_job, fleet, ac
 @pytest.fixture
 def submit_job(fleet):
     def _submit(actor, team, priority="normal", **network):
-        return job_services.submit_job(actor=actor, team=team, name="train", command="python train.py",
+        return job_submission.submit_job(actor=actor, team=team, name="train", command="python train.py",
                                        gpu_model=fleet["h100"], gpu_count=1, priority=priority, **network)
 
     return _submit
