@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from console.api.mixins import OperatorOnlyMixin, TeamScopedViewSetMixin
 from console.models import Team
 from console.tenancy import WRITE_ROLES, is_operator
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import catalog, cordon_api, images, inventory, lifecycle, placement, preemption
 from .models import (
@@ -181,7 +181,7 @@ class InstanceViewSet(
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require_role(data["team"].pk, WRITE_ROLES, "launch instances")
-        with network_services.on_network(actor=self.request.user, team=data["team"], subnet=data.get("subnet"),
+        with network_interfaces.on_network(actor=self.request.user, team=data["team"], subnet=data.get("subnet"),
                                          groups=data.get("security_groups")):
             serializer.instance = lifecycle.launch_instance(
                 actor=self.request.user,

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import catalog, images, lifecycle, placement, precision, transitions
 from .forms import ImageForm, LaunchForm
@@ -88,7 +88,7 @@ def launch(request):
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            with network_services.on_network(actor=request.user, team=data["team"], subnet=data["subnet"],
+            with network_interfaces.on_network(actor=request.user, team=data["team"], subnet=data["subnet"],
                                              groups=[g.pk for g in data["security_groups"]] or None):
                 instance = lifecycle.launch_instance(
                     actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],

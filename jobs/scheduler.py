@@ -30,7 +30,7 @@ from instances.models import (
     PricingModel,
     State,
 )
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from .models import (
     PRIORITY_RANK,
@@ -215,7 +215,7 @@ def _start(pk: int, host: Host | int | None, now: datetime, provision: bool) -> 
     try:
         # A normal job's launch is paying work: short of capacity, it gives notice to
         # low-priority jobs and spot instances, as any on-demand launch does.
-        with network_services.launching_on(actor="system", team=job.team, choice=job.network):
+        with network_interfaces.launching_on(actor="system", team=job.team, choice=job.network):
             instance = instance_lifecycle.launch_instance(
                 actor="system", team=job.team, name=f"{job.name[:50]}-run-{runs + 1}", gpu_model=job.gpu_model,
                 gpu_count=job.gpu_count, pricing_model=job.pricing_model, provision=provision, at=now,

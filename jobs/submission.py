@@ -25,7 +25,7 @@ from instances.models import (
     PricingModel,
     State,
 )
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from .models import (
     MAX_COMMAND_CHARS,
@@ -94,7 +94,7 @@ def submit_job(
     now = now or timezone.now()
     command = _check(name=name, command=command, gpu_model=gpu_model, gpu_count=gpu_count, priority=priority,
                      deadline=deadline, now=now)
-    network = network_services.check_choice(team=team, subnet=subnet, groups=security_groups)
+    network = network_interfaces.check_choice(team=team, subnet=subnet, groups=security_groups)
     image = images.image_for_launch(image=image, team=team, gpu_model=gpu_model)
     pricing_model = PricingModel.IDLE if priority == Priority.LOW else PricingModel.ON_DEMAND
     why = catalog.missing_price(sku=gpu_model.name, pricing_model=pricing_model, at=now)
@@ -109,7 +109,7 @@ def submit_job(
     record_event(actor=actor, action="job.submit", target=job, team=team, details={
         "name": name, "gpu_model": gpu_model.name, "gpu_count": gpu_count, "priority": priority,
         "deadline": deadline, "image": None if image is None else {"id": image.pk, "name": image.name},
-        "network": network_services.describe_choice(network),
+        "network": network_interfaces.describe_choice(network),
     })
     kick()
     return job

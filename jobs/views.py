@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from billing.models import currency
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 from instances.transitions import LifecycleError
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import queue_status, scheduler, submission
 from .forms import SubmitForm
@@ -72,7 +72,7 @@ def job_detail(request, pk):
     job = get_object_or_404(_jobs(request).prefetch_related("runs__instance__host", "events__instance"), pk=pk)
     job.queue = queue_status.queue_info([job], timezone.now())[job.pk]
     can_act = is_operator(request.user) or has_role(request.user, job.team_id, WRITE_ROLES)
-    network = network_services.describe_choice(job.network)
+    network = network_interfaces.describe_choice(job.network)
     return render(request, "jobs/detail.html", {"job": job, "can_act": can_act, "currency": currency(),
                                                 "network": network})
 

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from console.forms import apply_errors
 from console.tenancy import WRITE_ROLES, has_role, is_operator
 
-from . import services
+from . import interfaces, security_groups, vpcs
 from .forms import GroupForm, RuleForm, SubnetForm, VpcForm
 from .models import Interface, SecurityGroup, SecurityRule, Vpc
 
@@ -34,15 +34,15 @@ def vpc_list(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                vpc = services.create_vpc(actor=request.user, team=data["team"], name=data["name"], cidr=data["cidr"])
+                vpc = vpcs.create_vpc(actor=request.user, team=data["team"], name=data["name"], cidr=data["cidr"])
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
                 messages.success(request, f"VPC {vpc.name} ({vpc.cidr}) created.")
                 return redirect("vpc-detail", pk=vpc.pk)
-    vpcs = (Vpc.objects.for_user(request.user).select_related("team").prefetch_related("subnets")
+    shown = (Vpc.objects.for_user(request.user).select_related("team").prefetch_related("subnets")
             .annotate(instances=Count("subnets__interfaces", filter=Q(subnets__interfaces__released_at__isnull=True))))
-    context = {"vpcs": vpcs, "form": form, "may_create": form.fields["team"].queryset.exists()}
+    context = {"vpcs": shown, "form": form, "may_create": form.fields["team"].queryset.exists()}
     return render(request, "network/vpcs.html", context, status=400 if request.method == "POST" else 200)
 
 
@@ -54,7 +54,7 @@ def vpc_detail(request, pk):
         _require_change(request, vpc.team_id, "create subnets")
         if form.is_valid():
             try:
-                subnet = services.create_subnet(actor=request.user, vpc=vpc, **form.cleaned_data)
+                subnet = vpcs.create_subnet(actor=request.user, vpc=vpc, **form.cleaned_data)
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
@@ -77,7 +77,7 @@ def group_list(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                group = services.create_group(actor=request.user, team=data["team"], name=data["name"],
+                group = security_groups.create_group(actor=request.user, team=data["team"], name=data["name"],
                                               description=data["description"])
             except ValidationError as exc:
                 apply_errors(form, exc)
@@ -99,7 +99,7 @@ def group_detail(request, pk):
         _require_change(request, group.team_id, "change security groups")
         if form.is_valid():
             try:
-                services.add_rule(actor=request.user, group=group, **form.values())
+                security_groups.add_rule(actor=request.user, group=group, **form.values())
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
@@ -120,7 +120,7 @@ def rule_remove(request, pk, rule_id):
     group = get_object_or_404(SecurityGroup.objects.for_user(request.user), pk=pk)
     _require_change(request, group.team_id, "change security groups")
     rule = get_object_or_404(SecurityRule.objects.filter(group=group), pk=rule_id)
-    services.remove_rule(actor=request.user, rule=rule)
+    security_groups.remove_rule(actor=request.user, rule=rule)
     messages.success(request, f"Rule removed from {group.name}.")
     return redirect("security-group-detail", pk=group.pk)
 
@@ -133,7 +133,7 @@ def instance_groups(request, pk):
     _require_change(request, interface.team_id, "change instances' security groups")
     ids = [int(v) for v in request.POST.getlist("security_groups") if v.isdigit()]
     try:
-        services.set_groups(actor=request.user, interface=interface, groups=ids)
+        interfaces.set_groups(actor=request.user, interface=interface, groups=ids)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

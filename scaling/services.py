@@ -1,6 +1,6 @@
 """Scaling groups' verbs: create and change a group, take a pushed queue depth, and
 evaluate a group (decide, launch or stop, record the decision, audit what changed).
-Launches and stops go through ``instances.services``, so placement, prices, billing
+Launches and stops go through ``instances.lifecycle``, so placement, prices, billing
 and the instances' own audit records are the same as for any launch."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from instances import placement as instance_placement
 from instances import preemption as instance_preemption
 from instances import transitions as instance_transitions
 from instances.models import LAUNCHABLE, GpuModel, Instance, PricingModel, State
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import policy
 from .models import Action, MetricSource, Reason, ScalingDecision, ScalingGroup, ScalingMember
@@ -44,7 +44,7 @@ SETTINGS = (
     "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances", "max_instances",
     "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
 )
-# Where its instances are attached (network.services.check_choice), given beside SETTINGS.
+# Where its instances are attached (network.interfaces.check_choice), given beside SETTINGS.
 NETWORK = ("subnet", "security_groups")
 
 
@@ -125,13 +125,13 @@ def _described(group: ScalingGroup) -> dict:
     out["gpu_model"] = group.gpu_model.name
     out["image"] = None if group.image is None else group.image.name
     out["max_price"] = None if group.max_price is None else str(group.max_price)
-    out["network"] = network_services.describe_choice(group.network)
+    out["network"] = network_interfaces.describe_choice(group.network)
     return out
 
 
 def _network(team, wanted: dict, current: dict | None = None) -> dict:
     current = current or {}
-    return network_services.check_choice(
+    return network_interfaces.check_choice(
         team=team, subnet=wanted.get("subnet", current.get("subnet")),
         groups=wanted.get("security_groups", current.get("security_groups")))
 
@@ -318,7 +318,7 @@ def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[In
         try:
             # A refused launch undoes itself (its own savepoint); the preemption notices
             # an on-demand launch short of room gives spot instances stand, as for any launch.
-            with network_services.launching_on(actor="system", team=group.team, choice=group.network):
+            with network_interfaces.launching_on(actor="system", team=group.team, choice=group.network):
                 instance = instance_lifecycle.launch_instance(
                     actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
                     gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,

@@ -23,7 +23,9 @@ from instances.models import GpuModel, Host, Region
 from jobs import submission as job_submission
 from monitoring import services as monitoring_services
 from monitoring.alerts import Condition, raise_alert
-from network import services as network_services
+from network import interfaces as network_interfaces
+from network import security_groups as network_security_groups
+from network import vpcs as network_vpcs
 from scaling import services as scaling_services
 
 
@@ -123,7 +125,7 @@ def _region(world: World):
 
 def _acme_network(world: World):
     """Acme's default VPC, subnet and group (a team's first launch makes them)."""
-    return network_services.ensure_defaults(actor=world.users["bob"], team=world.acme)
+    return network_vpcs.ensure_defaults(actor=world.users["bob"], team=world.acme)
 
 
 def _dismissed_advice(world: World):
@@ -141,20 +143,20 @@ def _idle_policy(world: World):
 
 
 def _vpc(world: World):
-    return network_services.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
+    return network_vpcs.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
 
 
 def _subnet(world: World):
-    return network_services.create_subnet(actor=world.users["bob"], vpc=_vpc(world), name="walk", cidr="10.77.1.0/24")
+    return network_vpcs.create_subnet(actor=world.users["bob"], vpc=_vpc(world), name="walk", cidr="10.77.1.0/24")
 
 
 def _security_group(world: World):
-    return network_services.create_group(actor=world.users["bob"], team=world.acme, name="walk", rules=[])
+    return network_security_groups.create_group(actor=world.users["bob"], team=world.acme, name="walk", rules=[])
 
 
 def _security_rule(world: World):
     group = _security_group(world)
-    return network_services.add_rule(actor=world.users["bob"], group=group, direction="inbound", protocol="tcp",
+    return network_security_groups.add_rule(actor=world.users["bob"], group=group, direction="inbound", protocol="tcp",
                                      port_from=22, cidr="10.0.0.0/8")
 
 
@@ -163,7 +165,7 @@ def _interface(world: World):
     from types import SimpleNamespace
 
     _acme_network(world)
-    with network_services.on_network(actor=world.users["bob"], team=world.acme):
+    with network_interfaces.on_network(actor=world.users["bob"], team=world.acme):
         instance = _running(world, name="walk-net")
     return SimpleNamespace(pk=instance.interface.pk, group=_security_group(world).pk)
 

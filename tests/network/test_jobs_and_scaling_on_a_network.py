@@ -13,7 +13,7 @@ from instances import preemption as instance_preemption
 from jobs import scheduler as job_scheduler
 from jobs import submission as job_submission
 from jobs.models import Job, JobState
-from network import services
+from network import rulesets, security_groups, vpcs
 from network.models import Interface
 from scaling import services as scaling_services
 from scaling.models import ScalingGroup
@@ -27,14 +27,14 @@ GROUP = {"name": "workers", "gpu_model": "H100-80GB", "gpus_per_instance": 1, "m
 @pytest.fixture
 def https(acme, bob, acme_net):
     """Acme's group open on 443 to its VPC, and a subnet of its own."""
-    group = services.create_group(actor=bob, team=acme, name="https", rules=[
+    group = security_groups.create_group(actor=bob, team=acme, name="https", rules=[
         {"direction": "inbound", "protocol": "tcp", "port_from": 443, "cidr": "10.0.0.0/16"}])
-    subnet = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
+    subnet = vpcs.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
     return {"group": group, "subnet": subnet}
 
 
 def in_ruleset(instance):
-    interfaces, _ = services.desired(instance.host_id)
+    interfaces, _ = rulesets.desired(instance.host_id)
     return {i.ifname: i for i in interfaces}.get(f"gc{instance.pk}")
 
 
@@ -110,7 +110,7 @@ def test_a_scaling_groups_changed_groups_apply_to_its_next_instances(api, fleet,
 @pytest.mark.parametrize("path, body", [("/api/v1/jobs/", JOB), ("/api/v1/scaling-groups/", GROUP)])
 @pytest.mark.parametrize("field", ["subnet", "security_groups"])
 def test_another_teams_subnet_or_group_is_refused_by_name(api, fleet, acme, globex, bob, charlie, path, body, field):
-    _, subnet, group = services.ensure_defaults(actor=charlie, team=globex)
+    _, subnet, group = vpcs.ensure_defaults(actor=charlie, team=globex)
     value = subnet.pk if field == "subnet" else [group.pk]
     r = api(bob).post(path, {**body, "team": acme.pk, field: value}, format="json")
     assert r.status_code == 400
@@ -122,7 +122,7 @@ def test_a_job_whose_subnet_was_deleted_waits_and_says_why(submit_job, fleet, ac
     monkeypatch.setattr(job_submission, "kick", lambda: None)  # it stays queued until the pass below
     subnet_id = https["subnet"].pk
     job = submit_job(bob, acme, subnet=subnet_id)
-    services.delete_subnet(actor=bob, subnet=https["subnet"])
+    vpcs.delete_subnet(actor=bob, subnet=https["subnet"])
     assert started(job) is None
     job.refresh_from_db()
     assert job.state == JobState.QUEUED

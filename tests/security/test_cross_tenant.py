@@ -65,12 +65,14 @@ def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_ins
 
 def _network(who, team, instance):
     """The team's default network, a group with a rule, and an interface for its instance."""
-    from network import services as network
+    from network import interfaces as network_interfaces
+    from network import security_groups as network_security_groups
+    from network import vpcs as network_vpcs
 
-    network.ensure_defaults(actor=who, team=team)
-    group = network.create_group(actor=who, team=team, name="web")
-    network.add_rule(actor=who, group=group, direction="inbound", protocol="tcp", port_from=443, cidr="10.0.0.0/8")
-    network.attach_instance(actor=who, instance=instance, groups=[group.pk])
+    network_vpcs.ensure_defaults(actor=who, team=team)
+    group = network_security_groups.create_group(actor=who, team=team, name="web")
+    network_security_groups.add_rule(actor=who, group=group, direction="inbound", protocol="tcp", port_from=443, cidr="10.0.0.0/8")
+    network_interfaces.attach_instance(actor=who, instance=instance, groups=[group.pk])
 
 
 def _auditor(acme):
