@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from console.tenancy import is_operator
 
-from . import access, services
+from . import access, verification
 from .export import FORMATS
 from .filters import AuditEventFilter
 from .models import Outcome, Verification
@@ -56,7 +56,7 @@ def events(request):
     query = request.GET.copy()
     query.pop("before", None)
     now = timezone.now()
-    verification = Verification.objects.first()
+    last_run = Verification.objects.first()
     context = {
         "filter": filterset,
         "form": filterset.form,
@@ -69,11 +69,11 @@ def events(request):
             (label, (now - delta).strftime("%Y-%m-%dT%H:%M")) for label, delta in QUICK_RANGES
         ],
         "formats": list(FORMATS),
-        "verification": verification,
+        "verification": last_run,
         "full_report": is_operator(request.user),
-        "broken_is_yours": verification is not None
-        and verification.first_broken_seq is not None
-        and access.visible_events(request.user).filter(seq=verification.first_broken_seq).exists(),
+        "broken_is_yours": last_run is not None
+        and last_run.first_broken_seq is not None
+        and access.visible_events(request.user).filter(seq=last_run.first_broken_seq).exists(),
     }
     return render(request, "audit/events.html", context, status=200 if valid else 400)
 
@@ -89,7 +89,7 @@ def event_detail(request, seq: int):
 @require_POST
 def verify(request):
     _require_auditor(request)
-    run = services.run_verification(actor=request.user)
+    run = verification.run_verification(actor=request.user)
     if run.valid:
         counted = (
             f": {run.checked} events, every segment valid" if is_operator(request.user) else ""

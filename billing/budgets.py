@@ -11,7 +11,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.live import publish_on_commit, team_group
 from console.models import Membership, Role, Team
 

@@ -14,7 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.models import Team
 
 from . import pricing

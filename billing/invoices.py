@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from console.models import Team
 from instances import transitions as instance_transitions
 

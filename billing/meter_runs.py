@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import metering, pricing
 from .invoices import issue_months, refresh_invoices

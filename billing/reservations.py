@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.models import Team
 from instances.models import GpuModel
 

@@ -22,6 +22,6 @@ def locked_out(request, credentials=None, *args, **kwargs):
 
 @receiver(user_locked_out)
 def audit_lockout(sender, request=None, username=None, ip_address=None, **kwargs):
-    from audit.services import record_refusal
+    from audit.refusals import record_refusal
 
     record_refusal(action="auth.locked_out", details={"username": (username or "")[:150]})

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import twofactor
 from .live import end_user_sockets

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from audit import context
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import live, twofactor
 from .models import UserSession

@@ -24,7 +24,7 @@ from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import services, twofactor
 from .models import ExternalIdentity, Membership, Role, Team

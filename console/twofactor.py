@@ -25,7 +25,7 @@ from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 
 from .models import Membership
 

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from django_otp import login as otp_login
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import services, twofactor
 from .edge import HostileRequest

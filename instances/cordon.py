@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from . import preemption
 from .models import HOLDING_STATES, PREEMPTIBLE, Gpu, Host, Instance, NoticeStatus, PreemptionNotice

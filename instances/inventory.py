@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from .models import (
     Gpu,

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from console.validators import ascii_decimal
 
 from . import catalog

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from .models import (
     FINAL_STATES,

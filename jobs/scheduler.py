@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances import lifecycle as instance_lifecycle
 from instances import placement as instance_placement
 from instances import transitions as instance_transitions

@@ -13,7 +13,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from audit.context import recorded_time
-from audit.services import record_event
+from audit.recording import record_event
 from console.validators import plain_name
 from instances import catalog, images
 from instances import lifecycle as instance_lifecycle

@@ -32,7 +32,7 @@ from django.db.models import Avg, Count, F, Min, Q
 from django.utils import timezone
 
 from audit.models import Verification
-from audit.services import record_event
+from audit.recording import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, publish_on_commit, team_group
 from instances.models import Gpu, GpuSlice, Instance, NoticeStatus, PreemptionNotice, State
 

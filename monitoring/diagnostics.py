@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Host
 
 from .agent.diagnostics import MAX_BUNDLE_BYTES

@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
 from . import alerts, declarations, gpu_events, partitions, readings, rollup_marks

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances import inventory as instance_inventory
 from instances.models import Gpu, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
 

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from rest_framework import exceptions
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from console.auth import ApiTokenAuthentication
 from console.tenancy import is_operator, token_teams
 from console.validators import plain_name

@@ -13,7 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event, record_refusal
+from audit.recording import record_event
+from audit.refusals import record_refusal
 from instances import inventory as instance_inventory
 from instances.models import Host, HostKind, Region
 

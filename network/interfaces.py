@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Instance
 
 from .models import (

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import HOLDING_STATES, Host
 from monitoring.agent import protocol as wire
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from .checks import EVERYWHERE, MAX_RULES_PER_GROUP, check_rule
 from .models import (

@@ -8,7 +8,7 @@ import ipaddress
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from audit.services import record_event
+from audit.recording import record_event
 
 from .checks import (
     DEFAULT_SUBNET_PREFIX,

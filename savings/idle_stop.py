@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances import lifecycle as instance_lifecycle
 from instances.models import Instance, State
 from monitoring.activity import real_activity

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Avg
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.validators import ascii_decimal, plain_name
 from instances import catalog, images
 from instances import lifecycle as instance_lifecycle

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from instances.transitions import LifecycleError
 
 

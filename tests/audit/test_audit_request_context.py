@@ -3,7 +3,7 @@ from asgiref.sync import sync_to_async
 from audit_support import last_event
 from django.db import connections
 
-from audit import context, services
+from audit import context, recording
 
 
 def test_the_source_ip_is_the_socket_peer(client, bob):
@@ -76,7 +76,7 @@ async def test_websocket_events_get_the_sockets_address():
         "headers": [(b"user-agent", b"gpuconsole-agent/1")],
     }
     with context.bind_scope(scope):
-        event = await sync_to_async(services.record_event)(actor="system", action="agent.connect")
+        event = await sync_to_async(recording.record_event)(actor="system", action="agent.connect")
     await sync_to_async(connections.close_all)()
     assert (event.source_ip, event.user_agent) == ("192.0.2.44", "gpuconsole-agent/1")
     assert event.request_id == scope["audit_context"].request_id

@@ -19,7 +19,7 @@ def test_the_meter_row_names_its_window(play, bob, acme, ops, alice, client):
 
 
 def test_a_row_without_a_target_id_shows_no_hash(client, ops):
-    from audit.services import record_event
+    from audit.recording import record_event
 
     event = record_event(actor="system", action="billing.export", target_type="billing.charge")
     client.force_login(ops)

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from audit import context
 from audit.models import AuditEvent, RefusalTally
-from audit.services import flush_refusals, record_refusal, run_verification
+from audit.refusals import flush_refusals, record_refusal
+from audit.verification import run_verification
 
 
 def refuse_from(ip, n, **kw):
