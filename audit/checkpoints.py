@@ -20,7 +20,7 @@ from .models import (
 from .recording import record_event
 from .sealer import seal_pending
 from .treeheads import leaf_hashes, sign_head
-from .verification import _head_signed, verify
+from .verification import head_signed, verify
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def _matches_published(base: int, frontier: list[bytes], leaves: list[bytes], he
     if not heads:
         return True
     trusted = keys.public_keys()
-    heads = [h for h in heads if _head_signed(h, trusted)]
+    heads = [h for h in heads if head_signed(h, trusted)]
     beyond = max((h["tree_size"] for h in heads if h["tree_size"] > head_seq), default=None)
     if beyond is not None and ChainHead.objects.values_list("seq", flat=True).get(id=1) < beyond:
         # (re-read: the head may have moved, and been published, since it was read)

@@ -21,8 +21,6 @@ REDACTED = "[redacted]"
 
 # Values that are secrets whatever their key: our API tokens, agent tokens, bearer headers.
 _SECRET_VALUE = re.compile(r"(gpc_|gpa_|Bearer\s+|Token\s+)[A-Za-z0-9_\-.=]{8,}")
-
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 

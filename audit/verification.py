@@ -466,7 +466,7 @@ def _check_published(report: Report, published, roots: dict, key: dict, *, last_
     matched = 0
     for size in sorted(by_size):
         for head in by_size[size]:
-            if not _head_signed(head, key):
+            if not head_signed(head, key):
                 seg.fail(size, f"published head #{size} of {head['time']}: {BAD_SIGNATURE}")
             elif size > end:
                 seg.fail(
@@ -489,7 +489,7 @@ def _check_published(report: Report, published, roots: dict, key: dict, *, last_
     seg.count = matched
 
 
-def _head_signed(head: dict, keys: dict) -> bool:
+def head_signed(head: dict, keys: dict) -> bool:
     public = keys.get(head["key_fingerprint"])
     if public is None:
         return False

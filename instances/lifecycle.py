@@ -42,8 +42,6 @@ class NoPriceError(LifecycleError):
 
 
 MAX_LABELS = 20
-
-
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,62}$")
 
 

@@ -18,20 +18,10 @@ from .models import (
 )
 
 PRIVATE = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
-
-
 PREFIXES = (16, 28)  # a VPC or subnet is between a /16 and a /28
-
-
 DEFAULT_VPC_PREFIX = 16
-
-
 DEFAULT_SUBNET_PREFIX = 20
-
-
 EVERYWHERE = "0.0.0.0/0"
-
-
 MAX_RULES_PER_GROUP = 100
 
 
