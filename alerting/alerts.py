@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, publish_on_commit, team_group
 
 from . import notify, rule_cache

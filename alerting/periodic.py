@@ -96,7 +96,7 @@ def _span(seconds: float) -> str:
 def spot_max_conditions(now: datetime) -> list[tuple[AlertRule, list[Condition]]]:
     """Per running spot instance with a max price: the spot price in effect as a
     percentage of it."""
-    from instances.services import price_text, spot_against_max
+    from instances.preemption import price_text, spot_against_max
 
     out, rows = [], None
     for rule in _periodic_rules("spot_vs_max"):

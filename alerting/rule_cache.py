@@ -118,6 +118,6 @@ def rule_saved_or_deleted(sender, instance, using=None, **kwargs) -> None:
 
 def precision_saved(sender, instance, using=None, update_fields=None, created=False, raw=False, **kwargs) -> None:
     """post_save receiver for ``Instance``: a new precision changes the TFLOP/s basis
-    ingest keeps with the rules (``instances.services.set_precision`` names the field)."""
+    ingest keeps with the rules (``instances.lifecycle.set_precision`` names the field)."""
     if not created and not raw and (update_fields is None or "precision" in update_fields):
         changed(using)

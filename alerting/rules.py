@@ -6,10 +6,10 @@ Three ways a metric is evaluated:
   condition must hold on every reading for the rule's hold time);
 - ``event``: on each agent event of that kind (XID errors);
 - ``periodic``: by the periodic alert task, over a window (agent silence, idle GPUs);
-  ``unrated_usage`` by billing after each metering run (billing.services.check_unrated).
+  ``unrated_usage`` by billing after each metering run (billing.meter_runs.check_unrated).
 ``tflops_est`` is the achieved TFLOP/s estimate of monitoring/flops.py at the holder instance's
 precision. ``spot_vs_max`` is the spot price in effect as a percentage of a running spot
-instance's max price (instances.services.spot_against_max); above 100 the instance is
+instance's max price (instances.preemption.spot_against_max); above 100 the instance is
 under preemption notice. Spend against a budget is watched by the budget's own
 thresholds (billing), so it is not a rule metric here.
 """

@@ -19,7 +19,7 @@ from console.api.permissions import TokenScope
 from console.policy import FLEET, Policy, may
 from console.tenancy import AUDIT_ROLES
 
-from . import access, keys, services
+from . import access, keys, proofs, verification
 from .export import FORMATS, async_chunks
 from .filters import AuditEventFilter, filter_values
 from .models import AuditEvent
@@ -110,7 +110,7 @@ class ExportView(APIView):
 def stream_export(request, fmt: str) -> StreamingHttpResponse:
     filterset = _filtered(request, access.visible_events(request.user))
     team_id = filterset.form.cleaned_data.get("team")
-    export = services.prepare_export(
+    export = proofs.prepare_export(
         actor=request.user,
         queryset=filterset.qs,
         fmt=fmt,
@@ -153,7 +153,7 @@ class VerifyView(APIView):
                     bounds[name] = parse_bound(value, name)
                 except ValueError as exc:
                     raise exceptions.ValidationError({name: [str(exc)]}) from None
-        run = services.run_verification(
+        run = verification.run_verification(
             actor=request.user, start=bounds.get("from"), end=bounds.get("to")
         )
         return Response(verification_body(run, request.user))
@@ -235,7 +235,7 @@ class ConsistencyView(APIView):
         if sizes["first"] is None:
             raise exceptions.ValidationError({"first": ["This parameter is required."]})
         try:
-            body = services.consistency(first=sizes["first"], second=sizes["second"])
+            body = proofs.consistency(first=sizes["first"], second=sizes["second"])
         except ValueError as exc:
             raise exceptions.ValidationError({"detail": [str(exc)]}) from None
         return Response(body)

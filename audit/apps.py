@@ -8,6 +8,10 @@ class AuditConfig(AppConfig):
     def ready(self):
         from console import events
 
-        from .services import record_event, record_refusal
+        from . import sealer, tasks
+        from .recording import record_event
+        from .refusals import record_refusal
 
         events.connect(recorder=record_event, refuser=record_refusal)
+
+        sealer.when_checkpoint_due(lambda: tasks.write_checkpoint.delay())

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from . import headlog, keys, merkle, signing
 from .models import Checkpoint
+from .treeheads import leaf_hashes, sign_head
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +81,6 @@ def publish_head() -> dict | None:
     if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
         return None
     size, frontier = _start(seq)
-    from .services import leaf_hashes, sign_head
-
     frontier, size = merkle.extend(frontier, size, leaf_hashes(size + 1, seq))
     signed = sign_head(
         seq=seq, head_hash=head_hash, frontier=frontier, time=timezone.now(), recheck_key=False

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from . import services
+from . import checkpoints, refusals, retention, verification
 
 SCHEDULE = {
     "audit-checkpoint": (
@@ -18,21 +18,21 @@ SCHEDULE = {
 
 @shared_task
 def write_checkpoint() -> int | None:
-    checkpoint = services.write_checkpoint()
+    checkpoint = checkpoints.write_checkpoint()
     return checkpoint.seq if checkpoint else None
 
 
 @shared_task
 def verify_chain() -> bool:
-    return services.run_verification(actor="system").valid
+    return verification.run_verification(actor="system").valid
 
 
 @shared_task
 def apply_retention() -> int:
     # Bounded per run (one batch); the next run continues where this one stopped.
-    return services.apply_retention(actor="system")
+    return retention.apply_retention(actor="system")
 
 
 @shared_task
 def flush_refusals() -> int:
-    return services.flush_refusals()
+    return refusals.flush_refusals()

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console.policy import FLEET, may, policy_required
 
-from . import access, services
+from . import access, verification
 from .export import FORMATS
 from .filters import AuditEventFilter
 from .models import Outcome, Verification
@@ -47,7 +47,7 @@ def events(request):
     query = request.GET.copy()
     query.pop("before", None)
     now = timezone.now()
-    verification = Verification.objects.first()
+    last_run = Verification.objects.first()
     context = {
         "filter": filterset,
         "form": filterset.form,
@@ -60,11 +60,11 @@ def events(request):
             (label, (now - delta).strftime("%Y-%m-%dT%H:%M")) for label, delta in QUICK_RANGES
         ],
         "formats": list(FORMATS),
-        "verification": verification,
+        "verification": last_run,
         "full_report": may(request.user, "audit.read", FLEET),
-        "broken_is_yours": verification is not None
-        and verification.first_broken_seq is not None
-        and access.visible_events(request.user).filter(seq=verification.first_broken_seq).exists(),
+        "broken_is_yours": last_run is not None
+        and last_run.first_broken_seq is not None
+        and access.visible_events(request.user).filter(seq=last_run.first_broken_seq).exists(),
     }
     return render(request, "audit/events.html", context, status=200 if valid else 400)
 
@@ -77,7 +77,7 @@ def event_detail(request, seq: int):
 
 @policy_required("audit.read", methods=["POST"])
 def verify(request):
-    run = services.run_verification(actor=request.user)
+    run = verification.run_verification(actor=request.user)
     if run.valid:
         counted = (
             f": {run.checked} events, every segment valid" if may(request.user, "audit.read", FLEET) else ""

@@ -86,7 +86,7 @@ def load(n: int, every: int) -> None:
 
     from audit import chain, merkle
     from audit.models import ChainHead
-    from audit.services import sign_head
+    from audit.treeheads import sign_head
     from console.models import Team
 
     call_command("migrate", verbosity=0)
@@ -268,7 +268,7 @@ def _append_worker(env: dict, seconds: float, ready, results, audited: bool, cal
     django.setup()
     from django.db import connection, transaction
 
-    from audit.services import record_event
+    from audit.recording import record_event
 
     connection.ensure_connection()
     pid, count = os.getpid(), 0
@@ -376,8 +376,8 @@ def heads_bench(n: int, rounds: int = 3) -> dict:
 
     from audit import headlog, publish
     from audit.models import ChainHead
+    from audit.recording import record_event
     from audit.sealer import sealer
-    from audit.services import record_event
 
     path = settings.AUDIT_HEADS_FILE = os.path.join(os.environ["GPUCONSOLE_VAR_DIR"], "audit-heads.jsonl")
 

@@ -11,9 +11,9 @@ to days, stops and restarts, terminations, spot preemptions (some in the first h
 reservations for a third of the teams, an hourly spot market and a mid-month price
 change. Then, timed:
 
-  meter    billing.services.meter_window over the month (events → usage → charges,
+  meter    billing.meter_runs.meter_window over the month (events → usage → charges,
            drafts refreshed)
-  invoice  billing.services.issue_months: every team's invoice of the month refreshed
+  invoice  billing.invoices.issue_months: every team's invoice of the month refreshed
            from its charges and issued
   sql      one SELECT over billing_usagerecord joined with the catalog: GPU-seconds ×
            list price, summed per team and pricing model
@@ -120,7 +120,7 @@ def lifecycle(rng: random.Random, pricing_model: str, launched: datetime):
 
 
 def generate(n: int, teams_n: int, seed: int) -> dict:
-    from billing import services
+    from billing import reservations
     from billing.models import Price, SpotPrice
     from console.models import Team
     from instances.models import (
@@ -159,7 +159,7 @@ def generate(n: int, teams_n: int, seed: int) -> dict:
         t += timedelta(hours=1)
     SpotPrice.objects.bulk_create(spot, batch_size=5000)
     for team in teams[: teams_n // 3]:
-        services.purchase_reservation(actor="bench", team=team, gpu_model=models["H100-80GB"],
+        reservations.purchase_reservation(actor="bench", team=team, gpu_model=models["H100-80GB"],
                                       gpu_count=rng.choice([4, 8, 16, 32]), term="1y",
                                       start=MONTH - timedelta(days=rng.randint(0, 25)), now=catalog_start)
     instances, plans = [], []
@@ -186,12 +186,12 @@ def generate(n: int, teams_n: int, seed: int) -> dict:
 
 
 def meter_and_invoice() -> tuple[float, float]:
-    from billing import services
+    from billing import invoices, meter_runs
 
     t0 = time.perf_counter()
-    services.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
+    meter_runs.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
     t1 = time.perf_counter()
-    services.issue_months(actor="bench", before=NEXT.date(), now=NOW)
+    invoices.issue_months(actor="bench", before=NEXT.date(), now=NOW)
     return t1 - t0, time.perf_counter() - t1
 
 
@@ -251,22 +251,22 @@ def freshness_run() -> float:
     """Seconds of one steady-state periodic metering run in mid-month (the task runs every
     300 s and meters from its last run, less the lookback, to now): a running GPU-second
     reaches month_to_date at most one period plus one such run after it happens."""
-    from billing import services
+    from billing import meter_runs
     from billing.models import MeterState
 
     now = MONTH + timedelta(days=20, hours=12)
     MeterState.objects.update_or_create(id=1, defaults={"metered_until": now - timedelta(seconds=300)})
     t0 = time.perf_counter()
-    services.meter_recent(now=now)
+    meter_runs.meter_recent(now=now)
     return time.perf_counter() - t0
 
 
 def peak_memory() -> int:
     """Peak Python allocation of a second meter + draft refresh (same rows rebuilt)."""
-    from billing import services
+    from billing import meter_runs
 
     tracemalloc.start()
-    services.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
+    meter_runs.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return peak

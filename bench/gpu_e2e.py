@@ -84,7 +84,7 @@ def pin_instance(uuid: str, *, idle_hold_s: int = IDLE_HOLD_S, at: datetime | No
 
     from console import services as console_services
     from console.models import Team
-    from instances import services
+    from instances import lifecycle
     from instances.models import Gpu
 
     at = at or timezone.now()
@@ -93,20 +93,21 @@ def pin_instance(uuid: str, *, idle_hold_s: int = IDLE_HOLD_S, at: datetime | No
     price_model(ops, gpu.model.name, at)
     team = Team.objects.filter(name="Lab").first() or console_services.create_team(actor=ops, name="Lab")
     shorten_idle_rule(ops, team, idle_hold_s)
-    instance = services.launch_instance(
+    instance = lifecycle.launch_instance(
         actor=ops, team=team, name="e2e-job", gpu_model=gpu.model, gpu_count=1, pricing_model="on_demand",
         host=gpu.host, provision=False, at=at,
     )
-    services.mark_running(instance=instance, at=at)
+    lifecycle.mark_running(instance=instance, at=at)
     return instance.pk
 
 
 def price_model(ops, sku: str, at: datetime) -> None:
     """An on-demand price for ``sku`` in effect from ``at``, unless one already is."""
-    from billing import services as billing_services
+    from billing import price_changes as billing_price_changes
+    from billing import prices as billing_prices
 
-    if billing_services.price_in_effect(sku, "on_demand", at) is None:
-        billing_services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=ON_DEMAND_HOURLY,
+    if sku not in billing_prices.in_effect(billing_prices.ON_DEMAND, [sku], at):
+        billing_price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=ON_DEMAND_HOURLY,
                                    effective_from=at, now=at)
 
 

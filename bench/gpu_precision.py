@@ -134,12 +134,12 @@ def main() -> int:
 def change_precision(instance_id: int) -> str:
     from django.contrib.auth.models import User
 
-    from instances import services
+    from instances import lifecycle
     from instances.models import Instance
 
     instance = Instance.objects.get(pk=instance_id)
     before = instance.precision
-    services.set_precision(actor=User.objects.get(username="e2e-ops"), instance=instance, precision="bf16")
+    lifecycle.set_precision(actor=User.objects.get(username="e2e-ops"), instance=instance, precision="bf16")
     return f"the instance's precision from {before} to bf16"
 
 

@@ -48,7 +48,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from instances.models import GpuModel, Host, Region
-from instances.services import add_gpu
+from instances.inventory import add_gpu
 from monitoring import services
 ops = User.objects.create_user("ops", is_staff=True)
 device = TOTPDevice.objects.create(user=ops, name="authenticator", confirmed=True)  # the operator's second factor

@@ -17,11 +17,11 @@ outbound; each instance also in a group allowing tcp 443 from 10.0.0.0/8 and tcp
 beside two peers: ``nft -f`` of an empty table (the floor: a process and one netlink
 transaction) and the same rules written naively, one rule per peer address in one
 chain, no sets and no verdict maps. Then the console's side: computing a host's rules
-(``network.services.sync_host``: the database read, expansion, hash and frame) for the
+(``network.rulesets.sync_host``: the database read, expansion, hash and frame) for the
 same sizes, on a scratch SQLite database. With ``--e2e N`` (e.g. 100), instead of the
 console's side, end to end: a console (daphne, channels-redis on ``--redis``) and a real agent link
 (sim readings at 1 Hz) enforcing into the bench's namespace; each rule added or removed
-through ``network.services`` is timed until the console records the agent's report
+through ``network.security_groups`` is timed until the console records the agent's report
 of the new version. Goals (docs/benchmarks.md): 1,000 instances applied in ≤ 1 s,
 atomically; a change applied and shown within 2 s.
 """
@@ -129,10 +129,10 @@ def console_side(runs: int, team_size: int) -> None:
     call_command("migrate", verbosity=0)
     from console.models import Team
     from instances.models import GpuModel, Host, Instance, Region, State
-    from network import services
+    from network import rulesets, security_groups, vpcs
     from network.models import HostRules, Interface, SecurityGroup
 
-    services.push = lambda host_id, frame: None  # no agent connected here
+    rulesets.push = lambda host_id, frame: None  # no agent connected here
     region = Region.objects.create(name="bench")
     model = GpuModel.objects.create(name="H100-80GB", memory_gb=80)
     print(f"{'instances':>9}  {'sync_host ms':>12}  {'frame KiB':>9}")
@@ -145,8 +145,8 @@ def console_side(runs: int, team_size: int) -> None:
                      pricing_model="on_demand", state=State.RUNNING, host=host) for n in range(count)])
         groups = {}
         for team in teams:
-            _, subnet, groups[team.pk] = services.ensure_defaults(actor="system", team=team)
-            web = services.create_group(actor="system", team=team, name="web", rules=[
+            _, subnet, groups[team.pk] = vpcs.ensure_defaults(actor="system", team=team)
+            web = security_groups.create_group(actor="system", team=team, name="web", rules=[
                 {"direction": "inbound", "protocol": "tcp", "port_from": 443, "cidr": "10.0.0.0/8"}])
             groups[team.pk] = (subnet, groups[team.pk], web)
         base = {t.pk: ipaddress.IPv4Network(groups[t.pk][0].cidr).network_address + 2 for t in teams}
@@ -163,11 +163,11 @@ def console_side(runs: int, team_size: int) -> None:
 
 
 def _sync_anew(host_id: int) -> None:
-    from network import services
+    from network import rulesets
     from network.models import HostRules
 
     HostRules.objects.filter(host_id=host_id).update(hash="")  # as if the rules had changed
-    services.sync_host(host_id=host_id)
+    rulesets.sync_host(host_id=host_id)
 
 
 E2E_SEED = """
@@ -175,9 +175,9 @@ import json
 from django.contrib.auth.models import User
 from console.models import Team
 from instances.models import GpuModel, Host, Instance, Region, State
-from instances.services import add_gpu
+from instances.inventory import add_gpu
 from monitoring import services as monitoring_services
-from network import services
+from network import interfaces, rulesets, security_groups, vpcs
 ops = User.objects.create_user("ops", is_staff=True)
 region = Region.objects.create(name="bench-1")
 model = GpuModel.objects.create(name="H100-80GB", memory_gb=80, power_limit_w=700)
@@ -188,14 +188,14 @@ for g in gpus:
     add_gpu(actor=ops, host=host, index=g["index"], uuid=g["uuid"], model=model, memory_total=g["memory_total"])
 token = monitoring_services.create_host_token(actor=ops, host=host)[1]
 team = Team.objects.create(name="Acme", slug="acme")
-later, services.resync_on_commit = services.resync_on_commit, lambda *a, **k: None  # one version at the end
+later, rulesets.resync_on_commit = rulesets.resync_on_commit, lambda *a, **k: None  # one version at the end
 for n in range({count}):
     instance = Instance.objects.create(team=team, name=f"i{{n}}", gpu_model=model, gpu_count=1,
                                        pricing_model="on_demand", state=State.RUNNING, host=host)
-    services.attach_instance(actor=ops, instance=instance)
-services.resync_on_commit = later
-services.resync(hosts=[host.pk])
-group = services.default_group(actor=ops, team=team)
+    interfaces.attach_instance(actor=ops, instance=instance)
+rulesets.resync_on_commit = later
+rulesets.resync(hosts=[host.pk])
+group = vpcs.default_group(actor=ops, team=team)
 json.dump({{"host": host.name, "host_id": host.pk, "token": token, "gpus": gpus, "group": group.pk,
            "address": Instance.objects.get(name="i0").interface.address}}, open({out!r}, "w"))
 """
@@ -248,7 +248,7 @@ async def _drive(args, ns: str, seed: dict, port: int, var: Path) -> None:
     from agent.backends.sim import SimSource
     from agent.spool import Spool
     from agent.uplink import HostLink
-    from network import services
+    from network import security_groups
     from network.models import HostRules, SecurityGroup
 
     for _ in range(100):
@@ -283,10 +283,10 @@ async def _drive(args, ns: str, seed: dict, port: int, var: Path) -> None:
     for k in range(args.runs):
         def change(k=k):
             if k % 2 == 0:
-                services.add_rule(actor="system", group=group, direction="inbound", protocol="tcp",
+                security_groups.add_rule(actor="system", group=group, direction="inbound", protocol="tcp",
                                   port_from=9000 + k, cidr="10.0.0.0/8")
             else:
-                services.remove_rule(actor="system", rule=group.rules.order_by("-id").first())
+                security_groups.remove_rule(actor="system", rule=group.rules.order_by("-id").first())
             return HostRules.objects.get(host_id=seed["host_id"]).version
 
         started = time.perf_counter()

@@ -19,7 +19,17 @@ from console.policy import require
 from console.tenancy import AUDIT_ROLES, READ_ROLES
 from instances.models import Instance
 
-from . import costs, exports, figures, pricing, services
+from . import (
+    budgets,
+    costs,
+    exports,
+    figures,
+    invoices,
+    price_changes,
+    pricing,
+    rates,
+    reservations,
+)
 from .models import (
     Budget,
     BudgetAlert,
@@ -73,7 +83,7 @@ class PriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        serializer.instance = services.set_price(
+        serializer.instance = price_changes.set_price(
             actor=self.request.user, sku=data["sku"], kind=data["kind"], hourly=data["hourly"],
             effective_from=data["effective_from"], effective_until=data.get("effective_until"),
         )
@@ -90,7 +100,7 @@ class SpotPriceViewSet(OperatorCreates, viewsets.ReadOnlyModelViewSet):
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        serializer.instance = services.set_spot_price(actor=self.request.user, sku=data["sku"], hourly=data["hourly"])
+        serializer.instance = price_changes.set_spot_price(actor=self.request.user, sku=data["sku"], hourly=data["hourly"])
 
 
 class UnratedUsageViewSet(viewsets.ReadOnlyModelViewSet):
@@ -114,7 +124,7 @@ class ReservationViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewse
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("billing.manage", data["team"], "buy reservations")
-        serializer.instance = services.purchase_reservation(
+        serializer.instance = reservations.purchase_reservation(
             actor=self.request.user, team=data["team"], gpu_model=data["gpu_model"], gpu_count=data["gpu_count"],
             term=data["term"], start=data["start"],
         )
@@ -133,7 +143,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("billing.manage", data["team"], "manage budgets")
-        serializer.instance = services.create_budget(
+        serializer.instance = budgets.create_budget(
             actor=self.request.user, team=data["team"], month=data["month"], amount=data["amount"],
             currency_code=data.get("currency"), actual_thresholds=data.get("actual_thresholds", [50, 80, 100]),
             forecast_thresholds=data.get("forecast_thresholds", [100]), recurring=data.get("recurring", False),
@@ -146,7 +156,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
         form = BudgetUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        services.update_budget(
+        budgets.update_budget(
             actor=request.user, budget=budget, amount=data.get("amount"), currency_code=data.get("currency"),
             actual_thresholds=data.get("actual_thresholds"), forecast_thresholds=data.get("forecast_thresholds"),
             recurring=data.get("recurring"),
@@ -155,7 +165,7 @@ class BudgetViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
 
     def perform_destroy(self, budget):
         self.require("billing.manage", budget, "manage budgets")
-        services.delete_budget(actor=self.request.user, budget=budget)
+        budgets.delete_budget(actor=self.request.user, budget=budget)
 
 
 class BudgetAlertViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
@@ -190,15 +200,15 @@ class InvoiceViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
         self.require("billing.manage", invoice, "change invoices")
         form = InvoiceMemoSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        invoice = services.update_invoice(actor=request.user, invoice=invoice, memo=form.validated_data["memo"])
+        invoice = invoices.update_invoice(actor=request.user, invoice=invoice, memo=form.validated_data["memo"])
         return Response(InvoiceSerializer(invoice).data)
 
     @extend_schema(request=None, responses={409: OpenApiResponse(description="invoices are never deleted")})
     def destroy(self, request, pk=None):
         invoice = self.get_object()
         if invoice.is_issued:
-            services.refuse_invoice_change(actor=request.user, invoice=invoice, attempted="delete")
-        raise services.BillingConflict("A draft follows metered usage; it cannot be deleted.")
+            invoices.refuse_invoice_change(actor=request.user, invoice=invoice, attempted="delete")
+        raise invoices.BillingConflict("A draft follows metered usage; it cannot be deleted.")
 
     @extend_schema(request=AdjustmentSerializer, responses={201: InvoiceDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -208,7 +218,7 @@ class InvoiceViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
         require(request.user, "billing.operate", message="Only operators can adjust invoices.")
         form = AdjustmentSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        services.add_adjustment(actor=request.user, team=invoice.team, invoice=invoice, **form.validated_data)
+        invoices.add_adjustment(actor=request.user, team=invoice.team, invoice=invoice, **form.validated_data)
         fresh = self.get_queryset().prefetch_related("lines__refers_to").get(pk=invoice.pk)
         return Response(InvoiceDetailSerializer(fresh).data, status=status.HTTP_201_CREATED)
 
@@ -218,7 +228,7 @@ class InvoiceViewSet(TeamScopedViewSetMixin, viewsets.ReadOnlyModelViewSet):
         """Operators: issue a draft whose month is over (the periodic task does this)."""
         invoice = self.get_object()
         require(request.user, "billing.operate", message="Only operators can issue invoices.")
-        return Response(InvoiceSerializer(services.issue_invoice(actor=request.user, invoice=invoice)).data)
+        return Response(InvoiceSerializer(invoices.issue_invoice(actor=request.user, invoice=invoice)).data)
 
 
 def _scoped_charges(request, roles, team_id):
@@ -275,11 +285,11 @@ class ExportView(APIView):
         data = query.validated_data
         start, end = costs.parse_range(data.get("start"), data.get("end"))
         qs, team = _scoped_charges(request, BILL_ROLES, data.get("team"))
-        services.record_export(actor=request.user, fmt=data["format"], start=start, end=end, team=team)
-        invoices = Invoice.objects.for_user(request.user, BILL_ROLES).filter(period_start__gte=start, period_start__lt=end)
+        exports.record_export(actor=request.user, fmt=data["format"], start=start, end=end, team=team)
+        on_invoices = Invoice.objects.for_user(request.user, BILL_ROLES).filter(period_start__gte=start, period_start__lt=end)
         if team is not None:
-            invoices = invoices.filter(team=team)
-        response = StreamingHttpResponse(exports.stream(costs.in_range(qs, start, end), data["format"], invoices),
+            on_invoices = on_invoices.filter(team=team)
+        response = StreamingHttpResponse(exports.stream(costs.in_range(qs, start, end), data["format"], on_invoices),
                                          content_type="text/csv; charset=utf-8")
         name = f"costs-{data['format']}-{start:%Y%m%d}-{end:%Y%m%d}.csv"
         response["Content-Disposition"] = f'attachment; filename="{name}"'
@@ -302,7 +312,7 @@ class IdleGpuView(APIView):
         if team is not None:
             instances = instances.filter(team=team)
         by_gpu = costs.idle_cost_by_gpu(qs, start, end)
-        now_idle = costs.idle_billed_gpus(instances, timezone.now())
+        now_idle = rates.idle_billed_gpus(instances, timezone.now())
         return Response({
             "currency": currency(), "start": start, "end": end,
             "by_gpu": [{"instance": g.instance_id, "instance_name": g.instance, "team": g.team, "gpu": g.gpu,

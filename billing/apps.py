@@ -10,8 +10,8 @@ class BillingConfig(AppConfig):
         from instances import catalog
         from monitoring import figures
 
+        from .budgets import month_to_date
         from .rates import BillingPriceBook
-        from .services import month_to_date
 
         catalog.register(BillingPriceBook())
         figures.register_team_cost(month_to_date)

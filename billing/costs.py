@@ -17,8 +17,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from console.validators import moment_in_range
 
 from . import forecast as forecasting
-from . import pricing
-from .models import ChargeType, Price, PriceKind, PricingCategory
+from . import prices, pricing
+from .models import ChargeType, PricingCategory
 
 GROUPS = {
     "day": ("period_start",),
@@ -320,13 +320,9 @@ def savings_hints(usage_qs, now: datetime, days: int = 30) -> list[SavingHint]:
     ):
         intervals[sku].append((max(s, start), min(e, end), gpus))
     hints = []
+    listed = prices.in_effect(prices.ON_DEMAND, intervals, now)
     for sku, spans in sorted(intervals.items()):
-        price = (
-            Price.objects.filter(sku=sku, kind=PriceKind.ON_DEMAND, effective_from__lte=now)
-            .order_by("-effective_from")
-            .values_list("hourly", flat=True)
-            .first()
-        )
+        price = listed.get(sku)
         if price is None:
             continue
         reserved = pricing.one_year_rate(price)
@@ -359,7 +355,7 @@ class IdleGpu:
         return (Decimal(self.idle_seconds) * 100 / self.observed_seconds).quantize(Decimal("0.1"))
 
 
-def _activity_by_gpu(instance_ids: list[int], start: datetime, end: datetime) -> dict[tuple[int, str], tuple[int, int]]:
+def gpu_activity(instance_ids: list[int], start: datetime, end: datetime) -> dict[tuple[int, str], tuple[int, int]]:
     try:
         from monitoring.activity import activity_by_gpu
     except ImportError:
@@ -376,7 +372,7 @@ def idle_cost_by_gpu(qs, start: datetime, end: datetime) -> list[IdleGpu]:
         .annotate(c=Sum("billed_cents"))
     )
     costs = {r["instance_id"]: r for r in rows}
-    activity = _activity_by_gpu(list(costs), start, min(end, timezone.now()))
+    activity = gpu_activity(list(costs), start, min(end, timezone.now()))
     out = []
     for (iid, uuid), (observed, idle) in activity.items():
         row = costs[iid]
@@ -413,40 +409,3 @@ class FirstRows:
 def first_rows(rows: list[IdleGpu], limit: int) -> FirstRows:
     rest = rows[limit:]
     return FirstRows(rows[:limit], len(rows), sum((g.idle_cost for g in rest), Decimal("0.00")))
-
-
-@dataclass(frozen=True)
-class IdleBilledGpu:
-    """A GPU billed now whose last ``window`` was mostly idle."""
-
-    instance_id: int
-    instance: str
-    team: str
-    gpu: str
-    idle_pct: Decimal
-    price_per_hour: Decimal
-
-
-def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hours=1),
-                     min_idle_pct: int = 50) -> list[IdleBilledGpu]:
-    """GPUs of billable ``instances`` (a queryset the caller scoped) idle at least
-    ``min_idle_pct`` of the observed time in the last ``window``, with what each costs
-    per hour: the money burning on GPUs nobody uses, busy neighbours or not."""
-    from . import rates
-
-    billable = list(instances.filter(state__in=rates.BILLED_STATES).select_related("team"))
-    if not billable:
-        return []
-    rate = rates.run_rate(team_ids={i.team_id for i in billable}, now=now)
-    by_id = {i.pk: i for i in billable}
-    out = []
-    for (iid, uuid), (observed, idle) in _activity_by_gpu(list(by_id), now - window, now).items():
-        instance = by_id[iid]
-        price = rate.instances.get(iid)
-        if observed <= 0 or price is None or idle * 100 < observed * min_idle_pct:
-            continue
-        out.append(IdleBilledGpu(iid, instance.name, instance.team.name, uuid,
-                                 (Decimal(idle) * 100 / observed).quantize(Decimal("0.1")),
-                                 (price / instance.gpu_count).quantize(pricing.CENT)))
-    out.sort(key=lambda g: (-g.price_per_hour, -g.idle_pct, g.instance, g.gpu))
-    return out

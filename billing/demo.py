@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from console.models import Team
 from console.request_context import recorded_at
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import GpuModel, Instance, SliceProfile
 
-from . import figures, pricing, services
+from . import budgets, figures, invoices, meter_runs, price_changes, pricing, reservations
 from .models import Adjustment, Budget, MeterState, Price, Reservation, SpotPrice, SpotSource
 
 HISTORY_MONTHS = 3
@@ -76,12 +77,12 @@ def seed(*, users, stdout=None) -> None:
     with transaction.atomic():
         _history(users, first, now)
     with transaction.atomic():
-        services.meter_window(actor=ops, start=first, end=now, now=now)
+        meter_runs.meter_window(actor=ops, start=first, end=now, now=now)
         MeterState.objects.update_or_create(id=1, defaults={"metered_until": now})
-    issued = services.issue_due_invoices(now=now)
+    issued = meter_runs.issue_due_invoices(now=now)
     with transaction.atomic():
         _budgets_and_credit(users, now)
-    services.check_budgets(now=now, notify=False)
+    budgets.check_budgets(now=now, notify=False)
     if stdout is not None:
         stdout.write(f"billing: {len(issued)} invoices issued; this month in draft.")
 
@@ -97,13 +98,13 @@ def _prices(ops, start: datetime, current: datetime) -> None:
         for sku, hourly in table.items():
             if not Price.objects.filter(sku=sku, kind=kind).exists():
                 with recorded_at(start):
-                    services.set_price(actor=ops, sku=sku, kind=kind, hourly=Decimal(hourly), effective_from=start,
+                    price_changes.set_price(actor=ops, sku=sku, kind=kind, hourly=Decimal(hourly), effective_from=start,
                                        now=start)
     sku, hourly = PRICE_CHANGE
     change_at = _months_back(current, 1)
     if not Price.objects.filter(sku=sku, kind="on_demand", effective_from=change_at).exists():
         with recorded_at(change_at - timedelta(days=10)):
-            services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=Decimal(hourly), effective_from=change_at,
+            price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=Decimal(hourly), effective_from=change_at,
                                now=change_at - timedelta(days=10))
 
 
@@ -121,7 +122,7 @@ def _spot_history(start: datetime, now: datetime) -> None:
         while t <= now:
             list_price = catalog.at(t)
             step = Decimal(rng.randint(-600, 600)) / 10000
-            price = min(max(price * (1 + step), list_price * services.SPOT_FLOOR), list_price * services.SPOT_CEILING)
+            price = min(max(price * (1 + step), list_price * price_changes.SPOT_FLOOR), list_price * price_changes.SPOT_CEILING)
             price = price.quantize(Decimal("0.0001"))
             rows.append(SpotPrice(sku=sku, hourly=price, time=t, source=SpotSource.MARKET))
             t += timedelta(hours=1)
@@ -136,7 +137,7 @@ def _reservations(users, first: datetime) -> None:
         gpu_model = GpuModel.objects.get(name=model)
         if not Reservation.objects.filter(team=team, gpu_model=gpu_model, start=start).exists():
             with recorded_at(start):
-                services.purchase_reservation(actor=actor, team=team, gpu_model=gpu_model, gpu_count=count,
+                reservations.purchase_reservation(actor=actor, team=team, gpu_model=gpu_model, gpu_count=count,
                                               term=term, start=start, now=start)
 
 
@@ -163,27 +164,27 @@ def _play(actor, team, name, model, count, pricing_model, profile, runs) -> None
     slice_profile = SliceProfile.objects.get(gpu_model=gpu_model, name=profile) if profile else None
     start = runs[0][0]
     with recorded_at(start - timedelta(seconds=90)):
-        instance = instance_services.launch_instance(
+        instance = instance_lifecycle.launch_instance(
             actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing_model,
             slice_profile=slice_profile, at=start - timedelta(seconds=90), provision=False,
         )
     for i, (s, e, how) in enumerate(runs):
         if i:
             with recorded_at(s - timedelta(seconds=90)):
-                instance_services.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
+                instance_lifecycle.start_instance(actor=actor, instance=instance, at=s - timedelta(seconds=90),
                                                  provision=False)
         with recorded_at(s):
-            instance_services.mark_running(instance=instance, at=s)
+            instance_lifecycle.mark_running(instance=instance, at=s)
         with recorded_at(e):
             if how == "preempt":
-                instance_services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
+                instance_preemption.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=e)
             elif how == "stop" and i < len(runs) - 1:
-                instance_services.stop_instance(actor=actor, instance=instance, at=e, finish=False)
+                instance_lifecycle.stop_instance(actor=actor, instance=instance, at=e, finish=False)
             else:
-                instance_services.terminate_instance(actor=actor, instance=instance, at=e)
+                instance_lifecycle.terminate_instance(actor=actor, instance=instance, at=e)
         if how == "stop" and i < len(runs) - 1:
             with recorded_at(e + timedelta(seconds=45)):
-                instance_services.finish_stop(instance=instance, at=e + timedelta(seconds=45))
+                instance_lifecycle.finish_stop(instance=instance, at=e + timedelta(seconds=45))
 
 
 def _budgets_and_credit(users, now: datetime) -> None:
@@ -194,8 +195,8 @@ def _budgets_and_credit(users, now: datetime) -> None:
             continue
         basis = figures.team_month(team.pk, now=now).forecast.point
         amount = max(Decimal(500), (basis * factor / 100).to_integral_value() * 100)
-        services.create_budget(actor=actor, team=team, month=month, amount=amount, now=now)
+        budgets.create_budget(actor=actor, team=team, month=month, amount=amount, now=now)
     acme = Team.objects.get(name="Acme")
     reason = "credit for host maintenance downtime"
     if not Adjustment.objects.filter(team=acme, reason=reason).exists():
-        services.add_adjustment(actor=users["ops"], team=acme, amount=Decimal("-25.00"), reason=reason, now=now)
+        invoices.add_adjustment(actor=users["ops"], team=acme, amount=Decimal("-25.00"), reason=reason, now=now)

@@ -14,6 +14,9 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 
+from audit.recording import record_event
+from console.models import Team
+
 from . import pricing
 from .models import (
     ChargeType,
@@ -243,3 +246,8 @@ def _focus_row(row: dict, invoices: dict) -> list:
         row["team__slug"], row["team__name"], "Team", _tags(row["instance__labels"]),
         row["instance__pricing_model"] or "reserved", row["note"],
     ]
+
+
+def record_export(*, actor, fmt: str, start: datetime, end: datetime, team: Team | None) -> None:
+    record_event(actor=actor, action="billing.export", team=team, target_type="billing.charge",
+                 details={"format": fmt, "start": start, "end": end, "team": team.name if team else "all"})

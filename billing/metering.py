@@ -25,17 +25,14 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
-from instances.services import stopping_grace
+from instances.transitions import stopping_grace
 
-from . import bulk, pricing
+from . import bulk, prices, pricing
 from .models import (
     Charge,
     ChargeType,
-    Price,
-    PriceKind,
     PricingCategory,
     Reservation,
-    SpotPrice,
     UnratedUsage,
     UsageRecord,
 )
@@ -90,29 +87,21 @@ def _utc(text: str) -> datetime:
 
 
 class Catalog:
-    """Price schedules for the window, loaded once."""
+    """Price schedules for the window, loaded once (``billing.prices``)."""
 
     def __init__(self, start: datetime, end: datetime):
         self.start, self.end = start, end
-        steps: dict[str, list] = defaultdict(list)
-        for sku, frm, until, hourly in Price.objects.filter(kind=PriceKind.ON_DEMAND).values_list(
-            "sku", "effective_from", "effective_until", "hourly"
-        ):
-            steps[sku].append((frm, until, hourly))
-        self.on_demand = {sku: pricing.Schedule(sku, tuple(sorted(p))) for sku, p in steps.items()}
+        self.on_demand = prices.schedules(prices.ON_DEMAND, None, self.start, self.end)
         self.spot: dict[str, pricing.Schedule] = {}
-        self.idle: dict[str, pricing.Schedule] = {}
+        self.idle: dict[str, pricing.Schedule | None] = {}
 
     def preload(self, spot_skus: set[str], idle_skus: set[str]) -> None:
         """Read every spot and idle-capacity schedule metering will ask for, so that
         nothing is read while usage records stream to the database."""
-        for sku in sorted(spot_skus):
-            self.spot_schedule(sku)
-        for sku in sorted(idle_skus):
-            try:
-                self.idle_schedule(sku)
-            except pricing.PricingError:
-                self.idle[sku] = None
+        spot = prices.schedules(prices.SPOT, spot_skus, self.start, self.end)
+        self.spot.update({sku: spot.get(sku, pricing.Schedule(sku, ())) for sku in spot_skus})
+        idle = prices.schedules(prices.IDLE, idle_skus, self.start, self.end)
+        self.idle.update({sku: idle.get(sku) for sku in idle_skus})
 
     def list_schedule(self, sku: str) -> pricing.Schedule:
         try:
@@ -123,21 +112,14 @@ class Catalog:
     def idle_schedule(self, sku: str) -> pricing.Schedule:
         """The idle-capacity price low-priority jobs pay (an operator's catalog entry)."""
         if sku not in self.idle:
-            periods = Price.objects.filter(sku=sku, kind=PriceKind.IDLE).values_list(
-                "effective_from", "effective_until", "hourly")
-            self.idle[sku] = pricing.Schedule(sku, tuple(sorted(periods))) if periods else None
+            self.preload(set(), {sku})
         if self.idle[sku] is None:
             raise pricing.PricingError(f"No idle-capacity price for {sku}.")
         return self.idle[sku]
 
     def spot_schedule(self, sku: str) -> pricing.Schedule:
         if sku not in self.spot:
-            before = SpotPrice.objects.filter(sku=sku, time__lte=self.start).order_by("-time")
-            steps = list(before.values_list("time", "hourly")[:1])
-            steps += SpotPrice.objects.filter(sku=sku, time__gt=self.start, time__lt=self.end).values_list(
-                "time", "hourly"
-            )
-            self.spot[sku] = pricing.Schedule.from_steps(sku, steps)
+            self.preload({sku}, set())
         return self.spot[sku]
 
 

@@ -1,6 +1,7 @@
 """Billing: the price catalog, spot prices, reservations, metered usage, rated charges,
 invoices, budgets and spot preemption notices. Money is Decimal, time is UTC, and
-every period is [start, end). Rows change only through ``billing.services``."""
+every period is [start, end). Rows change only through billing's verbs (price_changes, reservations,
+meter_runs, invoices, budgets)."""
 
 from decimal import Decimal
 

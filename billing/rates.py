@@ -7,20 +7,21 @@ lets instances refuse an unpriced launch and show costs without importing billin
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, Sum
 
 from instances.catalog import InstanceCost, Quote, SpotOutlook
 from instances.models import Instance, LifecycleEvent, PricingModel, State
-from instances.services import is_stuck
+from instances.transitions import is_stuck
 
-from . import charts, pricing
-from .models import Charge, MeterState, Price, PriceKind, Reservation, SpotPrice
+from . import charts, costs, prices, pricing
+from .models import Charge, MeterState, Reservation
 
 BILLED_STATES = (State.RUNNING, State.STOPPING)
 
@@ -47,29 +48,6 @@ class RunRate:
         return self.committed.get(team_id, Decimal(0))
 
 
-def on_demand_prices(skus: Iterable[str], at: datetime, kind: str = PriceKind.ON_DEMAND) -> dict[str, Decimal]:
-    rows = (
-        Price.objects.filter(sku__in=set(skus), kind=kind, effective_from__lte=at)
-        .filter(Q(effective_until__isnull=True) | Q(effective_until__gt=at))
-        .values_list("sku", "hourly")
-    )
-    return dict(rows)
-
-
-def spot_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
-    out = {}
-    for sku in sorted(set(skus)):
-        price = SpotPrice.objects.filter(sku=sku, time__lte=at).order_by("-time").values_list("hourly", flat=True).first()
-        if price is not None:
-            out[sku] = price
-    return out
-
-
-def idle_prices(skus: Iterable[str], at: datetime) -> dict[str, Decimal]:
-    """The idle-capacity price per GPU-hour that low-priority jobs pay, per SKU."""
-    return on_demand_prices(skus, at, PriceKind.IDLE)
-
-
 def _sku(instance: Instance) -> str:
     return instance.slice_profile.sku if instance.slice_profile_id else instance.gpu_model.name
 
@@ -77,20 +55,25 @@ def _sku(instance: Instance) -> str:
 def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate:
     """Prices per hour now of the billable instances and reservations of ``team_ids``
     (every team when None)."""
-    billable = Instance.objects.filter(state__in=BILLED_STATES).select_related("gpu_model", "slice_profile__gpu_model")
-    reservations = Reservation.objects.filter(start__lte=now, end__gt=now)
+    reservations = Reservation.objects.filter(start__lte=now, end__gt=now).order_by("start", "id")
     if team_ids is not None:
         team_ids = list(team_ids)
-        billable = billable.filter(team_id__in=team_ids)
         reservations = reservations.filter(team_id__in=team_ids)
-    billable = [i for i in billable if not stuck_past_grace(i, now)]
+    billable = _billable(Instance.objects.all() if team_ids is None else Instance.objects.filter(team_id__in=team_ids),
+                         now)
     skus = {_sku(i) for i in billable}
-    listed = on_demand_prices(skus, now)
-    spot = spot_prices({_sku(i) for i in billable if i.pricing_model == PricingModel.SPOT}, now)
-    idle = idle_prices({_sku(i) for i in billable if i.pricing_model == PricingModel.IDLE}, now)
+    listed = prices.in_effect(prices.ON_DEMAND, skus, now)
+    spot = prices.in_effect(prices.SPOT, {_sku(i) for i in billable if i.pricing_model == PricingModel.SPOT}, now)
+    idle = prices.in_effect(prices.IDLE, {_sku(i) for i in billable if i.pricing_model == PricingModel.IDLE}, now)
     out = RunRate()
     reserved = [i for i in billable if i.pricing_model == PricingModel.RESERVED and not i.slice_profile_id]
-    covered = _cover(reserved, list(reservations.order_by("start", "id")), now, out)
+    held = list(reservations)
+    for r in held:
+        out.committed[r.team_id] += r.hourly * r.gpu_count
+    coverage = _coverage(_uses(reserved, now), held, now)
+    covered = _covered(coverage, held)
+    for r in held:
+        out.unused[r.team_id] += r.hourly * coverage.unused[r.pk]
     for instance in billable:
         sku = _sku(instance)
         price = {PricingModel.SPOT: spot, PricingModel.IDLE: idle}.get(instance.pricing_model, listed).get(sku)
@@ -108,6 +91,12 @@ def run_rate(*, team_ids: Iterable[int] | None = None, now: datetime) -> RunRate
     return out
 
 
+def _billable(instances, now: datetime) -> list[Instance]:
+    """Those of ``instances`` billed now."""
+    billable = instances.filter(state__in=BILLED_STATES).select_related("gpu_model", "slice_profile__gpu_model")
+    return [i for i in billable if not stuck_past_grace(i, now)]
+
+
 def _reserved_note(instance: Instance, held: tuple[int, Decimal], list_price: Decimal) -> str:
     gpus, cost = held
     rest = instance.gpu_count - gpus
@@ -122,29 +111,38 @@ def _reserved_note(instance: Instance, held: tuple[int, Decimal], list_price: De
             f"({_rate(cost / gpus)}/h each); the other {rest} bill on-demand ({_rate(list_price)}/h each).")
 
 
-def _cover(reserved: list[Instance], reservations: list[Reservation], now: datetime, out: RunRate) -> dict:
-    """{instance id: (GPUs covered, their cost per hour)}; what no instance uses goes to
-    ``out.unused``."""
+# Reservations cover at an instant by the rule metering applies second by second
+# (``pricing.allocate``): the one second from ``now``, in which what a commitment does
+# not cover is its unused GPUs.
+INSTANT = timedelta(seconds=1)
+LAUNCH = -1  # the key of an instance not launched yet
+
+
+def _uses(reserved: list[Instance], now: datetime) -> list[pricing.Use]:
+    """The billable reserved whole-GPU instances as uses at ``now``, oldest run first."""
     starts = dict(
         LifecycleEvent.objects.filter(instance__in=reserved, to_state=State.RUNNING, time__lte=now)
         .values("instance_id").annotate(t=Max("time")).values_list("instance_id", "t")
     )
-    pools = defaultdict(list)
-    for r in reservations:
-        pools[(r.team_id, r.gpu_model_id)].append([r, r.gpu_count])
-        out.committed[r.team_id] += r.hourly * r.gpu_count
+    return [pricing.Use(i.pk, now, now + INSTANT, i.gpu_count, (starts.get(i.pk, i.state_changed_at), i.pk))
+            for i in reserved]
+
+
+def _coverage(uses: list[pricing.Use], reservations: list[Reservation], now: datetime) -> pricing.Coverage:
+    """Coverage of ``uses`` by ``reservations`` (in force at ``now``) over one second:
+    GPU-seconds there are GPUs."""
+    commitments = [pricing.Commitment(r.pk, r.start, now + INSTANT, r.gpu_count) for r in reservations]
+    return pricing.allocate(uses, commitments, now, now + INSTANT)
+
+
+def _covered(coverage: pricing.Coverage, reservations: list[Reservation]) -> dict[int, tuple[int, Decimal]]:
+    """{instance id: (GPUs covered, their cost per hour)}."""
+    hourly = {r.pk: r.hourly for r in reservations}
     covered: dict[int, tuple[int, Decimal]] = {}
-    for instance in sorted(reserved, key=lambda i: (starts.get(i.pk, i.state_changed_at), i.pk)):
-        need, cost = instance.gpu_count, Decimal(0)
-        for slot in pools.get((instance.team_id, instance.gpu_model_id), []):
-            take = min(need, slot[1])
-            slot[1] -= take
-            need -= take
-            cost += slot[0].hourly * take
-        covered[instance.pk] = (instance.gpu_count - need, cost)
-    for pool in pools.values():
-        for r, left in pool:
-            out.unused[r.team_id] += r.hourly * left
+    for (instance_id, rkey), pieces in coverage.covered.items():
+        gpus, cost = covered.get(instance_id, (0, Decimal(0)))
+        take = sum(g for _, _, g in pieces)
+        covered[instance_id] = (gpus + take, cost + hourly[rkey] * take)
     return covered
 
 
@@ -181,17 +179,16 @@ def spot_outlook(sku: str, at: datetime, days: int = SPOT_OUTLOOK_DAYS) -> SpotO
     """The spot price of ``sku`` at ``at``, its low and high over the ``days`` before, the
     saving against on-demand, and the chart of it."""
     since = at - timedelta(days=days)
-    before = SpotPrice.objects.filter(sku=sku, time__lte=since).order_by("-time").values_list("time", "hourly")[:1]
-    steps = [(max(t, since), p) for t, p in before]
-    steps += SpotPrice.objects.filter(sku=sku, time__gt=since, time__lte=at).order_by("time").values_list("time", "hourly")
-    if not steps:
+    schedule = prices.schedules(prices.SPOT, [sku], since, at).get(sku)
+    if schedule is None:
         return None
-    prices = [p for _, p in steps]
-    now = prices[-1]
-    listed = on_demand_prices([sku], at).get(sku)
+    steps = [(max(t, since), p) for t, _, p in schedule.periods]
+    hourly = [p for _, p in steps]
+    now = hourly[-1]
+    listed = prices.in_effect(prices.ON_DEMAND, [sku], at).get(sku)
     saving = None if not listed else int(((1 - now / listed) * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    figure = charts.spot_range(sku, [t for t, _ in steps] + [at], [*prices, now], listed)
-    return SpotOutlook(now, min(prices), max(prices), listed, saving, days, figure)
+    figure = charts.spot_range(sku, [t for t, _ in steps] + [at], [*hourly, now], listed)
+    return SpotOutlook(now, min(hourly), max(hourly), listed, saving, days, figure)
 
 
 class BillingPriceBook:
@@ -201,25 +198,25 @@ class BillingPriceBook:
         return spot_outlook(sku, at)
 
     def missing_price(self, *, sku: str, pricing_model: str, at: datetime) -> str | None:
-        if sku not in on_demand_prices([sku], at):
+        if sku not in prices.in_effect(prices.ON_DEMAND, [sku], at):
             return f"{sku} has no on-demand price in effect; an operator must price it before it can be launched."
-        if pricing_model == PricingModel.SPOT and sku not in spot_prices([sku], at):
+        if pricing_model == PricingModel.SPOT and sku not in prices.in_effect(prices.SPOT, [sku], at):
             return f"{sku} has no spot price; an operator must set one before spot instances can be launched."
-        if pricing_model == PricingModel.IDLE and sku not in idle_prices([sku], at):
+        if pricing_model == PricingModel.IDLE and sku not in prices.in_effect(prices.IDLE, [sku], at):
             return f"{sku} has no idle-capacity price; an operator must set one before low-priority jobs can run on it."
         return None
 
     def quote(self, *, sku: str, pricing_model: str, count: int, team_id: int | None, at: datetime) -> Quote:
-        listed = on_demand_prices([sku], at).get(sku)
+        listed = prices.in_effect(prices.ON_DEMAND, [sku], at).get(sku)
         if listed is None:
             return Quote(None, None, f"{sku} has no price yet: it cannot be launched until an operator prices it.")
         if pricing_model == PricingModel.SPOT:
-            spot = spot_prices([sku], at).get(sku)
+            spot = prices.in_effect(prices.SPOT, [sku], at).get(sku)
             if spot is None:
                 return Quote(None, None, f"{sku} has no spot price yet.")
             return Quote(spot * count, spot, SPOT_LINE.format(spot=_rate(spot), listed=_rate(listed)))
         if pricing_model == PricingModel.IDLE:
-            idle = idle_prices([sku], at).get(sku)
+            idle = prices.in_effect(prices.IDLE, [sku], at).get(sku)
             if idle is None:
                 return Quote(None, None, f"{sku} has no idle-capacity price yet.")
             return Quote(idle * count, idle, IDLE_LINE.format(idle=_rate(idle), listed=_rate(listed)))
@@ -229,19 +226,16 @@ class BillingPriceBook:
         return self._reserved_quote(sku, count, team_id, at, listed)
 
     def _reserved_quote(self, sku: str, count: int, team_id: int, at: datetime, listed: Decimal) -> Quote:
-        held = list(Reservation.objects.filter(team_id=team_id, gpu_model__name=sku, start__lte=at, end__gt=at)
-                    .order_by("start", "id"))
+        """The launch covered as the run rate would cover it once running: after the
+        team's running reserved instances, from what their reservations leave free."""
+        held = list(Reservation.objects.filter(team_id=team_id, gpu_model__name=sku, start__lte=at, end__gt=at))
         total = sum(r.gpu_count for r in held)
-        used = sum(Instance.objects.filter(
-            team_id=team_id, gpu_model__name=sku, slice_profile=None, pricing_model=PricingModel.RESERVED,
-            state__in=BILLED_STATES).values_list("gpu_count", flat=True))
-        free, cost, need = max(0, total - used), Decimal(0), count
-        left = free
-        for r in held:  # the free part of the oldest reservations first
-            room = min(need, left, r.gpu_count)
-            cost += r.hourly * room
-            need -= room
-            left -= room
+        running = _billable(Instance.objects.filter(
+            team_id=team_id, gpu_model__name=sku, slice_profile=None, pricing_model=PricingModel.RESERVED), at)
+        launch = pricing.Use(LAUNCH, at, at + INSTANT, count, (at, math.inf))  # the newest run
+        coverage = _coverage([*_uses(running, at), launch], held, at)
+        gpus, cost = _covered(coverage, held).get(LAUNCH, (0, Decimal(0)))
+        free, need = gpus + sum(coverage.unused.values()), count - gpus
         cost += listed * need
         if not total:
             note = f"Reserved: your team has no {sku} reservation now, so all {count} bill on-demand ({_rate(listed)}/h each)."
@@ -287,3 +281,38 @@ def unmetered_since(as_of: datetime | None, run_start: datetime | None, now: dat
     stopped, or where its run began if that is later (a run that began after the last
     metering has cost nothing before it began)."""
     return max(t for t in (pricing.month_start(now), as_of, run_start) if t is not None)
+
+
+@dataclass(frozen=True)
+class IdleBilledGpu:
+    """A GPU billed now whose last ``window`` was mostly idle."""
+
+    instance_id: int
+    instance: str
+    team: str
+    gpu: str
+    idle_pct: Decimal
+    price_per_hour: Decimal
+
+
+def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hours=1),
+                     min_idle_pct: int = 50) -> list[IdleBilledGpu]:
+    """GPUs of billable ``instances`` (a queryset the caller scoped) idle at least
+    ``min_idle_pct`` of the observed time in the last ``window``, with what each costs
+    per hour: the money burning on GPUs nobody uses, busy neighbours or not."""
+    billable = list(instances.filter(state__in=BILLED_STATES).select_related("team"))
+    if not billable:
+        return []
+    rate = run_rate(team_ids={i.team_id for i in billable}, now=now)
+    by_id = {i.pk: i for i in billable}
+    out = []
+    for (iid, uuid), (observed, idle) in costs.gpu_activity(list(by_id), now - window, now).items():
+        instance = by_id[iid]
+        price = rate.instances.get(iid)
+        if observed <= 0 or price is None or idle * 100 < observed * min_idle_pct:
+            continue
+        out.append(IdleBilledGpu(iid, instance.name, instance.team.name, uuid,
+                                 (Decimal(idle) * 100 / observed).quantize(Decimal("0.1")),
+                                 (price / instance.gpu_count).quantize(pricing.CENT)))
+    out.sort(key=lambda g: (-g.price_per_hour, -g.idle_pct, g.instance, g.gpu))
+    return out

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from . import services
+from . import budgets, meter_runs, price_changes
 
 
 def schedule() -> dict[str, tuple[float, str]]:
@@ -26,17 +26,17 @@ SCHEDULE = schedule()
 def meter_recent() -> int:
     """Meter since the last run (in bounded chunks), refresh the drafts, then check
     budgets and usage held unrated."""
-    result = services.meter_recent()
-    services.check_budgets()
-    services.check_unrated()
+    result = meter_runs.meter_recent()
+    budgets.check_budgets()
+    meter_runs.check_unrated()
     return result.charges
 
 
 @shared_task
 def issue_due_invoices() -> int:
-    return len(services.issue_due_invoices())
+    return len(meter_runs.issue_due_invoices())
 
 
 @shared_task
 def move_spot_market() -> int:
-    return len(services.move_spot_market())
+    return len(price_changes.move_spot_market())

@@ -17,10 +17,23 @@ from console.models import Team
 from console.policy import may, policy_required, require
 from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES
-from instances import services as instance_services
+from instances import preemption as instance_preemption
+from instances import transitions as instance_transitions
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
 
-from . import charts, costs, figures, forms, pricing, services
+from . import (
+    budgets,
+    charts,
+    costs,
+    figures,
+    forms,
+    invoices,
+    price_changes,
+    prices,
+    pricing,
+    rates,
+    reservations,
+)
 from .models import (
     Budget,
     BudgetAlert,
@@ -106,7 +119,7 @@ def cost_explorer(request):
         "spent": figure.month_to_date, "by_category": [by_category.get(c) for c in ("standard", "committed", "dynamic")],
         "idle_gpus": costs.first_rows(costs.idle_cost_by_gpu(charges, start, end), IDLE_GPU_ROWS),
         "flops_costs": costs.cost_per_pflop_hour(charges, start, end),
-        "idle_now": costs.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
+        "idle_now": rates.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
         if current else [],
         "outlook": outlook, "figure": figure, "budget": budget, "idle": idle, "figures": plots, "sees_bill": sees_bill,
         "currency": currency(), "start": start, "end": end,
@@ -167,8 +180,8 @@ def invoice_memo(request, pk):
     invoice = _invoice(request, pk)
     require(request.user, "billing.manage", invoice, "Only team admins change invoices.")
     try:
-        services.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", "")[:200])
-    except services.InvoiceIssued as exc:
+        invoices.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", "")[:200])
+    except invoices.InvoiceIssued as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, "Memo saved.")
@@ -201,7 +214,7 @@ def budget_list(request):
     now = timezone.now()
 
     def create(data):
-        return services.save_budget(
+        return budgets.save_budget(
             actor=request.user, team=data["team"], month=data["month"].replace(day=1), amount=data["amount"],
             actual_thresholds=data["actual_thresholds"], forecast_thresholds=data["forecast_thresholds"],
             recurring=data["recurring"],
@@ -212,13 +225,13 @@ def budget_list(request):
     if made is not None:
         messages.success(request, f"Budget for {made.team.name}, {made.month:%B %Y}, saved.")
         return redirect("budget-list")
-    budgets = list(Budget.objects.for_user(request.user, BILL_ROLES).select_related("team")[:100])
-    for b in budgets:
+    shown = list(Budget.objects.for_user(request.user, BILL_ROLES).select_related("team")[:100])
+    for b in shown:
         spent = costs.total(costs.in_range(Charge.objects.filter(team=b.team), pricing.month_start(b.month),
                                            pricing.next_month(b.month)))
         b.spent, b.used_pct = spent, (spent * 100 / b.amount).quantize(Decimal("0.1"))
         b.editable = may(request.user, "billing.manage", b)
-    context = {"form": form, "budgets": budgets, "can_edit": may(request.user, "billing.manage"), "editing": editing,
+    context = {"form": form, "budgets": shown, "can_edit": may(request.user, "billing.manage"), "editing": editing,
                "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).select_related("budget__team")[:50],
                "currency": currency(), "now": now}
     return render(request, "billing/budgets.html", context, status=400 if request.method == "POST" else 200)
@@ -228,7 +241,7 @@ def budget_list(request):
 def budget_delete(request, pk):
     budget = get_object_or_404(Budget.objects.for_user(request.user, BILL_ROLES), pk=pk)
     require(request.user, "billing.manage", budget, "Only team admins manage budgets.")
-    services.delete_budget(actor=request.user, budget=budget)
+    budgets.delete_budget(actor=request.user, budget=budget)
     messages.success(request, "Budget deleted.")
     return redirect("budget-list")
 
@@ -237,7 +250,7 @@ def budget_delete(request, pk):
 def reservation_list(request):
 
     def buy(data):
-        return services.purchase_reservation(
+        return reservations.purchase_reservation(
             actor=request.user, team=data["team"], gpu_model=data["gpu_model"], gpu_count=data["gpu_count"],
             term=data["term"], start=data["start"],
         )
@@ -247,9 +260,9 @@ def reservation_list(request):
         messages.success(request, f"{made.code}: {made.gpu_count} × {made.gpu_model.name} from {made.start:%Y-%m-%d %H:%M} UTC.")
         return redirect("reservation-list")
     now = timezone.now()
-    reservations = Reservation.objects.for_user(request.user).select_related("team", "gpu_model").order_by("-start")
+    held = Reservation.objects.for_user(request.user).select_related("team", "gpu_model").order_by("-start")
     rows = []
-    for r in reservations[:100]:
+    for r in held[:100]:
         used = Charge.objects.filter(reservation=r).aggregate(c=Sum("billed_cents"))["c"]
         rows.append({"r": r, "status": r.status(now), "billed": pricing.from_cents(used), "basis": _basis(r)})
     context = {"form": form, "rows": rows, "can_buy": may(request.user, "billing.manage"), "currency": currency()}
@@ -259,7 +272,7 @@ def reservation_list(request):
 def _basis(r: Reservation) -> str:
     """Why a reservation costs what it does (it can differ from today's catalog)."""
     if r.term == "1y":
-        listed = services.price_in_effect(r.gpu_model.name, "on_demand", r.start)
+        listed = prices.in_effect(prices.ON_DEMAND, [r.gpu_model.name], r.start).get(r.gpu_model.name)
         if listed is not None:
             return f"60% of the {rate_text(listed)}/h on-demand price when it started, fixed for the term"
     return "the catalog's 3-year price when it started, fixed for the term"
@@ -276,22 +289,22 @@ def price_list(request):
         try:
             if "set_price" in request.POST and price_form.is_valid():
                 d = price_form.cleaned_data
-                services.set_price(actor=request.user, sku=d["sku"], kind=d["kind"], hourly=d["hourly"],
+                price_changes.set_price(actor=request.user, sku=d["sku"], kind=d["kind"], hourly=d["hourly"],
                                    effective_from=d["effective_from"], effective_until=d["effective_until"])
                 messages.success(request, f"Price for {d['sku']} saved.")
                 return redirect("price-list")
             if "set_spot" in request.POST and spot_form.is_valid():
                 d = spot_form.cleaned_data
-                services.set_spot_price(actor=request.user, sku=d["sku"], hourly=d["hourly"])
+                price_changes.set_spot_price(actor=request.user, sku=d["sku"], hourly=d["hourly"])
                 messages.success(request, f"Spot price for {d['sku']} set.")
                 return redirect("price-list")
         except ValidationError as exc:
             (price_form if "set_price" in request.POST else spot_form).apply_errors(exc)
-    skus = sorted(services.known_skus())
-    spot = {sku: services.spot_in_effect(sku, now) for sku in skus}
-    rows = [{"sku": sku, "on_demand": services.price_in_effect(sku, "on_demand", now),
-             "three_year": services.price_in_effect(sku, "reserved_3y", now), "spot": spot[sku],
-             "idle": services.price_in_effect(sku, "idle", now)} for sku in skus]
+    skus = sorted(price_changes.known_skus())
+    found = {kind: prices.in_effect(kind, skus, now) for kind in (prices.ON_DEMAND, prices.RESERVED_3Y, prices.SPOT,
+                                                                  prices.IDLE)}
+    rows = [{"sku": sku, "on_demand": found[prices.ON_DEMAND].get(sku), "three_year": found[prices.RESERVED_3Y].get(sku),
+             "spot": found[prices.SPOT].get(sku), "idle": found[prices.IDLE].get(sku)} for sku in skus]
     for row in rows:
         row["one_year"] = pricing.one_year_rate(row["on_demand"]) if row["on_demand"] else None
     context = {
@@ -310,8 +323,8 @@ def price_list(request):
 def preempt(request, pk):
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     try:
-        item = instance_services.issue_preemption_notice(actor=request.user, instance=instance)
-    except instance_services.LifecycleError as exc:
+        item = instance_preemption.issue_preemption_notice(actor=request.user, instance=instance)
+    except instance_transitions.LifecycleError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{instance.name} will be preempted at {item.preempt_at:%H:%M:%S} UTC.")

@@ -12,11 +12,13 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
+from billing import price_changes as billing_price_changes
 from console.request_context import recorded_at
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import Instance, State
-from jobs import services as job_services
+from jobs import scheduler as job_scheduler
 from scaling import alerting
 from scaling import demo as scaling_demo
 from scaling import services as scaling_services
@@ -49,17 +51,17 @@ def advance(*, start: datetime, end: datetime, tick: timedelta = TICK, seed: int
         t += tick
         played.ticks += 1
     with recorded_at(end):
-        billing_services.meter_recent(now=end)
+        billing_meter_runs.meter_recent(now=end)
     return played
 
 
 def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> None:
     if (t - start) % SPOT_STEP < TICK:
         with transaction.atomic():
-            billing_services.move_spot_market(now=t, rng=rng)
-    instance_services.enforce_max_prices(now=t)
-    played.preempted += len(instance_services.preempt_due(now=t))
-    played.started_jobs += len(job_services.run_queue(now=t, provision=False).started)
+            billing_price_changes.move_spot_market(now=t, rng=rng)
+    instance_preemption.enforce_max_prices(now=t)
+    played.preempted += len(instance_preemption.preempt_due(now=t))
+    played.started_jobs += len(job_scheduler.run_queue(now=t, provision=False).started)
     _push_depths(t, start)
     # As evaluate_all does, but new instances boot in _provision at the tick's time.
     decisions = [scaling_services.evaluate_group(group, now=t, provision=False)
@@ -67,9 +69,9 @@ def _tick(t: datetime, start: datetime, played: Played, rng: random.Random) -> N
     alerting.reconcile(decisions, now=t)
     played.scaling_changes += sum(d.changed for d in decisions)
     played.launched += _provision(t)
-    played.failed += len(instance_services.fail_overdue(now=t))
+    played.failed += len(instance_lifecycle.fail_overdue(now=t))
     if (t - start) % METER_STEP < TICK:
-        billing_services.meter_recent(now=t)
+        billing_meter_runs.meter_recent(now=t)
 
 
 def _push_depths(t: datetime, start: datetime) -> None:
@@ -86,6 +88,6 @@ def _provision(t: datetime) -> int:
     booted = 0
     due = Instance.objects.filter(state=State.PENDING, state_changed_at__lte=t - STARTUP).exclude(name="acme-new-job")
     for instance in due.order_by("state_changed_at", "pk"):
-        instance_services.mark_running(instance=instance, at=instance.state_changed_at + STARTUP)
+        instance_lifecycle.mark_running(instance=instance, at=instance.state_changed_at + STARTUP)
         booted += 1
     return booted

@@ -15,7 +15,16 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
 from console.policy import may
 
-from . import catalog, cordon_api, images, launch_options, services
+from . import (
+    catalog,
+    cordon_api,
+    images,
+    inventory,
+    launch_options,
+    lifecycle,
+    placement,
+    preemption,
+)
 from .models import (
     Gpu,
     GpuModel,
@@ -84,7 +93,7 @@ class HostViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        serializer.instance = services.register_host(
+        serializer.instance = inventory.register_host(
             actor=self.request.user, name=data["name"], region=data["region"], kind=data["kind"],
             nvlink_group=data.get("nvlink_group", ""),
         )
@@ -92,7 +101,7 @@ class HostViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
         serializer.instance.gpus_failed = serializer.instance.gpus_degraded = serializer.instance.gpus_cordoned = 0
 
     def perform_update(self, serializer):
-        host = services.update_host(actor=self.request.user, host=serializer.instance, **serializer.validated_data)
+        host = inventory.update_host(actor=self.request.user, host=serializer.instance, **serializer.validated_data)
         serializer.instance = self.get_queryset().get(pk=host.pk)
 
 
@@ -183,7 +192,7 @@ class InstanceViewSet(
         data = serializer.validated_data
         self.require("team.write", data["team"], "launch instances")
         with launch_options.launching(actor=self.request.user, team=data["team"], data=data):
-            serializer.instance = services.launch_instance(
+            serializer.instance = lifecycle.launch_instance(
                 actor=self.request.user,
                 team=data["team"],
                 name=data["name"],
@@ -207,17 +216,17 @@ class InstanceViewSet(
     @extend_schema(request=None, responses=InstanceSerializer)
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
-        return self._act(request, services.start_instance, "start instances")
+        return self._act(request, lifecycle.start_instance, "start instances")
 
     @extend_schema(request=None, responses=InstanceSerializer)
     @action(detail=True, methods=["post"])
     def stop(self, request, pk=None):
-        return self._act(request, services.stop_instance, "stop instances")
+        return self._act(request, lifecycle.stop_instance, "stop instances")
 
     @extend_schema(request=None, responses=InstanceSerializer)
     @action(detail=True, methods=["post"])
     def terminate(self, request, pk=None):
-        return self._act(request, services.terminate_instance, "terminate instances")
+        return self._act(request, lifecycle.terminate_instance, "terminate instances")
 
     @extend_schema(request=None, responses=InstanceSerializer)
     @action(detail=True, methods=["post"], url_path="force-stop")
@@ -227,7 +236,7 @@ class InstanceViewSet(
         instance = self.get_object()
         if not may(request.user, "fleet.operate"):
             self.permission_denied(request, message="Only operators can force a stop.")
-        services.force_stop(actor=request.user, instance=instance)
+        lifecycle.force_stop(actor=request.user, instance=instance)
         fresh = self.get_queryset().get(pk=instance.pk)
         return Response(InstanceSerializer(fresh, context={"request": request}).data, status=status.HTTP_200_OK)
 
@@ -248,7 +257,7 @@ class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, v
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        serializer.instance = services.issue_preemption_notice(
+        serializer.instance = preemption.issue_preemption_notice(
             actor=self.request.user, instance=data["instance"], notice=timedelta(seconds=data["notice_seconds"]),
             reason=data.get("reason", ""),
         )
@@ -256,7 +265,7 @@ class PreemptionNoticeViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, v
 
 def _price(value) -> str | None:
     """An hourly price as text: its own decimals, at least 2 (1.794, 8.00)."""
-    return None if value is None else services.price_text(value)
+    return None if value is None else preemption.price_text(value)
 
 
 class LaunchQuoteView(APIView):
@@ -278,7 +287,7 @@ class LaunchQuoteView(APIView):
         sku = profile.sku if profile is not None else model.name
         quote = catalog.quote(sku=sku, pricing_model=data["pricing_model"], count=data["gpu_count"], team_id=team_id,
                               at=timezone.now())
-        free, on_one_host = services.free_capacity(gpu_model=model, slice_profile=profile)
+        free, on_one_host = placement.free_capacity(gpu_model=model, slice_profile=profile)
         return Response({
             "sku": sku, "pricing_model": data["pricing_model"], "gpu_count": data["gpu_count"],
             "price_per_hour": _price(getattr(quote, "price_per_hour", None)),

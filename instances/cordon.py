@@ -13,9 +13,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 
-from . import services
+from . import preemption
 from .models import HOLDING_STATES, PREEMPTIBLE, Gpu, Host, Instance, NoticeStatus, PreemptionNotice
 
 MAX_REASON = 300
@@ -91,7 +91,7 @@ def running_on(host: Host):
 
 
 @transaction.atomic
-def drain_host(*, actor, host: Host, reason: str = "", notice: timedelta = services.DEFAULT_NOTICE) -> Drain:
+def drain_host(*, actor, host: Host, reason: str = "", notice: timedelta = preemption.DEFAULT_NOTICE) -> Drain:
     """Cordon ``host``; give its running spot and low-priority instances the preemption
     notice; list its on-demand and reserved ones for the operator (they are never stopped
     by the platform). Every team with an instance there is told through the notice or,
@@ -106,7 +106,7 @@ def drain_host(*, actor, host: Host, reason: str = "", notice: timedelta = servi
             if PreemptionNotice.objects.filter(instance=instance, status=NoticeStatus.PENDING).exists():
                 out.already_noticed.append(instance)
                 continue
-            services.issue_preemption_notice(actor=actor, instance=instance, notice=notice,
+            preemption.issue_preemption_notice(actor=actor, instance=instance, notice=notice,
                                              reason=f"host drained: {reason}")
             out.preempted.append(instance)
         else:

@@ -12,14 +12,14 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import cordon, services
+from . import cordon, preemption
 from .models import Gpu, Host
 
 
 class CordonRequest(serializers.Serializer):
     reason = serializers.CharField(max_length=cordon.MAX_REASON, required=False, allow_blank=True, default="")
     notice_seconds = serializers.IntegerField(min_value=0, max_value=3600, required=False,
-                                              default=int(services.DEFAULT_NOTICE.total_seconds()))
+                                              default=int(preemption.DEFAULT_NOTICE.total_seconds()))
 
 
 def _instances(items) -> list[dict]:

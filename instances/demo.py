@@ -11,7 +11,7 @@ from django.utils import timezone
 from console.models import Team
 from console.request_context import recorded_at
 
-from . import images, services
+from . import images, inventory, lifecycle, preemption
 from .models import (
     GpuModel,
     GpuSlice,
@@ -87,10 +87,10 @@ def seed_fleet(*, actor) -> None:
             continue
         pairs = name in PCIE_PAIRS
         group = f"{name}-nvl" if kind == HostKind.PASSTHROUGH and count > 1 and not pairs else ""
-        host = services.register_host(actor=actor, name=name, region=regions[region], kind=kind, nvlink_group=group)
+        host = inventory.register_host(actor=actor, name=name, region=regions[region], kind=kind, nvlink_group=group)
         gpu_model = models[model]
         for index in range(count):
-            gpu = services.add_gpu(
+            gpu = inventory.add_gpu(
                 actor=actor, host=host, index=index, uuid=_gpu_uuid(name, index), model=gpu_model,
                 memory_total=gpu_model.memory_gb * 1024**3, pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
                 nvlink_group=f"{name}-nvl{index // 2}" if pairs else "",
@@ -197,7 +197,7 @@ def seed_instances(*, users) -> None:
         start = now - timedelta(hours=hours_ago, minutes=5)
         image = Image.objects.filter(Q(team=None) | Q(team=team), name=IMAGE_OF.get(name)).first()
         with recorded_at(start):  # the audit log tells when each seeded action happened
-            instance = services.launch_instance(
+            instance = lifecycle.launch_instance(
                 actor=actor, team=team, name=name, gpu_model=gpu_model, gpu_count=count, pricing_model=pricing,
                 slice_profile=slice_profile, at=start, provision=False, image=image,
                 max_price=MAX_PRICE.get(name),
@@ -208,7 +208,7 @@ def seed_instances(*, users) -> None:
         if name in PRECISION:
             at = start + timedelta(minutes=3)
             with recorded_at(at):
-                services.set_precision(actor=actor, instance=instance, precision=PRECISION[name], at=at)
+                lifecycle.set_precision(actor=actor, instance=instance, precision=PRECISION[name], at=at)
     _retire_images(users=users)
 
 
@@ -217,19 +217,19 @@ def _walk_to(instance, final: str, start, actor) -> None:
     if final == "pending":
         return
     with recorded_at(start + step):
-        services.mark_running(instance=instance, at=start + step)
+        lifecycle.mark_running(instance=instance, at=start + step)
     if final == "running":
         return
     if final == "preempted":
         with recorded_at(start + 40 * step):
-            services.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=start + 40 * step)
+            preemption.preempt_instance(instance=instance, reason="capacity reclaimed for on-demand", at=start + 40 * step)
         return
     if final == "terminated":
         with recorded_at(start + 100 * step):
-            services.terminate_instance(actor=actor, instance=instance, at=start + 100 * step)
+            lifecycle.terminate_instance(actor=actor, instance=instance, at=start + 100 * step)
         return
     with recorded_at(start + 30 * step):
-        services.stop_instance(actor=actor, instance=instance, at=start + 30 * step, finish=False)
+        lifecycle.stop_instance(actor=actor, instance=instance, at=start + 30 * step, finish=False)
     if final == "stopped":
         with recorded_at(start + 31 * step):
-            services.finish_stop(instance=instance, at=start + 31 * step)
+            lifecycle.finish_stop(instance=instance, at=start + 31 * step)

@@ -6,7 +6,7 @@ from console.validators import plain_name
 
 from . import launch_options
 from .models import LAUNCHABLE, GpuModel, Image, PricingModel, Region, SliceProfile
-from .services import MAX_GPUS_PER_INSTANCE
+from .placement import MAX_GPUS_PER_INSTANCE
 
 
 class ImageSelect(forms.Select):

@@ -1,6 +1,6 @@
 """Which precision was in force for an instance, and when (``PrecisionPeriod``).
 
-``instances.services.set_precision`` writes the periods; the TFLOP/s estimate
+``instances.lifecycle.set_precision`` writes the periods; the TFLOP/s estimate
 (monitoring/flops.py) reads them, so a past window keeps the precision of its time.
 """
 

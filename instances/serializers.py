@@ -25,7 +25,8 @@ from .models import (
     Region,
     SliceProfile,
 )
-from .services import MAX_GPUS_PER_INSTANCE, is_stuck, largest_pool, state_note
+from .placement import MAX_GPUS_PER_INSTANCE, largest_pool
+from .transitions import is_stuck, state_note
 
 
 def plain_name_or_blank(value: str) -> None:

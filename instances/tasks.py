@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import services
+from . import lifecycle, preemption
 from .models import Instance, State
 
 SCHEDULE = {
@@ -16,29 +16,29 @@ SCHEDULE = {
 def provision_instance(instance_id: int) -> None:
     instance = Instance.objects.filter(pk=instance_id, state=State.PENDING).first()
     if instance is not None:
-        services.mark_running(actor="system", instance=instance)
+        lifecycle.mark_running(actor="system", instance=instance)
 
 
 @shared_task
 def finish_stop(instance_id: int) -> None:
     instance = Instance.objects.filter(pk=instance_id, state=State.STOPPING).first()
     if instance is not None:
-        services.finish_stop(actor="system", instance=instance)
+        lifecycle.finish_stop(actor="system", instance=instance)
 
 
 @shared_task
 def preempt_due() -> int:
     """Preempt the spot instances whose notice ran out."""
-    return len(services.preempt_due())
+    return len(preemption.preempt_due())
 
 
 @shared_task
 def fail_overdue() -> int:
     """Fail the instances whose boot the host never confirmed, giving their GPUs back."""
-    return len(services.fail_overdue())
+    return len(lifecycle.fail_overdue())
 
 
 @shared_task
 def enforce_max_prices() -> int:
     """Give notice to spot instances whose max price the spot price went above."""
-    return len(services.enforce_max_prices())
+    return len(preemption.enforce_max_prices())

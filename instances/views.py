@@ -9,7 +9,15 @@ from django.utils import timezone
 from console.forms import apply_errors
 from console.policy import may, policy_required, require
 
-from . import catalog, images, launch_options, precision, services
+from . import (
+    catalog,
+    images,
+    launch_options,
+    lifecycle,
+    placement,
+    precision,
+    transitions,
+)
 from .forms import ImageForm, LaunchForm
 from .models import (
     HOLDING_STATES,
@@ -26,9 +34,9 @@ from .models import (
 )
 
 ACTIONS = {
-    "start": services.start_instance,
-    "stop": services.stop_instance,
-    "terminate": services.terminate_instance,
+    "start": lifecycle.start_instance,
+    "stop": lifecycle.stop_instance,
+    "terminate": lifecycle.terminate_instance,
 }
 
 
@@ -45,7 +53,7 @@ def instance_list(request):
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
     costs = catalog.instance_costs(page.object_list, now=timezone.now())
     for i in page.object_list:
-        i.cost, i.stuck, i.note = costs.get(i.pk), services.is_stuck(i), services.state_note(i)
+        i.cost, i.stuck, i.note = costs.get(i.pk), transitions.is_stuck(i), transitions.state_note(i)
     context = {"page": page, "states": State.choices, "state": state,
                "currency": getattr(settings, "BILLING_CURRENCY", "USD")}
     return render(request, "instances/list.html", context)
@@ -70,9 +78,9 @@ def _cost_context(request, instance: Instance) -> dict:
     """What the cost block (instances/_cost.html) shows; prices come from billing's book."""
     cost = catalog.instance_costs([instance], now=timezone.now()).get(instance.pk)
     return {
-        "cost": cost, "reserved_note": getattr(cost, "note", ""), "stuck": services.is_stuck(instance),
-        "state_note": services.state_note(instance),
-        "grace_minutes": int(services.stopping_grace().total_seconds() // 60),
+        "cost": cost, "reserved_note": getattr(cost, "note", ""), "stuck": transitions.is_stuck(instance),
+        "state_note": transitions.state_note(instance),
+        "grace_minutes": int(transitions.stopping_grace().total_seconds() // 60),
         "currency": getattr(settings, "BILLING_CURRENCY", "USD"),
     }
 
@@ -84,13 +92,13 @@ def launch(request):
         data = form.cleaned_data
         try:
             with launch_options.launching(actor=request.user, team=data["team"], data=data):
-                instance = services.launch_instance(
+                instance = lifecycle.launch_instance(
                     actor=request.user, team=data["team"], name=data["name"], gpu_model=data["gpu_model"],
                     gpu_count=data["gpu_count"], pricing_model=data["pricing_model"],
                     slice_profile=data["slice_profile"], region=data["region"], image=data["image"],
                     max_price=data["max_price"],
                 )
-        except services.LifecycleError as exc:
+        except transitions.LifecycleError as exc:
             form.add_error(None, str(exc))
         except ValidationError as exc:
             apply_errors(form, exc)
@@ -111,7 +119,7 @@ def _offers() -> list[dict]:
     for model in GpuModel.objects.prefetch_related("slice_profiles"):
         for profile in [None, *model.slice_profiles.all()]:
             sku = profile.sku if profile else model.name
-            free, on_one_host = services.free_capacity(gpu_model=model, slice_profile=profile)
+            free, on_one_host = placement.free_capacity(gpu_model=model, slice_profile=profile)
             prices = {p: catalog.quote(sku=sku, pricing_model=p, count=1, team_id=None, at=now) for p in ("on_demand", "spot")}
             rows.append({
                 "sku": sku, "model": model.name, "profile": profile, "free": free, "on_one_host": on_one_host,
@@ -130,8 +138,8 @@ def instance_action(request, pk, verb):
         require(request.user, "fleet.operate", message="Only operators can force a stop.")
     require(request.user, "team.write", instance, f"Your role does not allow you to {verb} instances.")
     try:
-        ACTIONS.get(verb, services.force_stop)(actor=request.user, instance=instance)
-    except services.LifecycleError as exc:
+        ACTIONS.get(verb, lifecycle.force_stop)(actor=request.user, instance=instance)
+    except transitions.LifecycleError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{verb.capitalize()} requested for {instance.name}.")

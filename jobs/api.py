@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
 
-from . import services
+from . import submission
 from .models import Job
 from .serializers import JobDetailSerializer, JobSerializer
 
@@ -26,7 +26,7 @@ class JobViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("team.write", data["team"], "submit jobs")
-        serializer.instance = services.submit_job(
+        serializer.instance = submission.submit_job(
             actor=self.request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
             deadline=data.get("deadline"), image=data.get("image"), subnet=data.get("subnet"),
@@ -38,7 +38,7 @@ class JobViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
     def cancel(self, request, pk=None):
         job = self.get_object()
         self.require("team.write", job, "cancel jobs")
-        services.cancel_job(actor=request.user, job=job)
+        submission.cancel_job(actor=request.user, job=job)
         fresh = self.get_queryset().get(pk=job.pk)
         return Response(JobSerializer(fresh, context={"request": request}).data, status=status.HTTP_200_OK)
 

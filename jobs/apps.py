@@ -15,11 +15,14 @@ class JobsConfig(AppConfig):
 
         from instances.models import LifecycleEvent
 
+        from . import submission, tasks
+
         post_save.connect(_capacity_freed, sender=LifecycleEvent, dispatch_uid="jobs.capacity_freed")
+        submission.run_passes_with(lambda: tasks.run_queue.delay())
 
 
 def _capacity_freed(sender, instance, created, **kwargs):
     if created and instance.to_state in RELEASED:
-        from .services import kick
+        from .submission import kick
 
         kick()

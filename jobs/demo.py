@@ -13,14 +13,15 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from billing.pricing import floor_day
 from console.models import Team
 from console.request_context import recorded_at
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import GpuModel, PricingModel
 
-from . import services
+from . import scheduler, submission
 from .models import Job
 
 # team, name, command, model, GPUs, priority, submitted minutes ago
@@ -41,7 +42,7 @@ def seed(*, users, stdout=None) -> None:
     for team_name, name, command, model, count, priority, minutes_ago in JOBS:
         at = now - timedelta(minutes=minutes_ago)
         with recorded_at(at), transaction.atomic():
-            made[name] = services.submit_job(
+            made[name] = submission.submit_job(
                 actor=actors[team_name], team=Team.objects.get(name=team_name), name=name, command=command,
                 gpu_model=GpuModel.objects.get(name=model), gpu_count=count, priority=priority, now=at,
             )
@@ -50,23 +51,23 @@ def seed(*, users, stdout=None) -> None:
             _finish(made[name], now - timedelta(minutes=52), actors["Acme"])
     _yield_and_resume(made["nightly-eval"], now - timedelta(minutes=40), now - timedelta(minutes=15), users["bob"])
     with transaction.atomic():
-        billing_services.meter_window(actor=users["ops"], start=floor_day(now - timedelta(hours=1)), end=now, now=now)
+        billing_meter_runs.meter_window(actor=users["ops"], start=floor_day(now - timedelta(hours=1)), end=now, now=now)
     if stdout is not None:
         stdout.write(f"jobs: {Job.objects.count()} jobs, {Job.objects.filter(state='running').count()} running.")
 
 
 def _pass(at) -> None:
     with recorded_at(at):
-        result = services.run_queue(now=at, provision=False)
+        result = scheduler.run_queue(now=at, provision=False)
     for job in result.started:
         with recorded_at(at + timedelta(seconds=60)):
-            instance_services.mark_running(instance=job.instance, at=at + timedelta(seconds=60))
+            instance_lifecycle.mark_running(instance=job.instance, at=at + timedelta(seconds=60))
 
 
 def _finish(job: Job, at, actor) -> None:
     job.refresh_from_db()
     with recorded_at(at):
-        instance_services.terminate_instance(actor=actor, instance=job.instance, at=at)
+        instance_lifecycle.terminate_instance(actor=actor, instance=job.instance, at=at)
     _pass(at)
 
 
@@ -75,23 +76,23 @@ def _yield_and_resume(job: Job, at, until, actor) -> None:
     notice (as ``reclaim_spot_capacity`` gives it), the preemption when it runs out, the
     launch on the freed host; the job resumes when that instance stops."""
     job.refresh_from_db()
-    notice = instance_services.DEFAULT_NOTICE
+    notice = instance_preemption.DEFAULT_NOTICE
     with recorded_at(at):
-        instance_services.issue_preemption_notice(actor="system", instance=job.instance, now=at,
+        instance_preemption.issue_preemption_notice(actor="system", instance=job.instance, now=at,
                                                   reason=f"capacity needed for {job.gpu_count} × {job.gpu_model.name}")
     launched = at + notice
     with recorded_at(launched), transaction.atomic():
-        instance_services.preempt_due(now=launched)
+        instance_preemption.preempt_due(now=launched)
         # The launch that asked for the room takes it as it frees, in the same transaction:
         # the queue's pass that a preemption triggers (after commit) finds it taken.
-        paying = instance_services.launch_instance(
+        paying = instance_lifecycle.launch_instance(
             actor=actor, team=job.team, name="acme-a100-finetune", gpu_model=job.gpu_model, gpu_count=job.gpu_count,
             pricing_model=PricingModel.ON_DEMAND, at=launched, provision=False,
         )
         with recorded_at(launched + timedelta(seconds=60)):
-            instance_services.mark_running(instance=paying, at=launched + timedelta(seconds=60))
+            instance_lifecycle.mark_running(instance=paying, at=launched + timedelta(seconds=60))
     _pass(launched + timedelta(seconds=1))
     with recorded_at(until):
-        instance_services.stop_instance(actor=actor, instance=paying, at=until, finish=False)
-        instance_services.finish_stop(instance=paying, at=until)
+        instance_lifecycle.stop_instance(actor=actor, instance=paying, at=until, finish=False)
+        instance_lifecycle.finish_stop(instance=paying, at=until)
     _pass(until)

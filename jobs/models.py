@@ -1,7 +1,7 @@
 """Jobs: work a team queues to run when GPUs are free. Low-priority jobs run in idle
 capacity at the idle-capacity price and yield to paying launches; normal jobs run
-on-demand. Each run of a job is an instance launched through ``instances.services``.
-Rows change only through ``jobs.services``."""
+on-demand. Each run of a job is an instance launched through ``instances.lifecycle``.
+Rows change only through ``jobs.submission`` and ``jobs.scheduler``."""
 
 from django.db import models
 from django.utils import timezone
@@ -55,7 +55,7 @@ class Job(models.Model):
     wait_note = models.CharField(max_length=300, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # Where each run's instance is attached: {"subnet": id, "security_groups": [ids]}
-    # (network.services.check_choice); empty: the team's default subnet and group.
+    # (network.interfaces.check_choice); empty: the team's default subnet and group.
     network = models.JSONField(default=dict, blank=True)
     instance = models.ForeignKey(
         "instances.Instance", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",

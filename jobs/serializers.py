@@ -8,7 +8,7 @@ from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Image
 from instances.serializers import ImageSummaryField, OwnTeamAndImageChoices
 
-from . import services
+from . import queue_status
 from .models import MAX_COMMAND_CHARS, Job, JobEvent, JobRun, Priority
 
 
@@ -17,7 +17,7 @@ class QueueListSerializer(serializers.ListSerializer):
 
     def to_representation(self, data):
         items = list(data.all() if hasattr(data, "all") else data)
-        self.child._info = services.queue_info(items, timezone.now())
+        self.child._info = queue_status.queue_info(items, timezone.now())
         return super().to_representation(items)
 
 
@@ -67,10 +67,10 @@ class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
         no_control_characters(value.replace("\n", " ").replace("\t", " "))
         return value
 
-    def _queue(self, obj) -> services.QueueInfo:
+    def _queue(self, obj) -> queue_status.QueueInfo:
         info = getattr(self, "_info", None)
         if info is None or obj.pk not in info:
-            info = self._info = {**(info or {}), **services.queue_info([obj])}
+            info = self._info = {**(info or {}), **queue_status.queue_info([obj])}
         return info[obj.pk]
 
     def get_position(self, obj) -> int | None:

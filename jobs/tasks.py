@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import services
+from . import scheduler
 
 SCHEDULE = {
     "jobs.run-queue": (30, "jobs.tasks.run_queue"),
@@ -12,4 +12,4 @@ SCHEDULE = {
 @shared_task
 def run_queue() -> int:
     """Settle running jobs, expire late ones and start what fits; returns how many started."""
-    return len(services.run_queue().started)
+    return len(scheduler.run_queue().started)

@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from billing.models import currency
 from console.policy import may, policy_required, require
-from instances.services import LifecycleError
-from network import services as network_services
+from instances.transitions import LifecycleError
+from network import interfaces as network_interfaces
 
-from . import services
+from . import queue_status, scheduler, submission
 from .forms import SubmitForm
 from .models import Job, JobState
 
@@ -35,19 +35,19 @@ def queue(request):
         jobs = jobs.filter(state=state)
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
     rows = list(page.object_list)
-    info = services.queue_info(rows, timezone.now())
+    info = queue_status.queue_info(rows, timezone.now())
     for job in rows:
         job.queue = info[job.pk]
     context = {"page": page, "rows": rows, "form": form, "states": JobState.choices, "state": state,
                "can_submit": may(request.user, "team.write"), "currency": currency(),
-               "hold_minutes": int(services.reclaim_hold().total_seconds() // 60)}
+               "hold_minutes": int(scheduler.reclaim_hold().total_seconds() // 60)}
     return render(request, "jobs/queue.html", context, status=400 if request.method == "POST" else 200)
 
 
 def _submit(request, form) -> bool:
     data = form.cleaned_data
     try:
-        job = services.submit_job(
+        job = submission.submit_job(
             actor=request.user, team=data["team"], name=data["name"], command=data["command"],
             gpu_model=data["gpu_model"], gpu_count=data["gpu_count"], priority=data["priority"],
             deadline=data["deadline"], image=data["image"], subnet=data["subnet"],
@@ -67,9 +67,9 @@ def _submit(request, form) -> bool:
 @policy_required("signed_in")
 def job_detail(request, pk):
     job = get_object_or_404(_jobs(request).prefetch_related("runs__instance__host", "events__instance"), pk=pk)
-    job.queue = services.queue_info([job], timezone.now())[job.pk]
+    job.queue = queue_status.queue_info([job], timezone.now())[job.pk]
     can_act = may(request.user, "team.write", job)
-    network = network_services.describe_choice(job.network)
+    network = network_interfaces.describe_choice(job.network)
     return render(request, "jobs/detail.html", {"job": job, "can_act": can_act, "currency": currency(),
                                                 "network": network})
 
@@ -79,7 +79,7 @@ def job_cancel(request, pk):
     job = get_object_or_404(_jobs(request), pk=pk)
     require(request.user, "team.write", job, "Your role does not allow you to cancel jobs.")
     try:
-        services.cancel_job(actor=request.user, job=job)
+        submission.cancel_job(actor=request.user, job=job)
     except LifecycleError as exc:
         messages.error(request, str(exc))
     else:

@@ -25,7 +25,7 @@ from django.db import connection
 
 from agent import protocol as p
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from console import jsonlimits
 from console.live import (
     FLEET_GROUP,

@@ -1,7 +1,7 @@
 """Precisions declared by workloads: a process that runs with GPUCONSOLE_PRECISION in
 its environment says what its tensor work runs in; the agent reads it from /proc and
 sends it with the process list. When the declaration of a holder's processes changes,
-the holder instance's precision follows (``instances.services.set_precision`` with the
+the holder instance's precision follows (``instances.lifecycle.set_precision`` with the
 source "workload"), so its TFLOP/s estimate rests on the workload's word, not a guess.
 
 Ingest notes the newest reading of each device per flush (no queries) and applies the
@@ -43,16 +43,16 @@ class Declared:
         """Set each due holder's precision (inside the caller's transaction)."""
         if not self.pending:
             return
-        from instances import services
+        from instances import lifecycle, transitions
         from instances.models import Host, Instance, PrecisionSource
 
         host = Host.objects.get(pk=self.host_id)
         for instance in Instance.objects.filter(pk__in=list(self.pending)):
             precision = self.pending[instance.pk]
             try:
-                services.set_precision(actor=host, instance=instance, precision=precision,
+                lifecycle.set_precision(actor=host, instance=instance, precision=precision,
                                        source=PrecisionSource.WORKLOAD)
-            except services.LifecycleError as exc:
+            except transitions.LifecycleError as exc:
                 log.warning("precision %s declared on %s not applied: %s", precision, instance.name, exc)
             self.seen[instance.pk] = precision
         self.pending.clear()

@@ -23,7 +23,7 @@ from django.utils import timezone
 from agent import protocol
 from agent.diagnostics import MAX_BUNDLE_BYTES
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Host
 
 from .models import BundleState, DiagnosticsBundle

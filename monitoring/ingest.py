@@ -25,7 +25,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agent import protocol
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Gpu, GpuHold, GpuSlice, Host
 
 from . import alert_hooks, declarations, gpu_events, partitions, readings, rollup_marks

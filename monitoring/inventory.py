@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from audit.services import record_event
-from instances import services as instance_services
+from audit.recording import record_event
+from instances import inventory as instance_inventory
 from instances.models import Gpu, GpuModel, GpuSlice, Host, SliceKind, SliceProfile
 
 from . import alert_hooks
@@ -134,7 +134,7 @@ def _update_gpu(host: Host, gpu: Gpu, info: GpuInfo) -> None:
 
 
 def _register_gpu(host: Host, info: GpuInfo) -> Gpu:
-    gpu = instance_services.add_gpu(
+    gpu = instance_inventory.add_gpu(
         actor=host, host=host, index=info.index, uuid=info.uuid,
         model=gpu_model_for(info.name, info.memory_total, info.power_limit_mw, actor=host),
         memory_total=info.memory_total, pci_bus_id=info.pci_bus_id,
@@ -176,7 +176,7 @@ def gpu_model_for(name: str, memory_total: int, power_limit_mw: int | None, *, a
     for model in GpuModel.objects.filter(name__istartswith=family):
         if gib and abs(model.memory_gb - gib) <= 0.1 * model.memory_gb:
             return model
-    return instance_services.register_gpu_model(
+    return instance_inventory.register_gpu_model(
         actor=actor, name=f"{family}-{round(gib)}GB", memory_gb=max(1, round(gib)),
         power_limit_w=(power_limit_mw or 700_000) // 1000, reported_as=name,
     )
@@ -187,7 +187,7 @@ def _slice_profile(model: GpuModel, name: str, memory_total: int | None, *, acto
     if existing is not None:
         return existing
     memory_gb = max(1, round((memory_total or 0) / 2**30))
-    return instance_services.register_slice_profile(
+    return instance_inventory.register_slice_profile(
         actor=actor, gpu_model=model, kind=SliceKind.MIG, name=name[:40], memory_gb=memory_gb,
         slices_per_gpu=max(1, min(7, model.memory_gb // memory_gb)),
     )

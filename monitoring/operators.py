@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from rest_framework import exceptions
 
 from audit.models import Outcome
-from audit.services import record_event
+from audit.recording import record_event
 from console.auth import ApiTokenAuthentication
 from console.policy import may, policy_required
 from console.tenancy import token_teams

@@ -363,13 +363,14 @@ def held_before(instance: Instance) -> list[dict]:
 @policy_required("signed_in", methods=["POST"])
 def instance_precision(request, pk):
     """Set the precision the instance's TFLOP/s estimate assumes (team writers)."""
-    from instances import services as instance_services
+    from instances import lifecycle as instance_lifecycle
+    from instances import transitions as instance_transitions
 
     instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
     require(request.user, "team.write", instance, "Your role in this team does not allow you to change this instance.")
     try:
-        instance_services.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
-    except instance_services.LifecycleError as exc:
+        instance_lifecycle.set_precision(actor=request.user, instance=instance, precision=request.POST.get("precision", ""))
+    except instance_transitions.LifecycleError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"The TFLOP/s estimate of {instance.name} now assumes {request.POST['precision']}.")

@@ -12,8 +12,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
-from audit.services import record_event, record_refusal
-from instances import services as instance_services
+from audit.recording import record_event
+from audit.refusals import record_refusal
+from instances import inventory as instance_inventory
 from instances.models import Host, HostKind, Region
 
 from .models import HostToken
@@ -120,7 +121,7 @@ def ensure_host(*, actor, name: str, region: str | None = None, kind: str = Host
         found = regions.first()
         if found is None:
             raise TokenError("No region exists yet; pass a region to create the first one.")
-    return instance_services.register_host(actor=actor, name=name, region=found, kind=kind), True
+    return instance_inventory.register_host(actor=actor, name=name, region=found, kind=kind), True
 
 
 def authenticate_agent(raw: str) -> HostToken | None:

@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 
 from agent import protocol as wire
 
-from . import services
+from . import rulesets
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +22,15 @@ _reports = msgspec.json.Decoder(wire.RulesetApplied)
 async def joined(consumer) -> None:
     """Join the host's group, then send what the host should enforce now."""
     host_id = consumer.host.pk
-    await consumer.channel_layer.group_add(services.host_group(host_id), consumer.channel_name)
-    frame = await database_sync_to_async(services.current_frame)(host_id)
+    await consumer.channel_layer.group_add(rulesets.host_group(host_id), consumer.channel_name)
+    frame = await database_sync_to_async(rulesets.current_frame)(host_id)
     if frame is not None:
         await consumer.send(text_data=frame)
 
 
 async def left(consumer) -> None:
     if getattr(consumer, "host", None) is not None:
-        await consumer.channel_layer.group_discard(services.host_group(consumer.host.pk), consumer.channel_name)
+        await consumer.channel_layer.group_discard(rulesets.host_group(consumer.host.pk), consumer.channel_name)
 
 
 async def read(consumer, text: str) -> None:
@@ -41,4 +41,4 @@ async def read(consumer, text: str) -> None:
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         log.warning("unreadable network report from %s: %s", consumer.host.name, exc)
         return
-    await database_sync_to_async(services.record_report)(host=consumer.host, report=applied)
+    await database_sync_to_async(rulesets.record_report)(host=consumer.host, report=applied)

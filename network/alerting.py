@@ -10,7 +10,7 @@ from datetime import datetime
 from alerting import feed
 from alerting.feed import AlertKind, Category, Severity
 
-from . import services
+from . import rulesets
 
 
 def key(host_id: int) -> str:
@@ -19,12 +19,12 @@ def key(host_id: int) -> str:
 
 def conditions(now: datetime) -> list[feed.Condition]:
     out = []
-    for rules in services.overdue(now):
+    for rules in rulesets.overdue(now):
         late = (now - rules.changed_at).total_seconds()
         why = f" ({rules.error})" if rules.error else " (no report from its agent)"
         out.append(feed.Condition(
             key=key(rules.host_id), host_id=rules.host_id, severity=Severity.CRITICAL, category=Category.TELEMETRY,
-            value=round(late), threshold=services.APPLY_WITHIN.total_seconds(),
+            value=round(late), threshold=rulesets.APPLY_WITHIN.total_seconds(),
             message=f"Host {rules.host.name} has not applied network rules version {rules.version} "
                     f"after {late:.0f} s; version {rules.applied_version} is in force{why}.",
         ))

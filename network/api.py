@@ -6,7 +6,7 @@ from rest_framework.response import Response
 
 from console.api.mixins import TeamScopedViewSetMixin
 
-from . import services
+from . import interfaces, security_groups, vpcs
 from .models import Interface, SecurityGroup, SecurityRule, Subnet, Vpc
 from .serializers import (
     InterfaceSerializer,
@@ -28,7 +28,7 @@ class VpcViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.Destroy
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("team.write", data["team"], "create VPCs")
-        serializer.instance = services.create_vpc(actor=self.request.user, team=data["team"], name=data["name"],
+        serializer.instance = vpcs.create_vpc(actor=self.request.user, team=data["team"], name=data["name"],
                                                   cidr=data["cidr"])
 
     def perform_destroy(self, vpc):
@@ -37,7 +37,7 @@ class VpcViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.Destroy
             from django.core.exceptions import ValidationError
 
             raise ValidationError({"vpc": "The default VPC cannot be deleted."})
-        services.delete_vpc(actor=self.request.user, vpc=vpc)
+        vpcs.delete_vpc(actor=self.request.user, vpc=vpc)
 
 
 class SubnetViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
@@ -51,12 +51,12 @@ class SubnetViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.Dest
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("team.write", data["vpc"], "create subnets")
-        serializer.instance = services.create_subnet(actor=self.request.user, vpc=data["vpc"], name=data["name"],
+        serializer.instance = vpcs.create_subnet(actor=self.request.user, vpc=data["vpc"], name=data["name"],
                                                      cidr=data["cidr"])
 
     def perform_destroy(self, subnet):
         self.require("team.write", subnet.vpc, "delete subnets")
-        services.delete_subnet(actor=self.request.user, subnet=subnet)
+        vpcs.delete_subnet(actor=self.request.user, subnet=subnet)
 
 
 class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
@@ -72,7 +72,7 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
     def perform_create(self, serializer):
         data = serializer.validated_data
         self.require("team.write", data["team"], "create security groups")
-        serializer.instance = services.create_group(
+        serializer.instance = security_groups.create_group(
             actor=self.request.user, team=data["team"], name=data["name"], description=data.get("description", ""),
             rules=self.request.data.get("rules") if isinstance(self.request.data, dict) else None,
         )
@@ -82,12 +82,12 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
         self.require("team.write", group, "change security groups")
         data = serializer.validated_data
         rules = self.request.data.get("rules") if "rules" in data else None
-        serializer.instance = services.update_group(actor=self.request.user, group=group, name=data.get("name"),
+        serializer.instance = security_groups.update_group(actor=self.request.user, group=group, name=data.get("name"),
                                                     description=data.get("description"), rules=rules)
 
     def perform_destroy(self, group):
         self.require("team.write", group, "delete security groups")
-        services.delete_group(actor=self.request.user, group=group)
+        security_groups.delete_group(actor=self.request.user, group=group)
 
     @extend_schema(request=RuleSerializer, responses=RuleSerializer)
     @action(detail=True, methods=["post"], url_path="rules")
@@ -95,7 +95,7 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
         group = self.get_object()
         self.require("team.write", group, "change security groups")
         body = request.data if isinstance(request.data, dict) else {}
-        rule = services.add_rule(actor=request.user, group=group, **{k: body.get(k) for k in (
+        rule = security_groups.add_rule(actor=request.user, group=group, **{k: body.get(k) for k in (
             "direction", "protocol", "port_from", "port_to", "cidr", "peer_group", "confirm_open", "description")})
         return Response(RuleSerializer(rule).data, status=status.HTTP_201_CREATED)
 
@@ -105,7 +105,7 @@ class SecurityGroupViewSet(TeamScopedViewSetMixin, mixins.CreateModelMixin, mixi
         group = self.get_object()
         self.require("team.write", group, "change security groups")
         rule = get_object_or_404(SecurityRule.objects.filter(group=group), pk=rule_id)
-        services.remove_rule(actor=request.user, rule=rule)
+        security_groups.remove_rule(actor=request.user, rule=rule)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -122,7 +122,7 @@ class InterfaceViewSet(TeamScopedViewSetMixin, mixins.UpdateModelMixin, viewsets
         self.require("team.write", interface, "change instances' security groups")
         groups = serializer.validated_data.get("group_ids")
         if groups is not None:
-            serializer.instance = services.set_groups(actor=self.request.user, interface=interface,
+            serializer.instance = interfaces.set_groups(actor=self.request.user, interface=interface,
                                                       groups=groups if isinstance(groups, list) else [groups])
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .forms import network_fields, offer_network_choices
-from .services import on_network
+from .interfaces import on_network
 
 
 class NetworkChoices:

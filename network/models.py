@@ -1,7 +1,7 @@
 """A team's networks: VPCs (a private IPv4 range), subnets inside them, security groups
 of allow rules, and each instance's interface (its address and groups). ``HostRules``
 is what the console wants a host to enforce and what the host's agent last reported.
-Rows change only through ``network.services``."""
+Rows change only through the verbs of network.vpcs, security_groups, interfaces and rulesets."""
 
 from django.db import models
 from django.utils import timezone

@@ -1,12 +1,12 @@
 """API shapes. Every rule on values (CIDRs, ports, sources, names taken) is checked by
-``network.services``, one place for the API and the pages; these only read and write."""
+``network.checks`` (through the verbs), one place for the API and the pages; these only read and write."""
 
 from rest_framework import serializers
 
 from console.models import Team
 from console.validators import plain_name
 
-from . import services
+from . import rulesets
 from .models import Interface, SecurityGroup, SecurityRule, Subnet, Vpc
 
 
@@ -127,5 +127,5 @@ class InterfaceSerializer(serializers.ModelSerializer):
 
     def get_rules(self, interface) -> dict:
         host = interface.instance.host if interface.released_at is None else None
-        state = services.applied_state(getattr(host, "network_rules", None) if host is not None else None)
+        state = rulesets.applied_state(getattr(host, "network_rules", None) if host is not None else None)
         return {"state": state.state, "text": state.text}

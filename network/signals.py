@@ -1,5 +1,5 @@
 """Instances' lifecycle, seen from the network: a launch made within
-``services.on_network`` gets its interface, an ended instance (terminated, preempted or
+``interfaces.on_network`` gets its interface, an ended instance (terminated, preempted or
 failed: none runs again) frees its address, and every state change updates the rules of
 the hosts it was or is on."""
 
@@ -8,7 +8,7 @@ from django.dispatch import receiver
 
 from instances.models import Instance, State
 
-from . import services
+from . import interfaces, rulesets
 from .models import Interface
 
 ENDED = (State.TERMINATED, State.PREEMPTED, State.FAILED)
@@ -17,7 +17,7 @@ ENDED = (State.TERMINATED, State.PREEMPTED, State.FAILED)
 @receiver(post_save, sender=Instance, dispatch_uid="network-instance-state")
 def instance_saved(sender, instance: Instance, created: bool, update_fields=None, **kwargs):
     if created:
-        services.attach_requested(instance)
+        interfaces.attach_requested(instance)
         return
     if not update_fields or "state" not in update_fields:
         return
@@ -25,5 +25,5 @@ def instance_saved(sender, instance: Instance, created: bool, update_fields=None
     if interface is None:
         return
     if instance.state in ENDED:
-        services.release(actor="system", instance=instance)
-    services.resync_on_commit(instance.team_id, hosts=[instance.host_id, interface.placed_on_id])
+        interfaces.release(actor="system", instance=instance)
+    rulesets.resync_on_commit(instance.team_id, hosts=[instance.host_id, interface.placed_on_id])

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from console.forms import apply_errors
 from console.policy import may, policy_required, require
 
-from . import services
+from . import interfaces, security_groups, vpcs
 from .forms import GroupForm, RuleForm, SubnetForm, VpcForm
 from .models import Interface, SecurityGroup, SecurityRule, Vpc
 
@@ -22,15 +22,15 @@ def vpc_list(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                vpc = services.create_vpc(actor=request.user, team=data["team"], name=data["name"], cidr=data["cidr"])
+                vpc = vpcs.create_vpc(actor=request.user, team=data["team"], name=data["name"], cidr=data["cidr"])
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
                 messages.success(request, f"VPC {vpc.name} ({vpc.cidr}) created.")
                 return redirect("vpc-detail", pk=vpc.pk)
-    vpcs = (Vpc.objects.for_user(request.user).select_related("team").prefetch_related("subnets")
+    shown = (Vpc.objects.for_user(request.user).select_related("team").prefetch_related("subnets")
             .annotate(instances=Count("subnets__interfaces", filter=Q(subnets__interfaces__released_at__isnull=True))))
-    context = {"vpcs": vpcs, "form": form, "may_create": may(request.user, "team.write")}
+    context = {"vpcs": shown, "form": form, "may_create": may(request.user, "team.write")}
     return render(request, "network/vpcs.html", context, status=400 if request.method == "POST" else 200)
 
 
@@ -42,7 +42,7 @@ def vpc_detail(request, pk):
         require(request.user, "team.write", vpc, "Your role does not allow you to create subnets.")
         if form.is_valid():
             try:
-                subnet = services.create_subnet(actor=request.user, vpc=vpc, **form.cleaned_data)
+                subnet = vpcs.create_subnet(actor=request.user, vpc=vpc, **form.cleaned_data)
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
@@ -64,7 +64,7 @@ def group_list(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                group = services.create_group(actor=request.user, team=data["team"], name=data["name"],
+                group = security_groups.create_group(actor=request.user, team=data["team"], name=data["name"],
                                               description=data["description"])
             except ValidationError as exc:
                 apply_errors(form, exc)
@@ -86,7 +86,7 @@ def group_detail(request, pk):
         require(request.user, "team.write", group, "Your role does not allow you to change security groups.")
         if form.is_valid():
             try:
-                services.add_rule(actor=request.user, group=group, **form.values())
+                security_groups.add_rule(actor=request.user, group=group, **form.values())
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
@@ -106,7 +106,7 @@ def rule_remove(request, pk, rule_id):
     group = get_object_or_404(SecurityGroup.objects.for_user(request.user), pk=pk)
     require(request.user, "team.write", group, "Your role does not allow you to change security groups.")
     rule = get_object_or_404(SecurityRule.objects.filter(group=group), pk=rule_id)
-    services.remove_rule(actor=request.user, rule=rule)
+    security_groups.remove_rule(actor=request.user, rule=rule)
     messages.success(request, f"Rule removed from {group.name}.")
     return redirect("security-group-detail", pk=group.pk)
 
@@ -118,7 +118,7 @@ def instance_groups(request, pk):
     require(request.user, "team.write", interface, "Your role does not allow you to change instances' security groups.")
     ids = [int(v) for v in request.POST.getlist("security_groups") if v.isdigit()]
     try:
-        services.set_groups(actor=request.user, interface=interface, groups=ids)
+        interfaces.set_groups(actor=request.user, interface=interface, groups=ids)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Min, Sum
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from instances.models import Instance
 from monitoring.models import Rollup1h, Rollup1m
 

@@ -12,8 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
-from instances import services as instance_services
+from audit.recording import record_event
+from instances import lifecycle as instance_lifecycle
 from instances.models import Instance, State
 from monitoring.activity import real_activity
 from monitoring.models import Rollup1m
@@ -170,7 +170,7 @@ def _warn(instance_id: int, policy: IdleStopPolicy, since: datetime, now: dateti
 def _stop(notice: IdleStopNotice, now: datetime) -> None:
     instance = Instance.objects.select_for_update().get(pk=notice.instance_id)
     if instance.state == State.RUNNING:
-        instance_services.stop_instance(actor="system", instance=instance, at=now)
+        instance_lifecycle.stop_instance(actor="system", instance=instance, at=now)
         record_event(actor="system", action="savings.idle_stop.stop", target=instance, team=instance.team_id,
                      details={"idle_since": notice.idle_since.isoformat(), "warned_at": notice.warned_at.isoformat()})
     notice.status, notice.done_at = NoticeStatus.STOPPED, now

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from billing import pricing
 from instances import catalog
 from instances.models import GpuModel, Instance, PricingModel, SliceProfile, State

@@ -14,7 +14,7 @@ from django.utils import timezone
 from console.models import Team
 from console.request_context import recorded_at
 from instances import catalog
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuModel, State
 
 from . import alerting, services
@@ -76,4 +76,4 @@ def _walk(group: ScalingGroup, t) -> None:
     members = group.members.select_related("instance")
     for member in members.filter(instance__state=State.PENDING, instance__state_changed_at__lte=t - STARTUP):
         with recorded_at(member.instance.state_changed_at + STARTUP):
-            instance_services.mark_running(instance=member.instance, at=member.instance.state_changed_at + STARTUP)
+            instance_lifecycle.mark_running(instance=member.instance, at=member.instance.state_changed_at + STARTUP)

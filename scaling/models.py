@@ -43,7 +43,7 @@ class ScalingGroup(models.Model):
     scale_in_cooldown_s = models.PositiveIntegerField(default=300)
     metric_source = models.CharField(max_length=16, choices=MetricSource.choices, default=MetricSource.PUSHED)
     # Where each instance is attached: {"subnet": id, "security_groups": [ids]}
-    # (network.services.check_choice); empty: the team's default subnet and group.
+    # (network.interfaces.check_choice); empty: the team's default subnet and group.
     network = models.JSONField(default=dict, blank=True)
     # The latest pushed queue depth and when it came.
     queue_depth = models.PositiveBigIntegerField(null=True, blank=True)

@@ -1,6 +1,6 @@
 """Scaling groups' verbs: create and change a group, take a pushed queue depth, and
 evaluate a group (decide, launch or stop, record the decision, audit what changed).
-Launches and stops go through ``instances.services``, so placement, prices, billing
+Launches and stops go through ``instances.lifecycle``, so placement, prices, billing
 and the instances' own audit records are the same as for any launch."""
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from django.db import transaction
 from django.db.models import Avg
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.recording import record_event
 from console.validators import ascii_decimal, plain_name
 from instances import catalog, images
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import placement as instance_placement
+from instances import preemption as instance_preemption
+from instances import transitions as instance_transitions
 from instances.models import LAUNCHABLE, GpuModel, Instance, PricingModel, State
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import policy
 from .models import Action, MetricSource, Reason, ScalingDecision, ScalingGroup, ScalingMember
@@ -41,7 +44,7 @@ SETTINGS = (
     "gpu_model", "gpus_per_instance", "image", "pricing_model", "max_price", "min_instances", "max_instances",
     "target_per_instance", "scale_out_cooldown_s", "scale_in_cooldown_s", "metric_source",
 )
-# Where its instances are attached (network.services.check_choice), given beside SETTINGS.
+# Where its instances are attached (network.interfaces.check_choice), given beside SETTINGS.
 NETWORK = ("subnet", "security_groups")
 
 
@@ -72,7 +75,7 @@ def check_settings(values: dict, *, team, now: datetime | None = None) -> dict:
             images.image_for_launch(image=values["image"], team=team, gpu_model=values["gpu_model"])
         except ValidationError as exc:
             errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-    _whole(errors, "gpus_per_instance", values.get("gpus_per_instance"), 1, instance_services.MAX_GPUS_PER_INSTANCE,
+    _whole(errors, "gpus_per_instance", values.get("gpus_per_instance"), 1, instance_placement.MAX_GPUS_PER_INSTANCE,
            "GPUs per instance")
     if values.get("pricing_model") not in dict(LAUNCHABLE):
         errors["pricing_model"] = f"Pricing model is one of {', '.join(dict(LAUNCHABLE))}."
@@ -109,12 +112,12 @@ def check_settings(values: dict, *, team, now: datetime | None = None) -> dict:
 
 def _price_ceiling(gpu_model, now: datetime) -> Decimal:
     """A launch's ceiling on a max price: a multiple of the on-demand price where there
-    is one (instances.services.MAX_PRICE_CEILING), else MAX_PRICE."""
+    is one (instances.preemption.MAX_PRICE_CEILING), else MAX_PRICE."""
     if not isinstance(gpu_model, GpuModel):
         return MAX_PRICE
     quote = catalog.quote(sku=gpu_model.name, pricing_model=PricingModel.ON_DEMAND, count=1, team_id=None, at=now)
     listed = getattr(quote, "per_gpu_hour", None)
-    return MAX_PRICE if listed is None else listed * instance_services.MAX_PRICE_CEILING
+    return MAX_PRICE if listed is None else listed * instance_preemption.MAX_PRICE_CEILING
 
 
 def _described(group: ScalingGroup) -> dict:
@@ -122,13 +125,13 @@ def _described(group: ScalingGroup) -> dict:
     out["gpu_model"] = group.gpu_model.name
     out["image"] = None if group.image is None else group.image.name
     out["max_price"] = None if group.max_price is None else str(group.max_price)
-    out["network"] = network_services.describe_choice(group.network)
+    out["network"] = network_interfaces.describe_choice(group.network)
     return out
 
 
 def _network(team, wanted: dict, current: dict | None = None) -> dict:
     current = current or {}
-    return network_services.check_choice(
+    return network_interfaces.check_choice(
         team=team, subnet=wanted.get("subnet", current.get("subnet")),
         groups=wanted.get("security_groups", current.get("security_groups")))
 
@@ -191,7 +194,7 @@ def delete_group(*, actor, group: ScalingGroup, now: datetime | None = None) -> 
     group = _locked(group)
     ending = Instance.objects.filter(scaling_member__group=group).exclude(
         state__in=(State.TERMINATED, State.PREEMPTED)).order_by("-created_at", "-id")
-    terminated = [instance_services.terminate_instance(actor=actor, instance=i, at=now) for i in ending]
+    terminated = [instance_lifecycle.terminate_instance(actor=actor, instance=i, at=now) for i in ending]
     group.deleted_at = now
     group.save(update_fields=["deleted_at"])
     record_event(actor=actor, action="scaling_group.delete", target=group, team=group.team_id,
@@ -315,14 +318,14 @@ def _launch_one(group: ScalingGroup, now: datetime, provision: bool) -> tuple[In
         try:
             # A refused launch undoes itself (its own savepoint); the preemption notices
             # an on-demand launch short of room gives spot instances stand, as for any launch.
-            with network_services.launching_on(actor="system", team=group.team, choice=group.network):
-                instance = instance_services.launch_instance(
+            with network_interfaces.launching_on(actor="system", team=group.team, choice=group.network):
+                instance = instance_lifecycle.launch_instance(
                     actor="system", team=group.team, name=name, gpu_model=group.gpu_model,
                     gpu_count=group.gpus_per_instance, pricing_model=pricing_model, at=now, provision=provision,
                     labels={"scaling-group": group.name}, image=group.image,
                     max_price=group.max_price if pricing_model == PricingModel.SPOT else None,
                 )
-        except instance_services.LifecycleError as exc:
+        except instance_transitions.LifecycleError as exc:
             notes.append(f"{PricingModel(pricing_model).label.lower()}: {exc}")
             continue
         except ValidationError as exc:  # the template itself is refused (a retired image, a deleted subnet)
@@ -353,7 +356,7 @@ def _scale_out(group: ScalingGroup, count: int, now: datetime, provision: bool) 
 def _scale_in(group: ScalingGroup, count: int, now: datetime) -> Outcome:
     """Terminate the newest ``count`` instances: a group's instances are cattle, and a
     stopped one would only pile up (scaling out launches fresh ones)."""
-    ended = [instance_services.terminate_instance(actor="system", instance=instance, at=now)
+    ended = [instance_lifecycle.terminate_instance(actor="system", instance=instance, at=now)
              for instance in list(active_instances(group)[:count])]
     return Outcome([], ended)
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from billing import charts as billing_charts
 from console.forms import apply_errors
 from console.policy import may, policy_required, require
-from network import services as network_services
+from network import interfaces as network_interfaces
 
 from . import charts, costs, services
 from .forms import ScalingGroupForm
@@ -129,7 +129,7 @@ def group_detail(request, pk):
         "group": group, "cost": cost, "window": window, "windows": list(CHART_WINDOWS),
         "running": services.active_instances(group).count(), "depth": services.current_depth(group, now),
         "members": members, "log": log, "everything": everything, "may_change": may(request.user, "team.write", group),
-        "network": network_services.describe_choice(group.network),
+        "network": network_interfaces.describe_choice(group.network),
         "figures": {"history": charts.history_figure(shown, start=now - CHART_WINDOWS[window], end=now),
                     "cost": billing_charts.daily_cost(days, series, cost.currency)},
     }

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from console.models import Membership, Team
 from gpuconsole.celery import app as celery_app
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import (
     Gpu,
     GpuModel,
@@ -134,13 +134,13 @@ def fleet(db):
 def _price_list(skus, spot):
     """A launch needs a price in effect: a flat list since 2000 (tests of billing set
     their own catalog from 2026, which cuts this one there)."""
-    from billing import services as billing_services
+    from billing import price_changes as billing_price_changes
 
     since = datetime(2000, 1, 1, tzinfo=UTC)
     for sku in skus:
-        billing_services.set_price(actor="system", sku=sku, kind="on_demand", hourly="1.00", effective_from=since, now=since)
+        billing_price_changes.set_price(actor="system", sku=sku, kind="on_demand", hourly="1.00", effective_from=since, now=since)
     for sku in spot:
-        billing_services.set_spot_price(actor="system", sku=sku, hourly="0.40", now=since)
+        billing_price_changes.set_spot_price(actor="system", sku=sku, hourly="0.40", now=since)
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def launch(fleet):
     """Launch an instance through the service, as ``actor`` for ``team``; runs at once."""
 
     def _launch(actor, team, name="job", model="H100-80GB", count=1, pricing="on_demand", **kwargs):
-        return instance_services.launch_instance(
+        return instance_lifecycle.launch_instance(
             actor=actor, team=team, name=name, gpu_model=GpuModel.objects.get(name=model), gpu_count=count,
             pricing_model=pricing, provision=False, **kwargs,
         )
@@ -181,13 +181,13 @@ def image_catalog(fleet, ops, acme):
 @pytest.fixture
 def acme_instance(launch, bob, acme):
     instance = launch(bob, acme, name="acme-train", count=2)
-    return instance_services.mark_running(instance=instance)
+    return instance_lifecycle.mark_running(instance=instance)
 
 
 @pytest.fixture
 def globex_instance(launch, charlie, globex):
     instance = launch(charlie, globex, name="globex-train", count=1)
-    return instance_services.mark_running(instance=instance)
+    return instance_lifecycle.mark_running(instance=instance)
 
 
 @pytest.fixture

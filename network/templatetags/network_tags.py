@@ -5,17 +5,17 @@ from django.utils.html import format_html
 
 from console.policy import may
 
-from .. import services
+from .. import rulesets
 from ..models import Interface, SecurityGroup
 
 register = template.Library()
 
 
-def _state(interface: Interface) -> services.Applied:
+def _state(interface: Interface) -> rulesets.Applied:
     host_id = interface.instance.host_id
     if interface.released_at is not None or host_id is None:
-        return services.Applied("none", "not on a host")
-    return services.applied_state(getattr(interface.instance.host, "network_rules", None))
+        return rulesets.Applied("none", "not on a host")
+    return rulesets.applied_state(getattr(interface.instance.host, "network_rules", None))
 
 
 @register.inclusion_tag("network/_instance.html", takes_context=True)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from alerting import alerts, rule_cache, services, watch
 from alerting.models import Alert, AlertRule
 from console.models import Team
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +33,7 @@ def test_the_safety_interval_follows_the_cache(settings):
 @pytest.fixture
 def acme_instance(launch, bob, acme):
     began = timezone.now() - timedelta(hours=1)
-    return instance_services.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began), at=began)
+    return instance_lifecycle.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began), at=began)
 
 
 @pytest.fixture
@@ -203,7 +203,7 @@ def test_a_new_precision_applies_to_tflops_rules_on_the_next_frame(clock, acme_i
     clock.read(**busy)
     assert [a.value for a in active(rule=rule)] == [pytest.approx(77.57, abs=0.1)]
     with django_capture_on_commit_callbacks(execute=True):
-        instance_services.set_precision(actor=alice, instance=acme_instance, precision="fp8")
+        instance_lifecycle.set_precision(actor=alice, instance=acme_instance, precision="fp8")
     clock.read(**busy)  # fp8's peak is twice bf16's: ≈ 155 TFLOP/s, no longer under 100
     assert active(rule=rule) == []
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from alerting import services
 from alerting.models import Alert, AlertRule
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuHold
 
 
@@ -18,7 +18,7 @@ from instances.models import GpuHold
 def acme_instance(launch, bob, acme):
     """Running since an hour ago, so readings of the last minutes are the instance's."""
     began = timezone.now() - timedelta(hours=1)
-    instance = instance_services.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began),
+    instance = instance_lifecycle.mark_running(instance=launch(bob, acme, name="acme-train", count=2, at=began),
                                               at=began)
     return instance
 

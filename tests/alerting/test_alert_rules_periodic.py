@@ -11,7 +11,8 @@ from telemetry_wire import add_samples
 from alerting import alerts, periodic, services
 from alerting.models import Alert, AlertRule
 from audit.models import Verification
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from monitoring.models import AgentState
 
 
@@ -24,7 +25,7 @@ def busy_and_idle(launch, bob, acme):
     """An Acme instance of two GPUs running for an hour: GPU 0 busy, GPU 1 idle."""
     began = timezone.now() - timedelta(hours=1)
     instance = launch(bob, acme, name="half-idle", count=2, at=began)
-    instance_services.mark_running(instance=instance, at=began)
+    instance_lifecycle.mark_running(instance=instance, at=began)
     busy, idle = instance.gpus.order_by("index")
     start = timezone.now() - timedelta(seconds=125)
     add_samples(busy, start, [{"gpu_util": 95, "sm_occupancy_pct": 80}] * 24, step=timedelta(seconds=5), instance=instance)
@@ -94,8 +95,8 @@ def test_a_failed_audit_verification_is_an_operators_alert(db):
 
 
 def test_a_spot_preemption_notice_is_a_billing_alert_for_the_team(launch, bob, acme, ops):
-    instance = instance_services.mark_running(instance=launch(bob, acme, name="spotty", pricing="spot"))
-    instance_services.issue_preemption_notice(actor=ops, instance=instance, reason="capacity")
+    instance = instance_lifecycle.mark_running(instance=launch(bob, acme, name="spotty", pricing="spot"))
+    instance_preemption.issue_preemption_notice(actor=ops, instance=instance, reason="capacity")
     periodic.evaluate()
     [alert] = active(category="billing")
     assert (alert.team_id, alert.instance_id, alert.kind) == (acme.pk, instance.pk, "preemption")

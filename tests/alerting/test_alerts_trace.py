@@ -9,7 +9,7 @@ from django.db.models import Q
 from agent.protocol import METRICS
 from alerting import alerts, periodic, services
 from alerting.models import Alert, AlertKind, AlertRule
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring import ingest
 from monitoring.frames import Metrics, Record, Samples
 
@@ -22,7 +22,7 @@ def replayed(trace_lines, launch, bob, acme):
     _, lines = trace_lines
     began = datetime.fromtimestamp(lines[0]["t"], tz=UTC) - timedelta(hours=1)
     instance = launch(bob, acme, name="finetune", model="H200-141GB", at=began)
-    instance_services.mark_running(instance=instance, at=began)
+    instance_lifecycle.mark_running(instance=instance, at=began)
     AlertRule.objects.filter(metric="idle_billed").update(enabled=False)
     services.create_rule(actor=bob, team=acme, name="idle 5 s", metric="idle_billed", comparison="<", threshold=10,
                          hold_s=WINDOW_S)

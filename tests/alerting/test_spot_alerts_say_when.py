@@ -9,19 +9,19 @@ from django.utils import timezone
 
 from alerting import periodic
 from alerting.models import Alert
-from billing import services as billing_services
-from instances import services as instance_services
+from billing import price_changes as billing_price_changes
+from instances import lifecycle as instance_lifecycle
 from instances.models import PreemptionNotice
 
 
 def test_each_alert_says_which_price_it_quotes(launch, bob, acme, ops):
-    instance = instance_services.mark_running(
+    instance = instance_lifecycle.mark_running(
         instance=launch(bob, acme, name="sweep", pricing="spot", max_price="0.50"))
     t0 = timezone.now().replace(microsecond=0) - timedelta(seconds=50)
-    billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.60", now=t0)  # gives the notice
+    billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.60", now=t0)  # gives the notice
     notice = PreemptionNotice.objects.get(instance=instance)
     t1 = t0 + timedelta(seconds=30)
-    billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.70", now=t1)
+    billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.70", now=t1)
     periodic.evaluate(now=t1 + timedelta(seconds=5))
     preemption = Alert.objects.get(kind="preemption", instance=instance)
     spot_max = Alert.objects.get(kind="spot_max", instance=instance)

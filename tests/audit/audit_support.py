@@ -3,7 +3,7 @@
 import pytest
 from django.conf import settings
 
-from audit import chain, services
+from audit import chain, hashing
 from audit.models import AuditEvent
 
 on_postgres = pytest.mark.skipif(
@@ -29,7 +29,7 @@ def rewrite_tail(tamper, first: int, edit: str) -> None:
     tamper(edit)
     prev = AuditEvent.objects.get(seq=first - 1).hash if first > 1 else chain.GENESIS_HASH
     for event in AuditEvent.objects.filter(seq__gte=first).order_by("seq"):
-        digest = services.chain_hash(event, prev)
+        digest = hashing.chain_hash(event, prev)
         tamper("UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s", [prev, digest, event.seq])
         prev = digest
     tamper("UPDATE audit_chainhead SET hash = %s", [prev])

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
-from audit import services, signing
+from audit import recording, signing
 
 SIGNING_PEM = signing.new_private_pem().decode()
 
@@ -37,7 +37,7 @@ def events(db):
 
     def _events(n, team=None, action="test.event", **kwargs):
         return [
-            services.record_event(
+            recording.record_event(
                 actor="system", action=action, team=team, details={"i": i}, **kwargs
             )
             for i in range(n)
@@ -85,7 +85,7 @@ def committed(db, django_capture_on_commit_callbacks):
         start = len(connection.run_on_commit)
         with django_capture_on_commit_callbacks(execute=True):
             made = [
-                services.record_event(actor="system", action="test.event", details={"i": i}, **kwargs)
+                recording.record_event(actor="system", action="test.event", details={"i": i}, **kwargs)
                 for i in range(n)
             ]
         del connection.run_on_commit[start:]  # run, as a commit would have

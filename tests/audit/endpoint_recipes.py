@@ -14,15 +14,19 @@ from django.utils import timezone
 
 from alerting import services as alerting_services
 from alerting.alerts import Condition, raise_alert
-from billing import services as billing_services
+from billing import budgets as billing_budgets
+from billing import invoices as billing_invoices
+from billing import price_changes as billing_price_changes
 from billing.models import Invoice
 from console import services as console_services
 from instances import images as image_services
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuModel, Host, Region
-from jobs import services as job_services
+from jobs import submission as job_submission
 from monitoring import services as monitoring_services
-from network import services as network_services
+from network import interfaces as network_interfaces
+from network import security_groups as network_security_groups
+from network import vpcs as network_vpcs
 from scaling import services as scaling_services
 
 
@@ -75,18 +79,18 @@ def _form(url: str, body: dict | Callable | None = None, method: str = "post"):
 
 def _running(world: World, name="walk-job", pricing="on_demand"):
     instance = world.launch(world.users["bob"], world.acme, name=name, pricing=pricing)
-    return instance_services.mark_running(instance=instance)
+    return instance_lifecycle.mark_running(instance=instance)
 
 
 def _stopped(world: World):
     instance = _running(world)
-    instance_services.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
-    return instance_services.finish_stop(instance=instance)
+    instance_lifecycle.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
+    return instance_lifecycle.finish_stop(instance=instance)
 
 
 def _stopping(world: World):
     instance = _running(world)
-    return instance_services.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
+    return instance_lifecycle.stop_instance(actor=world.users["bob"], instance=instance, finish=False)
 
 
 def _token(world: World):
@@ -122,7 +126,7 @@ def _region(world: World):
 
 def _acme_network(world: World):
     """Acme's default VPC, subnet and group (a team's first launch makes them)."""
-    return network_services.ensure_defaults(actor=world.users["bob"], team=world.acme)
+    return network_vpcs.ensure_defaults(actor=world.users["bob"], team=world.acme)
 
 
 def _dismissed_advice(world: World):
@@ -140,20 +144,20 @@ def _idle_policy(world: World):
 
 
 def _vpc(world: World):
-    return network_services.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
+    return network_vpcs.create_vpc(actor=world.users["bob"], team=world.acme, name="walk", cidr="10.77.0.0/16")
 
 
 def _subnet(world: World):
-    return network_services.create_subnet(actor=world.users["bob"], vpc=_vpc(world), name="walk", cidr="10.77.1.0/24")
+    return network_vpcs.create_subnet(actor=world.users["bob"], vpc=_vpc(world), name="walk", cidr="10.77.1.0/24")
 
 
 def _security_group(world: World):
-    return network_services.create_group(actor=world.users["bob"], team=world.acme, name="walk", rules=[])
+    return network_security_groups.create_group(actor=world.users["bob"], team=world.acme, name="walk", rules=[])
 
 
 def _security_rule(world: World):
     group = _security_group(world)
-    return network_services.add_rule(actor=world.users["bob"], group=group, direction="inbound", protocol="tcp",
+    return network_security_groups.add_rule(actor=world.users["bob"], group=group, direction="inbound", protocol="tcp",
                                      port_from=22, cidr="10.0.0.0/8")
 
 
@@ -162,7 +166,7 @@ def _interface(world: World):
     from types import SimpleNamespace
 
     _acme_network(world)
-    with network_services.on_network(actor=world.users["bob"], team=world.acme):
+    with network_interfaces.on_network(actor=world.users["bob"], team=world.acme):
         instance = _running(world, name="walk-net")
     return SimpleNamespace(pk=instance.interface.pk, group=_security_group(world).pk)
 
@@ -271,7 +275,7 @@ def _this_month() -> date:
 
 
 def _budget(world: World):
-    return billing_services.create_budget(
+    return billing_budgets.create_budget(
         actor=world.users["alice"], team=world.acme, month=_this_month(), amount=Decimal("1000")
     )
 
@@ -287,14 +291,14 @@ def _invoice(world: World, months_ago: int = 0) -> Invoice:
 
 
 def _issued_invoice(world: World) -> Invoice:
-    return billing_services.issue_invoice(
+    return billing_invoices.issue_invoice(
         actor=world.users["ops"], invoice=_invoice(world, months_ago=1)
     )
 
 
 def _priced(world: World):
     now = timezone.now()
-    billing_services.set_price(
+    billing_price_changes.set_price(
         actor=world.users["ops"],
         sku="H100-80GB",
         kind="on_demand",
@@ -319,9 +323,9 @@ def _image(world: World):
 def _idle_job(world: World):
     """A low-priority job, queued (the idle-capacity price is set first)."""
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25",
                                effective_from=since, now=since)
-    return job_services.submit_job(
+    return job_submission.submit_job(
         actor=world.users["bob"], team=world.acme, name="walk-job", command="python train.py",
         gpu_model=GpuModel.objects.get(name="H100-80GB"), gpu_count=1,
     )

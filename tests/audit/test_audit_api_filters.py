@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from audit import services
+from audit import recording
 
 URL = "/api/v1/audit/events/"
 
@@ -13,9 +13,9 @@ def _actions(response) -> list[str]:
 
 
 def test_filters_by_action_prefix_outcome_and_actor(api, ops, acme, alice):
-    services.record_event(actor=alice, action="instance.launch", team=acme)
-    services.record_event(actor=alice, action="instance.stop", team=acme, outcome="failure")
-    services.record_event(actor="system", action="team.create", team=acme)
+    recording.record_event(actor=alice, action="instance.launch", team=acme)
+    recording.record_event(actor=alice, action="instance.stop", team=acme, outcome="failure")
+    recording.record_event(actor="system", action="team.create", team=acme)
     client = api(ops)
     assert sorted(_actions(client.get(URL, {"action": "instance.*"}))) == [
         "instance.launch",
@@ -29,7 +29,7 @@ def test_filters_by_action_prefix_outcome_and_actor(api, ops, acme, alice):
 
 
 def test_filters_by_team_and_target(api, ops, acme, globex, acme_instance):
-    services.record_event(actor="system", action="x.globex", team=globex)
+    recording.record_event(actor="system", action="x.globex", team=globex)
     found = _actions(
         api(ops).get(
             URL,
@@ -42,13 +42,13 @@ def test_filters_by_team_and_target(api, ops, acme, globex, acme_instance):
 
 
 def test_free_text_searches_the_details(api, ops):
-    services.record_event(actor="system", action="x.a", details={"note": "the Blue whale"})
-    services.record_event(actor="system", action="x.b", details={"note": "a red herring"})
+    recording.record_event(actor="system", action="x.a", details={"note": "the Blue whale"})
+    recording.record_event(actor="system", action="x.b", details={"note": "a red herring"})
     assert _actions(api(ops).get(URL, {"q": "blue WHALE"})) == ["x.a"]
 
 
 def test_filters_by_time_range(api, ops):
-    services.record_event(actor="system", action="x.now")
+    recording.record_event(actor="system", action="x.now")
     later = (timezone.now() + timedelta(hours=1)).isoformat()
     assert _actions(api(ops).get(URL, {"since": later})) == []
     assert "x.now" in _actions(api(ops).get(URL, {"until": later}))
@@ -75,7 +75,7 @@ def test_control_characters_in_a_search_are_refused(api, ops):
 
 
 def test_newest_events_come_first(api, ops):
-    first = services.record_event(actor="system", action="x.first")
-    second = services.record_event(actor="system", action="x.second")
+    first = recording.record_event(actor="system", action="x.first")
+    second = recording.record_event(actor="system", action="x.second")
     seqs = [row["seq"] for row in api(ops).get(URL).json()["results"]]
     assert seqs.index(second.seq) < seqs.index(first.seq)

@@ -1,7 +1,7 @@
 import pytest
 from django.db import DatabaseError, transaction
 
-from audit import services as audit_services
+from audit import recording as audit_recording
 from audit.models import AuditEvent, ChainHead
 from console import services as console_services
 from console.models import Team
@@ -11,8 +11,8 @@ def test_a_failed_audit_write_rolls_the_change_back(ops, monkeypatch):
     def refuse(*args, **kwargs):
         raise DatabaseError("audit table unavailable")
 
-    monkeypatch.setattr(audit_services, "_append", refuse)  # PostgreSQL
-    monkeypatch.setattr(audit_services, "_append_python", refuse)  # elsewhere
+    monkeypatch.setattr(audit_recording, "_append", refuse)  # PostgreSQL
+    monkeypatch.setattr(audit_recording, "_append_python", refuse)  # elsewhere
     with pytest.raises(DatabaseError):
         console_services.create_team(actor=ops, name="Initech")
     assert not Team.objects.filter(name="Initech").exists()

@@ -4,7 +4,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import chain, services
+from audit import chain, hashing, recording
 from audit.models import AuditEvent
 
 
@@ -16,11 +16,11 @@ def test_each_event_follows_the_one_before(events):
 
 
 def test_the_hash_covers_what_the_database_hands_back(events, acme):
-    written = services.record_event(
+    written = recording.record_event(
         actor="system", action="x.y", team=acme, details={"b": [1, 2.5], "a": "é"}
     )
     stored = AuditEvent.objects.get(seq=written.seq)
-    assert services.chain_hash(stored, stored.prev_hash) == stored.hash == written.hash
+    assert hashing.chain_hash(stored, stored.prev_hash) == stored.hash == written.hash
 
 
 def test_awkward_values_survive_the_round_trip(db):
@@ -28,9 +28,9 @@ def test_awkward_values_survive_the_round_trip(db):
         "big": 1e20, "nan": math.nan, "tiny": 1.5e-7, "nul": "a\x00b", "surrogate": "\ud800",
         "nested": {"z": [None, True, {"y": 3}]}, "when": __import__("datetime").datetime(2026, 1, 2),
     }  # fmt: skip
-    written = services.record_event(actor="system", action="x.y", details=details)
+    written = recording.record_event(actor="system", action="x.y", details=details)
     stored = AuditEvent.objects.get(seq=written.seq)
-    assert services.chain_hash(stored, stored.prev_hash) == stored.hash
+    assert hashing.chain_hash(stored, stored.prev_hash) == stored.hash
 
 
 _json = st.recursive(

@@ -11,7 +11,7 @@ import pytest
 from audit_support import on_postgres
 from django.db import connection
 
-from audit import services
+from audit import recording
 from audit.models import AuditEvent
 from audit.verification import verify
 
@@ -43,7 +43,7 @@ def write_concurrently(record) -> list[Exception]:
 @on_postgres
 @pytest.mark.django_db(transaction=True)
 def test_eight_writers_keep_one_valid_chain_on_postgresql():
-    assert write_concurrently(services.record_event) == []
+    assert write_concurrently(recording.record_event) == []
     seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, THREADS * EACH + 1))
     assert verify().valid
@@ -56,10 +56,10 @@ SQLITE_RUN = textwrap.dedent(
     from django.core.management import call_command
     call_command("migrate", "audit", verbosity=0)
     from test_audit_concurrent_writers import THREADS, EACH, write_concurrently
-    from audit import services
+    from audit import recording
     from audit.models import AuditEvent
     from audit.verification import verify
-    errors = write_concurrently(services.record_event)
+    errors = write_concurrently(recording.record_event)
     seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
     assert errors == [], errors
     assert seqs == list(range(1, THREADS * EACH + 1)), seqs

@@ -1,6 +1,6 @@
 import json
 
-from audit import offline_verify, services
+from audit import checkpoints, offline_verify
 
 URL = "/api/v1/audit/consistency/"
 
@@ -10,7 +10,7 @@ def _heads(events, *sizes):
     for size in sizes:
         events(size - done)
         done = size
-        services.write_checkpoint()
+        checkpoints.write_checkpoint()
 
 
 def test_a_later_head_is_proved_to_extend_an_earlier_one_offline(

@@ -8,7 +8,7 @@ from audit_support import on_postgres
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
-from audit import services
+from audit import checkpoints, recording
 from audit.roles import grant_statements
 
 pytestmark = on_postgres
@@ -37,19 +37,19 @@ def _refused(sql, match):
 
 
 def test_the_app_role_appends_and_signs(as_app_role):
-    services.record_event(actor="system", action="test.event")
-    assert services.write_checkpoint().seq >= 1
+    recording.record_event(actor="system", action="test.event")
+    assert checkpoints.write_checkpoint().seq >= 1
 
 
 def test_the_app_role_cannot_disable_the_triggers(as_app_role):
-    services.record_event(actor="system", action="test.event")
+    recording.record_event(actor="system", action="test.event")
     for table in ("audit_auditevent", "audit_checkpoint", "audit_chainhead", "audit_signingkey"):
         _refused(f"ALTER TABLE {table} DISABLE TRIGGER USER", "must be owner")
 
 
 def test_the_app_role_cannot_edit_truncate_or_drop(as_app_role):
-    services.record_event(actor="system", action="test.event")
-    services.write_checkpoint()
+    recording.record_event(actor="system", action="test.event")
+    checkpoints.write_checkpoint()
     _refused("UPDATE audit_auditevent SET action = 'x'", "permission denied")
     _refused("UPDATE audit_checkpoint SET root = 'x'", "permission denied")
     _refused("TRUNCATE audit_auditevent CASCADE", "permission denied")

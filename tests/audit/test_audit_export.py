@@ -6,7 +6,7 @@ import zipfile
 from audit_support import events_after, head_seq
 from django.http import StreamingHttpResponse
 
-from audit import chain, services
+from audit import chain, recording
 from audit.models import AuditEvent
 
 URL = "/api/v1/audit/export/"
@@ -79,8 +79,8 @@ def test_the_export_is_itself_audited(api, audrey, events):
 
 
 def test_only_events_the_user_may_see_are_exported(api, alice, acme, globex):
-    services.record_event(actor="system", action="x.acme", team=acme)
-    services.record_event(actor="system", action="x.globex", team=globex)
+    recording.record_event(actor="system", action="x.acme", team=acme)
+    recording.record_event(actor="system", action="x.globex", team=globex)
     actions = [
         r[6] for r in _csv(api(alice).get(URL, {"format": "csv"}))[1:] if not r[0].startswith("#")
     ]
@@ -103,7 +103,7 @@ def test_an_unknown_format_names_the_field(api, ops):
 
 
 def test_cells_that_a_spreadsheet_would_run_are_escaped(api, ops):
-    services.record_event(
+    recording.record_event(
         actor='=HYPERLINK("http://x")', action="@SUM(A1)", target_type="+cmd", target_id="-1"
     )
     row = next(r for r in _csv(api(ops).get(URL, {"format": "csv"}))[1:] if r[6] == "'@SUM(A1)")

@@ -1,7 +1,7 @@
 """Admins and auditors see the sign-ins, failed sign-ins and refusals of their teams'
 members; not those of other teams' members."""
 
-from audit import access, services
+from audit import access, recording
 from console import services as console_services
 
 
@@ -12,7 +12,7 @@ def _seen(user):
 def test_an_admin_sees_a_members_sign_ins_and_refusals(alice, bob, charlie):
     console_services.record_login(user=bob, success=True)
     console_services.record_login(user=None, success=False, username="bob")
-    services.record_event(actor=bob, action="api.denied", outcome="denied")
+    recording.record_event(actor=bob, action="api.denied", outcome="denied")
     seen = _seen(alice)
     assert ("auth.login", "bob", "bob") in seen
     assert ("auth.login_failed", "anonymous", "bob") in seen
@@ -27,12 +27,12 @@ def test_an_auditor_sees_them_too_but_not_other_teams_members(audrey, bob, charl
 
 
 def test_a_members_other_team_less_events_stay_private(alice, bob):
-    services.record_event(actor=bob, action="api_token.create", target_name="laptop")
+    recording.record_event(actor=bob, action="api_token.create", target_name="laptop")
     assert not any(action == "api_token.create" for action, *_ in _seen(alice))
 
 
 def test_the_record_keeps_the_role_and_target_name_of_the_time(alice, acme):
-    event = services.record_event(actor=alice, action="team.rename", target=acme, team=acme)
+    event = recording.record_event(actor=alice, action="team.rename", target=acme, team=acme)
     acme.name = "Acme Two"
     acme.save()
     event.refresh_from_db()

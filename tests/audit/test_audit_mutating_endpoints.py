@@ -18,7 +18,7 @@ from django.utils import timezone
 from endpoint_recipes import RECIPES, Recipe, World
 from endpoint_walk import endpoints
 
-from audit import services
+from audit import hashing
 
 USER_AGENT = "audit-walker/1.0"
 _ids = itertools.count(1)
@@ -98,7 +98,7 @@ def test_the_endpoint_writes_its_audit_events(world, endpoint, variant):
             assert event.target_type and event.target_id, "the event names what it changed"
         if recipe.team:
             assert event.team_id == getattr(world, recipe.team).pk
-        assert event.hash == services.chain_hash(event, event.prev_hash)
+        assert event.hash == hashing.chain_hash(event, event.prev_hash)
 
 
 def test_every_recipe_still_has_its_endpoint():

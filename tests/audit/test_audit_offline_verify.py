@@ -237,10 +237,10 @@ def test_a_bundle_in_the_earlier_line_form_still_verifies(api, ops, events, tmp_
 
 
 def test_a_zip_with_spreadsheet_safe_cells_verifies(api, ops, events, tmp_path, capsys):
-    from audit import services
+    from audit import recording
 
     events(2)
-    services.record_event(actor='=HYPERLINK("x")', action="@SUM(A1)", target_type="+cmd", target_id="'-1")
+    recording.record_event(actor='=HYPERLINK("x")', action="@SUM(A1)", target_type="+cmd", target_id="'-1")
     events(1)
     path = _export(api, ops, tmp_path, "csv")
     code, out = _run(path, _public_key(api, ops, tmp_path), capsys)

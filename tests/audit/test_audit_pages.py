@@ -1,6 +1,7 @@
 from audit_support import events_after, head_seq
+from django.utils import timezone
 
-from audit import services
+from audit import checkpoints, recording
 from audit.models import Verification
 
 
@@ -8,15 +9,15 @@ def test_audrey_finds_her_own_sign_in_in_the_last_hour(client, audrey):
     client.post("/login/", {"username": "audrey", "password": "demo-password"})
     page = client.get(
         "/audit/",
-        {"since": services.timezone.now().strftime("%Y-%m-%dT%H:00"), "action": "auth.login"},
+        {"since": timezone.now().strftime("%Y-%m-%dT%H:00"), "action": "auth.login"},
     )
     assert page.status_code == 200
     assert [(e.action, e.actor_name) for e in page.context["rows"]] == [("auth.login", "audrey")]
 
 
 def test_the_page_lists_only_visible_teams(logged_in, alice, acme, globex):
-    services.record_event(actor="system", action="x.acme", team=acme)
-    services.record_event(actor="system", action="x.globex", team=globex)
+    recording.record_event(actor="system", action="x.acme", team=acme)
+    recording.record_event(actor="system", action="x.globex", team=globex)
     html = logged_in(alice).get("/audit/").content.decode()
     assert "x.acme" in html and "x.globex" not in html
 
@@ -28,8 +29,8 @@ def test_a_member_gets_403_and_it_is_audited(logged_in, bob):
 
 
 def test_the_event_page_shows_its_chain_fields(logged_in, audrey, acme):
-    event = services.record_event(actor="system", action="x.acme", team=acme)
-    services.write_checkpoint()
+    event = recording.record_event(actor="system", action="x.acme", team=acme)
+    checkpoints.write_checkpoint()
     page = logged_in(audrey).get(f"/audit/{event.seq}/")
     html = page.content.decode()
     assert event.hash in html and event.prev_hash in html
@@ -37,7 +38,7 @@ def test_the_event_page_shows_its_chain_fields(logged_in, audrey, acme):
 
 
 def test_another_teams_event_page_is_404(logged_in, alice, globex):
-    event = services.record_event(actor="system", action="x.globex", team=globex)
+    event = recording.record_event(actor="system", action="x.globex", team=globex)
     assert logged_in(alice).get(f"/audit/{event.seq}/").status_code == 404
 
 

@@ -1,4 +1,4 @@
-from audit import services, signing
+from audit import checkpoints, signing
 from audit.models import Checkpoint
 
 
@@ -12,7 +12,7 @@ def test_anyone_can_read_the_public_key_and_its_fingerprint(client, events, sett
 
 def test_old_keys_stay_listed_with_their_validity(client, events, settings):
     events(1)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     old = client.get("/api/v1/audit/public-key/").json()["fingerprint"]
     settings.AUDIT_SIGNING_KEY = signing.new_private_pem().decode()
     body = client.get("/api/v1/audit/public-key/").json()

@@ -9,7 +9,7 @@ import threading
 import pytest
 from audit_support import rewrite_tail
 
-from audit import headlog, publish, services
+from audit import checkpoints, headlog, publish, recording
 from audit.models import AuditEvent, ChainHead
 from audit.verification import verify
 
@@ -29,7 +29,7 @@ def test_one_head_per_committed_batch_not_per_record(committed, settings):
 def test_an_untouched_log_verifies_against_its_heads(committed):
     committed(4)
     committed(2)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     committed(3)
     report = verify()
     assert report.valid, report.reason
@@ -37,7 +37,7 @@ def test_an_untouched_log_verifies_against_its_heads(committed):
 
 def test_rewriting_the_newest_records_is_named(committed, tamper):
     committed(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     committed(3)  # #6..#8: after the last checkpoint
     rewrite_tail(tamper, 7, "UPDATE audit_auditevent SET details = '{\"i\": 99}' WHERE seq = 7")
     report = verify()
@@ -48,7 +48,7 @@ def test_rewriting_the_newest_records_is_named(committed, tamper):
 
 def test_rolling_back_the_newest_records_is_named(committed, tamper):
     committed(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     committed(3)
     tamper("DELETE FROM audit_auditevent WHERE seq > 6")
     tamper("UPDATE audit_chainhead SET seq = 6, hash = (SELECT hash FROM audit_auditevent WHERE seq = 6)")
@@ -99,7 +99,7 @@ def test_the_sealer_thread_publishes_after_the_commit(settings):
     try:
         with transaction.atomic():
             for i in range(3):
-                services.record_event(actor="system", action="test.event", details={"i": i})
+                recording.record_event(actor="system", action="test.event", details={"i": i})
         for _ in range(500):  # the thread runs on its own; wait for its head
             if heads(settings):
                 break
@@ -112,21 +112,21 @@ def test_the_sealer_thread_publishes_after_the_commit(settings):
 
 def test_the_next_checkpoint_does_not_sign_a_rewritten_tail(committed, tamper):
     committed(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     committed(3)
     rewrite_tail(tamper, 7, "UPDATE audit_auditevent SET details = '{\"i\": 42}' WHERE seq = 7")
-    assert services.write_checkpoint() is None
+    assert checkpoints.write_checkpoint() is None
     event = AuditEvent.objects.get(action="audit.tamper")
     assert event.details["first_broken_seq"] == 6 and event.details["reason"].startswith("rewritten: events #6..#8")
 
 
 def test_the_next_checkpoint_does_not_sign_a_rolled_back_tail(committed, tamper):
     committed(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     committed(3)
     tamper("DELETE FROM audit_auditevent WHERE seq > 6")
     tamper("UPDATE audit_chainhead SET seq = 6, hash = (SELECT hash FROM audit_auditevent WHERE seq = 6)")
-    assert services.write_checkpoint() is None
+    assert checkpoints.write_checkpoint() is None
     assert AuditEvent.objects.get(action="audit.tamper").details["reason"].startswith("rollback: tree head #8")
 
 

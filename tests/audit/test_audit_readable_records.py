@@ -1,11 +1,11 @@
 """Records read as what happened: target names beside ids, the actor's role, details as a
 small table."""
 
-from audit import services
+from audit import recording
 
 
 def test_the_list_shows_names_roles_and_details(logged_in, audrey, alice, acme):
-    services.record_event(
+    recording.record_event(
         actor=alice,
         action="team.rename",
         target=acme,
@@ -19,7 +19,7 @@ def test_the_list_shows_names_roles_and_details(logged_in, audrey, alice, acme):
 
 
 def test_the_event_page_shows_details_as_a_table(logged_in, audrey, alice, acme):
-    event = services.record_event(
+    event = recording.record_event(
         actor=alice,
         action="team.rename",
         target=acme,

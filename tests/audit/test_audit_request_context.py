@@ -3,7 +3,7 @@ from asgiref.sync import sync_to_async
 from audit_support import last_event
 from django.db import connections
 
-from audit import services
+from audit import recording
 from console import request_context as context
 
 
@@ -77,7 +77,7 @@ async def test_websocket_events_get_the_sockets_address():
         "headers": [(b"user-agent", b"gpuconsole-agent/1")],
     }
     with context.bind_scope(scope):
-        event = await sync_to_async(services.record_event)(actor="system", action="agent.connect")
+        event = await sync_to_async(recording.record_event)(actor="system", action="agent.connect")
     await sync_to_async(connections.close_all)()
     assert (event.source_ip, event.user_agent) == ("192.0.2.44", "gpuconsole-agent/1")
     assert event.request_id == scope["audit_context"].request_id

@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from audit import offline_verify, services, signing
+from audit import checkpoints, offline_verify, retention, signing
 from audit.models import AuditEvent, Checkpoint
 from audit.tasks import SCHEDULE
 from audit.verification import verify
@@ -20,9 +20,9 @@ def aged(events, monkeypatch):
 
     def _aged(n, days):
         then = timezone.now() - timedelta(days=days)
-        monkeypatch.setattr(services.timezone, "now", lambda: then)
+        monkeypatch.setattr(timezone, "now", lambda: then)
         made = events(n)
-        services.write_checkpoint(now=then)
+        checkpoints.write_checkpoint(now=then)
         monkeypatch.undo()
         return made
 
@@ -33,7 +33,7 @@ def test_old_events_go_up_to_a_signed_checkpoint(aged, events, settings):
     settings.AUDIT_RETENTION_DAYS = 365
     aged(4, days=400)
     aged(3, days=10)
-    assert services.apply_retention() == 4
+    assert retention.apply_retention() == 4
     assert AuditEvent.objects.order_by("seq").values_list("seq", flat=True).first() == 5
 
 
@@ -41,7 +41,7 @@ def test_the_chain_still_verifies_from_the_checkpoint(aged, settings):
     settings.AUDIT_RETENTION_DAYS = 365
     aged(4, days=400)
     aged(3, days=10)
-    services.apply_retention()
+    retention.apply_retention()
     report = verify()
     assert report.valid, report.lines()
     assert report.first_seq == 5
@@ -50,23 +50,23 @@ def test_the_chain_still_verifies_from_the_checkpoint(aged, settings):
 def test_nothing_younger_than_180_days_goes_whatever_the_setting(aged, settings):
     settings.AUDIT_RETENTION_DAYS = 30
     aged(3, days=100)
-    assert services.apply_retention() == 0
+    assert retention.apply_retention() == 0
     assert AuditEvent.objects.count() == 3
 
 
 def test_without_an_old_checkpoint_nothing_goes(events, monkeypatch, settings):
     settings.AUDIT_RETENTION_DAYS = 180
     then = timezone.now() - timedelta(days=400)
-    monkeypatch.setattr(services.timezone, "now", lambda: then)
+    monkeypatch.setattr(timezone, "now", lambda: then)
     events(3)
     monkeypatch.undo()
-    assert services.apply_retention() == 0
+    assert retention.apply_retention() == 0
 
 
 def test_retention_is_itself_audited(aged, settings):
     settings.AUDIT_RETENTION_DAYS = 365
     aged(4, days=400)
-    services.apply_retention()
+    retention.apply_retention()
     event = AuditEvent.objects.get(action="audit.retention")
     assert event.details["deleted"] == 4 and event.details["through_seq"] == 4
 
@@ -86,7 +86,7 @@ def test_retention_runs_daily():
 def test_checkpoints_survive_retention(aged, settings):
     settings.AUDIT_RETENTION_DAYS = 365
     aged(4, days=400)
-    services.apply_retention()
+    retention.apply_retention()
     assert Checkpoint.objects.filter(seq=4).exists()
 
 
@@ -97,7 +97,7 @@ def test_old_events_are_archived_in_a_bundle_that_verifies_offline_before_they_g
     settings.AUDIT_ARCHIVE_DIR = str(tmp_path / "archive")
     aged(4, days=400)
     aged(3, days=10)
-    services.apply_retention()
+    retention.apply_retention()
     (archive,) = (tmp_path / "archive").iterdir()
     assert archive.name == "audit-archive-1-4.jsonl"
     key = tmp_path / "audit.pem"
@@ -116,8 +116,8 @@ def test_a_second_archive_continues_from_the_first(aged, settings, tmp_path, mon
     settings.AUDIT_ARCHIVE_DIR = str(tmp_path)
     aged(4, days=500)
     aged(3, days=400)
-    services.apply_retention(batch=4)
-    services.apply_retention()
+    retention.apply_retention(batch=4)
+    retention.apply_retention()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["audit-archive-1-4.jsonl", "audit-archive-5-7.jsonl"]
     second = offline_verify.verify_bundle(str(tmp_path / names[1]))
@@ -132,5 +132,5 @@ def test_nothing_goes_when_the_archive_cannot_be_written(aged, settings, tmp_pat
     settings.AUDIT_ARCHIVE_DIR = str(blocker)
     aged(4, days=400)
     with pytest.raises(OSError):
-        services.apply_retention()
+        retention.apply_retention()
     assert AuditEvent.objects.count() == 4

@@ -8,7 +8,7 @@ import pytest
 from audit_support import on_postgres
 from django.db import DatabaseError, connection, transaction
 
-from audit import services
+from audit import checkpoints, recording, sealer
 from audit.models import AuditEvent, ChainHead
 from audit.verification import verify
 
@@ -22,7 +22,7 @@ def head_held():
     def holder():
         try:
             with transaction.atomic():
-                services.record_event(actor="holder", action="test.hold")
+                recording.record_event(actor="holder", action="test.hold")
                 holding.set()
                 release.wait(10)
         finally:
@@ -47,7 +47,7 @@ def seqs(action):
 def test_a_writer_does_not_wait_for_the_head_and_is_sealed_after_its_holder():
     with head_held():
         with transaction.atomic():
-            mine = services.record_event(actor="writer", action="test.pending")
+            mine = recording.record_event(actor="writer", action="test.pending")
         assert mine.seq is None
         assert seqs("test.pending") == [None]  # committed, pending: the head is still held
     assert seqs("test.hold") == [1] and seqs("test.pending") == [2]
@@ -59,13 +59,13 @@ def test_a_writer_does_not_wait_for_the_head_and_is_sealed_after_its_holder():
 def test_events_are_sealed_in_commit_order_and_a_rollback_leaves_no_gap():
     with head_held():
         with pytest.raises(RuntimeError), transaction.atomic():
-            services.record_event(actor="writer", action="test.rolled_back")
+            recording.record_event(actor="writer", action="test.rolled_back")
             raise RuntimeError("the caller fails")
         with transaction.atomic():
-            services.record_event(actor="writer", action="test.late")  # written first …
+            recording.record_event(actor="writer", action="test.late")  # written first …
             with head_held():  # (a second holder cannot get the head either)
                 pass
-            services.record_event(actor="writer", action="test.late")
+            recording.record_event(actor="writer", action="test.late")
     assert seqs("test.rolled_back") == []
     all_seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
     assert all_seqs == list(range(1, len(all_seqs) + 1))
@@ -82,7 +82,7 @@ def test_a_pending_event_is_sealed_once_and_never_edited(events):
         AuditEvent.objects.filter(pk=pending.pk).update(seq=2, prev_hash="ab" * 32, hash="cd" * 32)
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=pending.pk).delete()
-    assert services.seal_pending() == 1
+    assert sealer.seal_pending() == 1
     assert AuditEvent.objects.get(pk=pending.pk).seq == 3
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=pending.pk).update(seq=4)
@@ -93,9 +93,9 @@ def test_sealing_continues_the_chain_and_the_tree_head(events):
     events(3)
     AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
     AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
-    checkpoint = services.write_checkpoint()  # seals what is pending before it signs
+    checkpoint = checkpoints.write_checkpoint()  # seals what is pending before it signs
     assert checkpoint.seq == 5 and seqs("test.pending") == [4, 5]
-    assert services.record_event(actor="system", action="test.after").seq == 6
+    assert recording.record_event(actor="system", action="test.after").seq == 6
     assert verify().valid
 
 
@@ -111,7 +111,7 @@ def test_with_a_seal_delay_the_sealer_thread_seals_what_waits(settings):
         with head_held():
             for _ in range(3):
                 with transaction.atomic():
-                    services.record_event(actor="writer", action="test.pending")
+                    recording.record_event(actor="writer", action="test.pending")
             assert seqs("test.pending") == [None, None, None]
         # nobody calls anything now: the thread's look, after the holder's commit, seals them
         for _ in range(200):

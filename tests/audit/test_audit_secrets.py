@@ -1,6 +1,6 @@
 from django.conf import settings
 
-from audit import services
+from audit import recording
 from audit.models import AuditEvent
 
 
@@ -9,7 +9,7 @@ def _all_details_text() -> str:
 
 
 def test_secret_keys_are_redacted_at_any_depth(db):
-    event = services.record_event(
+    event = recording.record_event(
         actor="system", action="x.y",
         details={"password": "hunter2", "nested": {"api_token": "t", "Authorization": "x"}, "items": [{"secret": 1}]},
     )  # fmt: skip
@@ -20,14 +20,14 @@ def test_secret_keys_are_redacted_at_any_depth(db):
 
 
 def test_token_shaped_values_are_redacted_whatever_their_key(db):
-    event = services.record_event(
+    event = recording.record_event(
         actor="system", action="x.y", details={"note": "used gpc_abcdefghijklmnop123 today"}
     )
     assert "abcdefghijklmnop" not in str(event.details)
 
 
 def test_the_signing_key_never_lands_in_details(db):
-    event = services.record_event(
+    event = recording.record_event(
         actor="system", action="x.y", details={"note": f"k={settings.AUDIT_SIGNING_KEY}"}
     )
     assert settings.AUDIT_SIGNING_KEY not in str(event.details)

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import chain, services
+from audit import chain, hashing, recording, sealer
 from audit.models import AuditEvent
 from audit.verification import verify
 from console import request_context as context
@@ -59,21 +59,21 @@ def test_the_database_spells_the_canonical_json_as_python_does(seq, micros, stri
 def test_hostile_records_appended_and_sealed_by_the_database_verify(db):
     hostile = 'a"b\\c\u2028é😀\x7f</script>'
     with context.bound(context.RequestContext(source_ip="2001:db8::8a2e:370:7334", user_agent=hostile)):
-        written = services.record_event(
+        written = recording.record_event(
             actor=hostile, action="x.y", target_type="t", target_id=hostile, target_name=hostile,
             details={hostile: [hostile, 1.5e-7, 10**20, None, {"\n": "\t"}]},
         )  # fmt: skip
     stored = AuditEvent.objects.get(seq=written.seq)
-    assert stored.hash == written.hash == services.chain_hash(stored, stored.prev_hash)
+    assert stored.hash == written.hash == hashing.chain_hash(stored, stored.prev_hash)
     # An IPv4-mapped address is hashed in the database's spelling, which verification reads.
     with context.bound(context.RequestContext(source_ip="::ffff:1.2.3.4")):
-        written = services.record_event(actor="system", action="x.mapped")
+        written = recording.record_event(actor="system", action="x.mapped")
     # a pending record, sealed by audit_seal
     pending = AuditEvent.objects.create(
         actor_type="system", actor_name=hostile, action="x.pending", details={hostile: hostile},
         user_agent=hostile, source_ip="2001:db8::1",
     )  # fmt: skip
-    assert services.seal_pending() == 1
+    assert sealer.seal_pending() == 1
     pending.refresh_from_db()
     assert pending.seq == written.seq + 1 and pending.prev_hash == written.hash
     assert verify().valid
@@ -82,10 +82,10 @@ def test_hostile_records_appended_and_sealed_by_the_database_verify(db):
 @pytest.mark.django_db(transaction=True)
 def test_an_append_outside_a_transaction_commits_and_is_sealed_at_once():
     assert not connection.in_atomic_block
-    event = services.record_event(actor="system", action="x.alone", details={"n": 1})
+    event = recording.record_event(actor="system", action="x.alone", details={"n": 1})
     assert event.seq is not None and event.pk is not None
     with transaction.atomic():
-        again = services.record_event(actor="system", action="x.alone")
+        again = recording.record_event(actor="system", action="x.alone")
     assert again.seq == event.seq + 1
     assert AuditEvent.objects.filter(seq__isnull=True).count() == 0
     assert verify().valid

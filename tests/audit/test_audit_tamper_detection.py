@@ -3,14 +3,14 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from audit import chain, services
+from audit import chain, checkpoints, hashing
 from audit.models import AuditEvent
 from audit.verification import verify
 
 
 def test_an_untouched_log_verifies(events):
     events(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     report = verify()
     assert report.valid and report.checked == 5
 
@@ -31,7 +31,7 @@ def test_editing_details_names_the_record(events, tamper):
 
 def test_deleting_the_last_rows_is_caught_by_the_checkpoint(events, tamper):
     events(10)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("DELETE FROM audit_auditevent WHERE seq > 7")
     tamper(
         "UPDATE audit_chainhead SET seq = 7, hash = (SELECT hash FROM audit_auditevent WHERE seq = 7)"
@@ -59,11 +59,11 @@ def test_deleting_a_record_in_the_middle_is_a_gap(events, tamper):
 
 def test_rewriting_the_whole_chain_fails_the_signed_checkpoint(events, tamper):
     events(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("UPDATE audit_auditevent SET actor_name = 'nobody' WHERE seq = 2")
     prev = chain.GENESIS_HASH
     for event in AuditEvent.objects.order_by("seq"):  # recompute every hash after the edit
-        digest = services.chain_hash(event, prev)
+        digest = hashing.chain_hash(event, prev)
         tamper(
             "UPDATE audit_auditevent SET prev_hash = %s, hash = %s WHERE seq = %s",
             [prev, digest, event.seq],
@@ -76,14 +76,14 @@ def test_rewriting_the_whole_chain_fails_the_signed_checkpoint(events, tamper):
 
 def test_a_forged_checkpoint_signature_is_caught(events, tamper):
     events(3)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("UPDATE audit_checkpoint SET signature = %s", ["0" * 64])
     assert verify().reason.startswith("bad signature")
 
 
 def test_a_head_signed_with_a_key_that_is_not_listed_is_caught(events, tamper):
     events(3)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("UPDATE audit_checkpoint SET key_id = %s", ["f" * 64])
     assert verify().reason.startswith("bad signature")
 
@@ -92,21 +92,21 @@ def test_a_bad_signing_key_setting_is_named(events, settings):
     settings.AUDIT_SIGNING_KEY = "not a key"
     events(1)
     with pytest.raises(ImproperlyConfigured, match="AUDIT_SIGNING_KEY"):
-        services.write_checkpoint()
+        checkpoints.write_checkpoint()
 
 
 def test_a_forged_root_is_caught(events, tamper):
     events(5)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("UPDATE audit_checkpoint SET root = %s", ["ab" * 32])
     assert not verify().valid
 
 
 def test_later_segments_are_judged_on_their_own(events, tamper):
     events(3)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     events(3)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 2")
     first, second = verify().segments
     assert (first.valid, first.broken_seq, second.valid) == (False, 2, True)

@@ -7,7 +7,7 @@ from audit_support import on_postgres
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from audit import services
+from audit import checkpoints
 from audit.models import AuditEvent, Checkpoint
 
 pytestmark = on_postgres
@@ -46,7 +46,7 @@ def test_truncate_is_refused(events):
 
 def test_checkpoints_cannot_be_edited_or_deleted(events):
     events(1)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     _refused("UPDATE audit_checkpoint SET signature = 'x'")
     _refused("DELETE FROM audit_checkpoint")
 
@@ -60,7 +60,7 @@ def test_the_retention_switch_does_not_reach_young_events(events):
 
 def test_the_retention_switch_lets_old_events_go(events, monkeypatch):
     old = timezone.now() - timedelta(days=200)
-    monkeypatch.setattr(services.timezone, "now", lambda: old)
+    monkeypatch.setattr(timezone, "now", lambda: old)
     events(1)
     monkeypatch.undo()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -81,7 +81,7 @@ def test_the_chain_head_only_moves_forward_to_a_real_event(events):
 
 def test_signing_keys_can_only_be_retired(events):
     events(1)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     _refused("UPDATE audit_signingkey SET public_pem = 'x'")
     _refused("DELETE FROM audit_signingkey")
     with transaction.atomic(), connection.cursor() as cursor:

@@ -3,7 +3,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from audit import services
+from audit import checkpoints
+from audit.models import AuditEvent
 
 
 def _run(*args) -> str:
@@ -14,7 +15,7 @@ def _run(*args) -> str:
 
 def test_a_valid_log_prints_each_segment_and_a_summary(events):
     events(4)
-    services.write_checkpoint()
+    checkpoints.write_checkpoint()
     events(2)
     lines = _run().splitlines()
     assert lines[0].startswith("segment #1..#4 ") and lines[0].endswith(": valid")
@@ -53,6 +54,6 @@ def test_the_run_is_itself_audited(events):
     events(1)
     _run()
     assert (
-        services.AuditEvent.objects.filter(action="audit.verify", actor_name="verify_audit").count()
+        AuditEvent.objects.filter(action="audit.verify", actor_name="verify_audit").count()
         == 1
     )

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from audit_support import rewrite_tail
 from conftest import SIGNING_PEM
+from django.utils import timezone
 
-from audit import headlog, services, signing, witness
+from audit import headlog, signing, treeheads, witness
 from audit.verification import verify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_a_fork_is_refused(committed, settings, tmp_path, capsys):
     committed(3)
     run_witness(settings, tmp_path)
     head = json.loads(Path(settings.AUDIT_HEADS_FILE).read_text())
-    other = services.sign_head(seq=3, head_hash=head["chain_hash"], frontier=[bytes(32)], time=services.timezone.now())
+    other = treeheads.sign_head(seq=3, head_hash=head["chain_hash"], frontier=[bytes(32)], time=timezone.now())
     headlog.append(settings.AUDIT_HEADS_FILE, other.as_dict())
     assert run_witness(settings, tmp_path) == 1
     assert capsys.readouterr().out.splitlines()[-1].startswith("FORK: tree head #3")

@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from billing_support import CATALOG_START, DEC, NOV, ON_DEMAND, SPOT, THREE_YEAR
 
-from billing import services
+from billing import meter_runs, price_changes
 from billing.models import Price, SpotPrice
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 
 
 @pytest.fixture(autouse=True)
@@ -24,13 +25,13 @@ def prices(fleet, ops):
     Price.objects.all().delete()
     SpotPrice.objects.all().delete()
     for sku, hourly in ON_DEMAND.items():
-        services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=CATALOG_START,
+        price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=CATALOG_START,
                            now=CATALOG_START)
     for sku, hourly in THREE_YEAR.items():
-        services.set_price(actor=ops, sku=sku, kind="reserved_3y", hourly=hourly, effective_from=CATALOG_START,
+        price_changes.set_price(actor=ops, sku=sku, kind="reserved_3y", hourly=hourly, effective_from=CATALOG_START,
                            now=CATALOG_START)
     for sku, hourly in SPOT.items():
-        services.set_spot_price(actor=ops, sku=sku, hourly=hourly, now=CATALOG_START)
+        price_changes.set_spot_price(actor=ops, sku=sku, hourly=hourly, now=CATALOG_START)
     return ON_DEMAND
 
 
@@ -45,18 +46,18 @@ def play(launch, prices):
                           at=first - timedelta(seconds=30), **kwargs)
         for i, (start, end, how) in enumerate(runs):
             if i:
-                instance_services.start_instance(actor=actor, instance=instance, at=start - timedelta(seconds=30),
+                instance_lifecycle.start_instance(actor=actor, instance=instance, at=start - timedelta(seconds=30),
                                                  provision=False)
-            instance_services.mark_running(instance=instance, at=start)
+            instance_lifecycle.mark_running(instance=instance, at=start)
             if end is None:
                 continue
             if how == "stop":
-                instance_services.stop_instance(actor=actor, instance=instance, at=end, finish=False)
-                instance_services.finish_stop(instance=instance, at=end)
+                instance_lifecycle.stop_instance(actor=actor, instance=instance, at=end, finish=False)
+                instance_lifecycle.finish_stop(instance=instance, at=end)
             elif how == "preempt":
-                instance_services.preempt_instance(instance=instance, at=end)
+                instance_preemption.preempt_instance(instance=instance, at=end)
             else:
-                instance_services.terminate_instance(actor=actor, instance=instance, at=end)
+                instance_lifecycle.terminate_instance(actor=actor, instance=instance, at=end)
         instance.refresh_from_db()
         return instance
 
@@ -66,6 +67,6 @@ def play(launch, prices):
 @pytest.fixture
 def meter(ops):
     def _meter(start=NOV, end=DEC, now=DEC):
-        return services.meter_window(actor=ops, start=start, end=end, now=now)
+        return meter_runs.meter_window(actor=ops, start=start, end=end, now=now)
 
     return _meter

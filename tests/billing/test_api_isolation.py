@@ -3,7 +3,7 @@
 import pytest
 from billing_support import at
 
-from billing import services
+from billing import meter_runs, reservations
 from billing.models import Invoice
 from instances.models import GpuModel
 
@@ -13,7 +13,7 @@ def billed(play, meter, bob, acme, charlie, globex, ops):
     play(bob, acme, "acme-job", runs=[(at(3, 10), at(3, 12), "terminate")])
     play(charlie, globex, "globex-job", runs=[(at(3, 10), at(3, 11), "terminate")])
     meter(now=at(2, month=12))
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     return Invoice.objects.get(team=acme), Invoice.objects.get(team=globex)
 
 
@@ -43,7 +43,7 @@ def test_a_member_cannot_export_the_bill(billed, api, bob):
 
 
 def test_reservations_are_the_teams_own(prices, api, alice, charlie, acme, globex, ops):
-    services.purchase_reservation(actor=ops, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
+    reservations.purchase_reservation(actor=ops, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
                                   gpu_count=1, term="1y", start=at(3), now=at(1))
     assert api(alice).get("/api/v1/reservations/").json()["count"] == 1
     assert api(charlie).get("/api/v1/reservations/").json()["count"] == 0

@@ -8,7 +8,7 @@ import pytest
 from billing_support import at
 
 from alerting.models import Alert
-from billing import services
+from billing import budgets
 
 DECEMBER = date(2026, 12, 1)
 
@@ -21,13 +21,13 @@ def spending(play, meter, bob, acme):
 
 @pytest.fixture
 def budget(alice, acme):
-    return services.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("100.00"),
+    return budgets.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("100.00"),
                                   actual_thresholds=[50, 100], forecast_thresholds=[], now=at(1, month=12))
 
 
 def test_a_crossing_opens_a_budget_alert_for_the_team(budget, spending, acme):
     spending(13)
-    services.check_budgets(now=at(1, 13, month=12))
+    budgets.check_budgets(now=at(1, 13, month=12))
     alert = Alert.objects.get(category="budget")
     assert (alert.kind, alert.team_id, alert.state, alert.severity) == ("budget", acme.pk, "open", "warning")
     assert "50%" in alert.message
@@ -35,7 +35,7 @@ def test_a_crossing_opens_a_budget_alert_for_the_team(budget, spending, acme):
 
 def test_the_alert_shows_on_the_alerts_page_for_the_team_only(budget, spending, client, alice, charlie):
     spending(13)
-    services.check_budgets(now=at(1, 13, month=12))
+    budgets.check_budgets(now=at(1, 13, month=12))
     client.force_login(alice)
     assert "50% or more" in client.get("/alerts/?category=budget").content.decode()
     client.force_login(charlie)
@@ -44,6 +44,6 @@ def test_the_alert_shows_on_the_alerts_page_for_the_team_only(budget, spending, 
 
 def test_a_budget_alert_resolves_when_its_month_is_over(budget, spending):
     spending(13)
-    services.check_budgets(now=at(1, 13, month=12))
-    services.check_budgets(now=datetime(2027, 1, 1, 1, tzinfo=UTC))
+    budgets.check_budgets(now=at(1, 13, month=12))
+    budgets.check_budgets(now=datetime(2027, 1, 1, 1, tzinfo=UTC))
     assert Alert.objects.get(category="budget").state == "resolved"

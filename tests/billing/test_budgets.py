@@ -6,7 +6,7 @@ from billing_support import at
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from billing import services
+from billing import budgets
 from billing.models import Budget, BudgetAlert
 from console import live
 
@@ -21,7 +21,7 @@ def spending(play, meter, bob, acme):
 
 @pytest.fixture
 def budget(alice, acme):
-    return services.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("100.00"),
+    return budgets.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("100.00"),
                                   actual_thresholds=[50, 100], forecast_thresholds=[], now=at(1, month=12))
 
 
@@ -35,8 +35,8 @@ def published(monkeypatch):
 def test_crossing_a_threshold_alerts_once(budget, spending, mailoutbox, published, django_capture_on_commit_callbacks):
     spending(13)  # 52.00
     with django_capture_on_commit_callbacks(execute=True):
-        assert [a.percent for a in services.check_budgets(now=at(1, 13, month=12))] == [50]
-        assert services.check_budgets(now=at(1, 13, month=12)) == []
+        assert [a.percent for a in budgets.check_budgets(now=at(1, 13, month=12))] == [50]
+        assert budgets.check_budgets(now=at(1, 13, month=12)) == []
     assert [m.to for m in mailoutbox] == [["alice@example.com"]]
     assert "50%" in mailoutbox[0].subject
     assert published[-1][1:] == ("budget", published[-1][2]) and published[-1][2]["percent"] == 50
@@ -45,16 +45,16 @@ def test_crossing_a_threshold_alerts_once(budget, spending, mailoutbox, publishe
 
 def test_below_every_threshold_nothing_happens(budget, spending, mailoutbox):
     spending(12)  # 48.00
-    assert services.check_budgets(now=at(1, 12, month=12)) == []
+    assert budgets.check_budgets(now=at(1, 12, month=12)) == []
     assert mailoutbox == []
 
 
 def test_a_forecast_threshold_alerts_before_the_money_is_spent(alice, acme, play, meter, bob, mailoutbox):
     play(bob, acme, runs=[(at(20), None, "")])  # 48.00 a day since 20 November
     meter(start=at(20), end=at(2, month=12), now=at(1, 1, month=12))
-    services.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("1000.00"), actual_thresholds=[100],
+    budgets.create_budget(actor=alice, team=acme, month=DECEMBER, amount=Decimal("1000.00"), actual_thresholds=[100],
                            forecast_thresholds=[100], now=at(1, month=12))
-    alerts = services.check_budgets(now=at(1, 1, month=12), notify=False)
+    alerts = budgets.check_budgets(now=at(1, 1, month=12), notify=False)
     assert [(a.basis, a.percent) for a in alerts] == [("forecast", 100)]
     assert alerts[0].spend > Decimal("1000")
 
@@ -85,7 +85,7 @@ def test_one_budget_per_team_and_month(api, alice, acme, budget):
 
 def test_alerts_belong_to_the_team(budget, spending, api, charlie):
     spending(13)
-    services.check_budgets(now=at(1, 13, month=12), notify=False)
+    budgets.check_budgets(now=at(1, 13, month=12), notify=False)
     assert BudgetAlert.objects.count() == 1
     assert api(charlie).get("/api/v1/budget-alerts/").json()["count"] == 0
 
@@ -103,12 +103,12 @@ def test_the_budgets_page_changes_a_months_budget_instead_of_refusing(client, al
 
 
 def test_a_recurring_budget_is_carried_into_the_next_month(alice, acme):
-    services.create_budget(actor=alice, team=acme, month=date(2026, 11, 1), amount=Decimal("900"), recurring=True,
+    budgets.create_budget(actor=alice, team=acme, month=date(2026, 11, 1), amount=Decimal("900"), recurring=True,
                            now=datetime(2026, 11, 2, tzinfo=UTC))
-    services.check_budgets(now=datetime(2026, 12, 1, 0, 5, tzinfo=UTC), notify=False)
+    budgets.check_budgets(now=datetime(2026, 12, 1, 0, 5, tzinfo=UTC), notify=False)
     december = Budget.objects.get(team=acme, month=date(2026, 12, 1))
     assert (december.amount, december.recurring) == (Decimal("900.00"), True)
-    services.check_budgets(now=datetime(2026, 12, 1, 0, 10, tzinfo=UTC), notify=False)
+    budgets.check_budgets(now=datetime(2026, 12, 1, 0, 10, tzinfo=UTC), notify=False)
     assert Budget.objects.filter(team=acme).count() == 2
 
 

@@ -34,13 +34,13 @@ def test_it_divides_cost_by_the_estimated_pflop_hours(two_jobs):
 
 
 def test_each_hour_is_estimated_at_the_precision_of_its_time(two_jobs, bob):
-    from instances import services as instance_services
+    from instances import lifecycle as instance_lifecycle
 
     busy, _ = two_jobs
-    instance_services.set_precision(actor=bob, instance=busy, precision="tf32", at=at(3, 5))
+    instance_lifecycle.set_precision(actor=bob, instance=busy, precision="tf32", at=at(3, 5))
     assert costs.cost_per_pflop_hour(Charge.objects.all(), NOV, DEC)[0].pflop_hours == round(
         5 * 0.5 * 989.4 * 0.98 / 1000 + 5 * 0.5 * 494.7 * 0.98 / 1000, 3)
-    instance_services.set_precision(actor=bob, instance=busy, precision="fp8")  # today: the past stays
+    instance_lifecycle.set_precision(actor=bob, instance=busy, precision="fp8")  # today: the past stays
     assert costs.cost_per_pflop_hour(Charge.objects.all(), NOV, DEC)[0].pflop_hours == round(
         5 * 0.5 * 989.4 * 0.98 / 1000 + 5 * 0.5 * 494.7 * 0.98 / 1000, 3)
 

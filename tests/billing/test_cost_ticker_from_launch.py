@@ -8,13 +8,13 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing import services
+from billing import meter_runs
 from billing.models import Charge, MeterState
 from instances import catalog
 
 
 def metered_now(ops, now):
-    services.meter_window(actor=ops, start=now - timedelta(hours=1), end=now, now=now)
+    meter_runs.meter_window(actor=ops, start=now - timedelta(hours=1), end=now, now=now)
     MeterState.objects.update_or_create(id=1, defaults={"metered_until": now})
 
 
@@ -29,7 +29,7 @@ def test_fifteen_seconds_after_launch_it_has_cost_fifteen_seconds(play, bob, acm
     cost = catalog.instance_costs([job], now=now)[job.pk]
     assert cost.since == launched
     assert cost.so_far == Decimal("0.02")  # 4.00/h × 15 s, not × 10 min 15 s (0.68)
-    services.meter_window(actor=ops, start=base, end=now, now=now)
+    meter_runs.meter_window(actor=ops, start=base, end=now, now=now)
     billed = sum(c.billed_cents for c in Charge.objects.filter(instance=job))
     assert cost.so_far == Decimal(billed) / 100
 

@@ -3,7 +3,7 @@ from decimal import Decimal
 import pytest
 from billing_support import at
 
-from billing import services
+from billing import budgets
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_costs_group_by(november, api, bob, group_by, rows):
 def test_month_to_date_is_what_was_metered_this_month(november, acme, play, meter, bob):
     play(bob, acme, "c", runs=[(at(1, 0, month=12), None, "")])
     meter(start=at(1, month=12), end=at(2, month=12), now=at(1, 3, month=12))
-    assert services.month_to_date(acme, now=at(1, 3, month=12)) == Decimal("6.00")
+    assert budgets.month_to_date(acme, now=at(1, 3, month=12)) == Decimal("6.00")
 
 
 def test_the_savings_hint_prices_a_reservation_at_actual_usage(play, meter, bob, acme):

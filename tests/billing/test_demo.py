@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from billing import pricing, services
+from billing import budgets, pricing
 from billing.models import Charge, Invoice, PricingCategory, Reservation
 
 
@@ -51,7 +51,7 @@ def _reconciles_to_the_cent():
     costs = client.get(f"/api/v1/costs/?group_by=pricing_category&start={start}&end={end}").json()
     assert Decimal(costs["total"]) == issued.total
     draft = Invoice.objects.get(team__name="Acme", status="draft")
-    assert draft.subtotal == services.month_to_date(draft.team)
+    assert draft.subtotal == budgets.month_to_date(draft.team)
 
 
 def test_seeding_twice_adds_nothing(demo):

@@ -6,7 +6,7 @@ import pytest
 from billing_support import DEC, at
 from django.core.management import CommandError, call_command
 
-from billing import services
+from billing import invoices
 from billing.models import Invoice
 
 
@@ -19,8 +19,8 @@ def _export(api, user, fmt="focus", start="2026-11-01", end="2026-12-01"):
 def november(play, bob, acme, meter, ops):
     play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")], labels={"project": "llm", "cost-centre": "R&D"})
     meter(now=at(20))
-    services.add_adjustment(actor=ops, team=acme, amount=Decimal("-1.50"), reason="downtime credit", now=at(20))
-    services.add_adjustment(actor=ops, team=acme, amount=Decimal("0.25"), reason="support hours", now=at(20))
+    invoices.add_adjustment(actor=ops, team=acme, amount=Decimal("-1.50"), reason="downtime credit", now=at(20))
+    invoices.add_adjustment(actor=ops, team=acme, amount=Decimal("0.25"), reason="support hours", now=at(20))
     meter(now=at(20))
     return Invoice.objects.get(team=acme)
 
@@ -39,7 +39,7 @@ def test_the_csv_export_sums_to_the_invoice_too(november, api, alice):
 
 
 def test_every_row_of_an_issued_month_carries_the_invoice_id(november, api, alice, ops):
-    services.issue_invoice(actor=ops, invoice=november, now=DEC)
+    invoices.issue_invoice(actor=ops, invoice=november, now=DEC)
     november.refresh_from_db()
     rows = _export(api, alice)
     assert {r["InvoiceId"] for r in rows} == {november.number}

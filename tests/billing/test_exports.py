@@ -6,20 +6,20 @@ import pytest
 from billing_support import at
 
 from audit.models import AuditEvent
-from billing import exports, services
+from billing import exports, meter_runs, reservations
 from billing.models import Invoice
 from instances.models import GpuModel
 
 
 @pytest.fixture
 def november(play, meter, bob, alice, acme, ops):
-    services.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
+    reservations.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
                                   gpu_count=1, term="1y", start=at(29), now=at(1))
     play(bob, acme, "od", runs=[(at(3, 10), at(3, 12), "terminate")])
     play(bob, acme, "sp", runs=[(at(4, 10), at(4, 12), "terminate")], pricing="spot")
     play(bob, acme, "rs", runs=[(at(29, 10), at(29, 12), "terminate")], count=2, pricing="reserved")
     meter(now=at(2, month=12))
-    return services.issue_due_invoices(now=at(2, month=12))[0]
+    return meter_runs.issue_due_invoices(now=at(2, month=12))[0]
 
 
 def _rows(response):

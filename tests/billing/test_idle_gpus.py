@@ -4,7 +4,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import services
+from billing import meter_runs
 from monitoring.models import Rollup1m
 
 
@@ -21,7 +21,7 @@ def half_idle(play, bob, acme, ops):
             rows.append(Rollup1m(gpu=gpu, instance=job, team=acme, bucket=start + timedelta(minutes=minute),
                                  samples=60, observed_s=60.0, gpu_util_avg=util))
     Rollup1m.objects.bulk_create(rows)
-    services.meter_window(actor=ops, start=start, end=now, now=now)
+    meter_runs.meter_window(actor=ops, start=start, end=now, now=now)
     return job, gpus
 
 

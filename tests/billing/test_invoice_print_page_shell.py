@@ -5,14 +5,14 @@ commitment reads as the charged line it is, not greyed out."""
 from billing_support import at
 from django.contrib.staticfiles import finders
 
-from billing import services
+from billing import meter_runs
 from billing.models import Invoice
 
 
 def test_the_print_page_names_its_icon(play, meter, bob, alice, acme, client):
     play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")])
     meter(now=at(2, month=12))
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     client.force_login(alice)
     invoice = Invoice.objects.get(number="ACME-202611")
     page = client.get(f"/invoices/{invoice.pk}/print/").content.decode()

@@ -4,7 +4,7 @@ import pytest
 from billing_support import DEC, NOV, at
 
 from audit.models import AuditEvent
-from billing import services
+from billing import invoices, meter_runs
 from billing.models import Invoice, InvoiceLine
 
 
@@ -26,15 +26,15 @@ def test_a_draft_follows_usage_while_the_month_runs(play, bob, acme, meter):
 
 
 def test_the_month_end_task_issues_last_months_invoice(november, acme):
-    issued = services.issue_due_invoices(now=at(2, month=12))
+    issued = meter_runs.issue_due_invoices(now=at(2, month=12))
     assert [i.number for i in issued] == ["ACME-202611"]
     november.refresh_from_db()
     assert (november.status, november.total, november.issued_at) == ("issued", Decimal("10.00"), at(2, month=12))
 
 
 def test_a_month_that_is_not_over_stays_draft(november, ops):
-    with pytest.raises(services.BillingConflict, match="not over"):
-        services.issue_invoice(actor=ops, invoice=november, now=at(30, 23))
+    with pytest.raises(invoices.BillingConflict, match="not over"):
+        invoices.issue_invoice(actor=ops, invoice=november, now=at(30, 23))
 
 
 def test_lines_add_up_exactly_to_the_total(november):
@@ -54,7 +54,7 @@ def test_a_refresh_with_nothing_new_keeps_the_lines_and_new_usage_replaces_them(
 
 
 def test_an_issued_invoice_never_changes_when_usage_is_re_metered(november, play, bob, acme, meter):
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     late = play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
     meter(start=NOV, end=DEC, now=at(3, month=12))
     november.refresh_from_db()
@@ -66,17 +66,17 @@ def test_an_issued_invoice_never_changes_when_usage_is_re_metered(november, play
 
 
 def test_a_correction_is_made_once(november, play, bob, acme, meter):
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
     meter(start=NOV, end=DEC, now=at(3, month=12))
-    services.issue_due_invoices(now=at(1, month=1).replace(year=2027))
+    meter_runs.issue_due_invoices(now=at(1, month=1).replace(year=2027))
     meter(start=NOV, end=DEC, now=at(2, month=1).replace(year=2027))
     january = Invoice.objects.filter(team=acme, month__year=2027).first()
     assert january is None or not january.lines.filter(kind="correction").exists()
 
 
 def test_editing_an_issued_invoice_is_refused_and_audited(november, api, alice):
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     response = api(alice).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "PO-1"})
     assert response.status_code == 409
     assert response.json()["code"] == "invoice_issued"
@@ -86,14 +86,14 @@ def test_editing_an_issued_invoice_is_refused_and_audited(november, api, alice):
 
 
 def test_deleting_an_issued_invoice_is_refused_and_audited(november, api, alice):
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     assert api(alice).delete(f"/api/v1/invoices/{november.pk}/").status_code == 409
     assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied").exists()
     assert Invoice.objects.filter(pk=november.pk).exists()
 
 
 def test_adjusting_an_issued_invoice_is_refused_and_audited(november, api, ops):
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     response = api(ops).post(f"/api/v1/invoices/{november.pk}/adjustments/", {"amount": "-5.00", "reason": "goodwill"})
     assert response.status_code == 409
     assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied").exists()

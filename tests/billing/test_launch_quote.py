@@ -3,7 +3,7 @@ from decimal import Decimal
 import pytest
 from billing_support import at
 
-from billing import services
+from billing import reservations
 from instances.models import GpuModel
 
 
@@ -29,7 +29,7 @@ def test_a_slice_quote_counts_slices(prices, api, bob):
 
 
 def test_a_reserved_quote_uses_the_teams_free_reserved_gpus_first(prices, api, alice, acme):
-    services.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
+    reservations.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
                                   gpu_count=2, term="1y", start=at(1), now=at(1))
     body = _quote(api, alice, gpu_model="H100-80GB", pricing_model="reserved", gpu_count=3, team=acme.pk).json()
     assert Decimal(body["price_per_hour"]) == 2 * Decimal("1.20") + Decimal("2.00")

@@ -8,9 +8,10 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing import pricing, services
+from billing import meter_runs, price_changes, pricing, reservations
 from billing.models import Charge, ChargeType, Invoice, PricingCategory, Reservation, UsageRecord
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
 from instances.models import GpuModel
 
 START = datetime(2026, 10, 25, tzinfo=UTC)
@@ -46,15 +47,15 @@ def _build(world, bob, acme, ops, launch):
     if world["price_change"]:
         t, cents = world["price_change"]
         when = START + timedelta(seconds=t)
-        services.set_price(actor=ops, sku="H100-80GB", kind="on_demand", hourly=Decimal(cents) / 100,
+        price_changes.set_price(actor=ops, sku="H100-80GB", kind="on_demand", hourly=Decimal(cents) / 100,
                            effective_from=when, now=when)
     for t, cents in world["spot_changes"]:
-        services.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal(cents) / 100,
+        price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal(cents) / 100,
                                 now=START + timedelta(seconds=t, microseconds=0))
     if world["reservation"]:
         t, n = world["reservation"]
         when = START + timedelta(seconds=t)
-        services.purchase_reservation(actor=ops, team=acme, gpu_model=h100, gpu_count=n, term="1y", start=when, now=when)
+        reservations.purchase_reservation(actor=ops, team=acme, gpu_model=h100, gpu_count=n, term="1y", start=when, now=when)
     expected_runs = []
     for k, (pricing_model, count, spans, ending) in enumerate(world["instances"]):
         clock = START
@@ -72,19 +73,19 @@ def _build(world, bob, acme, ops, launch):
                 made = launch(bob, acme, name=f"i{k}", count=count, pricing=pricing_model,
                               at=start - timedelta(seconds=30))
             else:
-                instance_services.start_instance(actor=bob, instance=made, at=start - timedelta(seconds=30),
+                instance_lifecycle.start_instance(actor=bob, instance=made, at=start - timedelta(seconds=30),
                                                  provision=False)
-            instance_services.mark_running(instance=made, at=start)
+            instance_lifecycle.mark_running(instance=made, at=start)
             if how == "running":
                 expected_runs.append((made.pk, pricing_model, count, start, None, False))
                 break
             if how == "stop":
-                instance_services.stop_instance(actor=bob, instance=made, at=end, finish=False)
-                instance_services.finish_stop(instance=made, at=end)
+                instance_lifecycle.stop_instance(actor=bob, instance=made, at=end, finish=False)
+                instance_lifecycle.finish_stop(instance=made, at=end)
             elif how == "preempt":
-                instance_services.preempt_instance(instance=made, at=end)
+                instance_preemption.preempt_instance(instance=made, at=end)
             else:
-                instance_services.terminate_instance(actor=bob, instance=made, at=end)
+                instance_lifecycle.terminate_instance(actor=bob, instance=made, at=end)
             expected_runs.append((made.pk, pricing_model, count, start, end, how == "preempt"))
             clock = end
             if how in ("terminate", "preempt"):
@@ -97,13 +98,13 @@ def _build(world, bob, acme, ops, launch):
 def test_metering_is_idempotent_splittable_and_adds_up(world, prices, bob, acme, ops, launch):
     with transaction.atomic():
         expected_runs = _build(world, bob, acme, ops, launch)
-        services.meter_window(actor=ops, start=START, end=NOW, now=NOW)
+        meter_runs.meter_window(actor=ops, start=START, end=NOW, now=NOW)
         once = _snapshot()
-        services.meter_window(actor=ops, start=START, end=NOW, now=NOW)
+        meter_runs.meter_window(actor=ops, start=START, end=NOW, now=NOW)
         assert _snapshot() == once
         middle = START + timedelta(seconds=world["split"])
-        services.meter_window(actor=ops, start=START, end=middle, now=NOW)
-        services.meter_window(actor=ops, start=middle, end=NOW, now=NOW)
+        meter_runs.meter_window(actor=ops, start=START, end=middle, now=NOW)
+        meter_runs.meter_window(actor=ops, start=middle, end=NOW, now=NOW)
         assert _snapshot() == once
         _assert_invoices_add_up(acme)
         _assert_quantities(expected_runs)

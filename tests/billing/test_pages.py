@@ -2,7 +2,7 @@ import pytest
 from billing_support import at
 from django.test import Client
 
-from billing import services
+from billing import meter_runs, price_changes, reservations
 from billing.models import Invoice
 
 
@@ -20,7 +20,7 @@ def browse(db):
 def november(play, meter, bob, acme):
     play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")])
     meter(now=at(2, month=12))
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     return Invoice.objects.get(number="ACME-202611")
 
 
@@ -89,7 +89,7 @@ def test_the_reservations_page_says_why_a_reservation_costs_what_it_does(client,
 
     from instances.models import GpuModel
 
-    services.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
+    reservations.purchase_reservation(actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"),
                                   gpu_count=2, term="1y", start=at(1), now=at(1))
     client.force_login(alice)
     assert "60% of the 2.00/h on-demand price when it started" in client.get("/reservations/").content.decode()
@@ -113,6 +113,6 @@ def test_the_prices_page_shows_the_idle_capacity_price(prices, browse, ops, bob)
     page = browse(bob).get("/prices/").content.decode()
     assert "Idle capacity</th>" in page and "not offered" in page  # no idle price set yet
     since = at(1)
-    services.set_price(actor=ops, sku="H100-80GB", kind="idle", hourly="0.4", effective_from=since, now=since)
+    price_changes.set_price(actor=ops, sku="H100-80GB", kind="idle", hourly="0.4", effective_from=since, now=since)
     row = next(r for r in browse(bob).get("/prices/").content.decode().split("<tr>") if "H100-80GB</td>" in r)
     assert row.endswith('<td class="num mono">0.40</td></tr>')

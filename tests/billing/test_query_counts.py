@@ -3,7 +3,7 @@
 import pytest
 from billing_support import at
 
-from billing import services
+from billing import meter_runs
 
 
 @pytest.fixture
@@ -11,7 +11,7 @@ def three_months(play, meter, bob, acme):
     for month in (9, 10, 11):
         play(bob, acme, f"job-{month}", runs=[(at(3, 10, month=month), at(3, 12, month=month), "terminate")])
     meter(start=at(1, month=9), end=at(1, month=12), now=at(2, month=12))
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
 
 
 def test_the_invoice_list_is_a_fixed_number_of_queries(three_months, api, alice, django_assert_max_num_queries):

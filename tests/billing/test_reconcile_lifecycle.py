@@ -61,7 +61,7 @@ def test_a_job_instance_outside_its_runs_is_named(ended, submit_job_with_run):
 
 @pytest.fixture
 def submit_job_with_run(bob, acme, fleet):
-    from jobs import services
+    from jobs import submission
 
-    return services.submit_job(actor=bob, team=acme, name="sweep", command="python sweep.py", gpu_model=fleet["h100"],
+    return submission.submit_job(actor=bob, team=acme, name="sweep", command="python sweep.py", gpu_model=fleet["h100"],
                                gpu_count=1, priority="normal", now=at(1))

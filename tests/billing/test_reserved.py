@@ -3,7 +3,7 @@ from decimal import Decimal
 import pytest
 from billing_support import NOV, at
 
-from billing import services
+from billing import reservations
 from billing.models import Charge, ChargeType, PricingCategory
 from instances.models import GpuModel
 
@@ -11,7 +11,7 @@ from instances.models import GpuModel
 @pytest.fixture
 def reservation(prices, alice, acme):
     h100 = GpuModel.objects.get(name="H100-80GB")
-    return services.purchase_reservation(actor=alice, team=acme, gpu_model=h100, gpu_count=2, term="1y",
+    return reservations.purchase_reservation(actor=alice, team=acme, gpu_model=h100, gpu_count=2, term="1y",
                                          start=at(3), now=NOV)
 
 
@@ -25,7 +25,7 @@ def test_a_one_year_reservation_costs_60_percent_of_on_demand(reservation):
 
 def test_a_three_year_reservation_takes_the_catalog_price(prices, alice, acme):
     h100 = GpuModel.objects.get(name="H100-80GB")
-    r = services.purchase_reservation(actor=alice, team=acme, gpu_model=h100, gpu_count=1, term="3y", start=at(3), now=NOV)
+    r = reservations.purchase_reservation(actor=alice, team=acme, gpu_model=h100, gpu_count=1, term="3y", start=at(3), now=NOV)
     assert r.hourly == Decimal("0.800000")
 
 

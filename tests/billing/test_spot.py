@@ -2,7 +2,7 @@ from decimal import Decimal
 
 from billing_support import at
 
-from billing import services
+from billing import price_changes
 from billing.models import Charge
 
 
@@ -11,7 +11,7 @@ def _cost(name):
 
 
 def test_spot_is_billed_at_the_price_in_effect_each_second(play, meter, bob, acme, ops):
-    services.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal("1.08"), now=at(3, 11))
+    price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal("1.08"), now=at(3, 11))
     play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")], pricing="spot")
     meter()
     assert _cost("job") == Decimal("1.80")

@@ -5,13 +5,13 @@ from billing_support import at
 
 from audit.models import AuditEvent
 from billing.models import Charge
-from instances import services
+from instances import lifecycle, transitions
 from instances.models import State
 
 
 def _stuck(play, bob, acme):
     job = play(bob, acme, runs=[(at(3, 10), None, "")])
-    services.stop_instance(actor=bob, instance=job, at=at(3, 11), finish=False)
+    lifecycle.stop_instance(actor=bob, instance=job, at=at(3, 11), finish=False)
     job.refresh_from_db()
     return job
 
@@ -25,15 +25,15 @@ def test_billing_stops_at_the_grace_of_a_stop_that_never_finishes(play, bob, acm
 
 def test_a_stop_confirmed_within_the_grace_is_billed_to_the_confirmation(play, bob, acme, meter):
     job = _stuck(play, bob, acme)
-    services.finish_stop(instance=job, at=at(3, 11, 3))
+    lifecycle.finish_stop(instance=job, at=at(3, 11, 3))
     meter(now=at(5))
     assert sum(c.priced_seconds for c in Charge.objects.all()) == 3780
 
 
 def test_a_stuck_stop_is_flagged_after_the_grace(play, bob, acme):
     job = _stuck(play, bob, acme)
-    assert not services.is_stuck(job, at(3, 11, 10))
-    assert services.is_stuck(job, at(3, 11, 10) + timedelta(seconds=1))
+    assert not transitions.is_stuck(job, at(3, 11, 10))
+    assert transitions.is_stuck(job, at(3, 11, 10) + timedelta(seconds=1))
 
 
 def test_operators_force_a_stuck_stop_and_it_is_audited(play, bob, acme, api, ops, meter):

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 
 from alerting import services as alerting_services
 from alerting.models import Alert, AlertRule
-from billing import services
+from billing import meter_runs
 from billing.models import Price
 
 
@@ -21,7 +21,7 @@ def test_held_usage_opens_one_operator_alert_per_sku(play, bob, charlie, acme, g
     play(charlie, globex, name="g", runs=[(at(3, 10), at(3, 11), "terminate")], model="H200-141GB")
     Price.objects.filter(sku="H200-141GB").delete()
     meter()
-    services.check_unrated(now=DEC)
+    meter_runs.check_unrated(now=DEC)
     alert = _unrated_alerts().get()
     assert (alert.state, alert.team_id, alert.category, alert.value) == ("open", None, "billing", 3.0)
     assert alert.rule.name == "Fleet: usage held unrated"
@@ -32,17 +32,17 @@ def test_the_alert_resolves_once_the_sku_is_priced_and_metered_again(play, charl
     play(charlie, globex, name="g", runs=[(at(3, 10), at(3, 12), "terminate")], model="H200-141GB")
     Price.objects.filter(sku="H200-141GB").delete()
     meter()
-    services.check_unrated(now=DEC)
+    meter_runs.check_unrated(now=DEC)
     Price.objects.create(sku="H200-141GB", kind="on_demand", hourly=Decimal("3.60"), effective_from=at(1))
     meter()
-    services.check_unrated(now=DEC)
+    meter_runs.check_unrated(now=DEC)
     assert _unrated_alerts().get().state == "resolved"
 
 
 def test_priced_usage_raises_nothing(play, bob, acme, meter):
     play(bob, acme, name="a", runs=[(at(3, 10), at(3, 12), "terminate")])
     meter()
-    services.check_unrated(now=DEC)
+    meter_runs.check_unrated(now=DEC)
     assert not _unrated_alerts().exists()
 
 

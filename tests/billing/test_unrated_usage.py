@@ -2,7 +2,7 @@ from decimal import Decimal
 
 from billing_support import DEC, at
 
-from billing import services
+from billing import budgets
 from billing.models import Charge, Invoice, Price, UnratedUsage
 
 
@@ -43,4 +43,4 @@ def test_a_reserved_instance_without_a_list_price_is_held_too(play, bob, acme, m
     Price.objects.filter(sku="H100-80GB").delete()
     meter(now=DEC)
     assert UnratedUsage.objects.get().gpu_seconds == 7200
-    assert services.month_to_date(acme, at(4)) == Decimal("0.00")
+    assert budgets.month_to_date(acme, at(4)) == Decimal("0.00")

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from billing_support import DEC, NOV, at
 
-from billing import services
+from billing import meter_runs, price_changes, reservations
 from billing.models import Invoice
 from instances.models import GpuModel
 
@@ -26,7 +26,7 @@ EXPECTED = [
 
 @pytest.fixture
 def november(play, alice, bob, acme, ops, fleet):
-    reservation = services.purchase_reservation(
+    reservation = reservations.purchase_reservation(
         actor=alice, team=acme, gpu_model=GpuModel.objects.get(name="H100-80GB"), gpu_count=2, term="1y",
         start=NOV, now=NOV - timedelta(days=1),
     )
@@ -36,11 +36,11 @@ def november(play, alice, bob, acme, ops, fleet):
     play(bob, acme, "probe", [(at(6, 12), at(6, 12, 1, 21), "terminate")])
     play(bob, acme, "web", [(at(20, 18), at(21, 6), "terminate")], count=2)
     play(bob, acme, "spot-sweep", [(at(15, 10), at(15, 10, 40), "preempt")], count=2, pricing="spot")
-    services.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal("0.90"), now=at(25, 2))
+    price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly=Decimal("0.90"), now=at(25, 2))
     play(bob, acme, "spot-batch", [(at(25, 0), at(25, 6), "terminate")], count=4, pricing="spot")
     play(bob, acme, "train", [(at(10, 0), at(12, 0), "terminate")], count=4, pricing="reserved")
-    services.meter_window(actor=ops, start=NOV, end=DEC, now=at(2, month=12))
-    services.issue_due_invoices(now=at(2, month=12))
+    meter_runs.meter_window(actor=ops, start=NOV, end=DEC, now=at(2, month=12))
+    meter_runs.issue_due_invoices(now=at(2, month=12))
     return reservation
 
 

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTICE_RUNS_OUT = (
     "from datetime import timedelta\n"
     "from django.utils import timezone\n"
-    "from instances import services\n"
-    "services.preempt_due(now=timezone.now() + timedelta(minutes=3))\n"
+    "from instances import preemption\n"
+    "preemption.preempt_due(now=timezone.now() + timedelta(minutes=3))\n"
 )
 
 

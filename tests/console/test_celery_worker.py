@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from gpuconsole.celery import app as celery_app
-from instances import services
+from instances import lifecycle
 from instances.models import GpuModel, Instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def worker(transactional_db):
 
 
 def test_a_real_worker_provisions_a_launched_instance(worker, fleet, bob, acme):
-    instance = services.launch_instance(
+    instance = lifecycle.launch_instance(
         actor=bob, team=acme, name="via-worker", gpu_model=GpuModel.objects.get(name="H100-80GB"),
         gpu_count=1, pricing_model="on_demand",
     )

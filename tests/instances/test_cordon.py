@@ -1,7 +1,7 @@
 import pytest
 
 from audit.models import AuditEvent
-from instances import cordon, services
+from instances import cordon, placement
 from instances.models import Gpu, Host
 
 
@@ -9,15 +9,15 @@ def test_a_cordoned_host_gets_no_new_instances(launch, bob, acme, ops, fleet):
     cordon.cordon_host(actor=ops, host=fleet["hosts"]["h100-a"], reason="fan noise")
     instance = launch(bob, acme, count=8)
     assert instance.host.name == "h100-b"
-    with pytest.raises(services.PlacementError):
+    with pytest.raises(placement.PlacementError):
         launch(bob, acme, name="b", count=1)
 
 
 def test_a_cordoned_gpu_is_not_placed_and_not_counted_free(launch, bob, acme, ops, fleet):
     gpu = Gpu.objects.get(uuid="GPU-h200-a-0")
     cordon.cordon_gpu(actor=ops, gpu=gpu, reason="XID 79")
-    assert services.free_capacity(gpu_model=fleet["h200"]) == (0, 0)
-    with pytest.raises(services.PlacementError):
+    assert placement.free_capacity(gpu_model=fleet["h200"]) == (0, 0)
+    with pytest.raises(placement.PlacementError):
         launch(bob, acme, model="H200-141GB", count=1)
 
 
@@ -29,7 +29,7 @@ def test_uncordon_gives_the_gpu_back_to_placement(launch, bob, acme, ops, fleet)
 
 def test_cordoned_mig_host_offers_no_slices(launch, bob, acme, ops, fleet):
     cordon.cordon_host(actor=ops, host=fleet["hosts"]["a100-mig"])
-    assert services.free_capacity(gpu_model=fleet["a100"], slice_profile=fleet["mig"]) == (0, 0)
+    assert placement.free_capacity(gpu_model=fleet["a100"], slice_profile=fleet["mig"]) == (0, 0)
 
 
 def test_cordon_and_uncordon_are_audited_once(ops, fleet):

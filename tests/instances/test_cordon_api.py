@@ -25,9 +25,9 @@ def test_a_bad_reason_is_a_named_400_and_nothing_changes(api, ops, fleet):
 
 
 def test_drain_answers_what_it_preempted_and_what_to_move(api, ops, bob, acme, launch, fleet):
-    from instances import services
+    from instances import lifecycle
 
-    spot = services.mark_running(instance=launch(bob, acme, name="cheap", model="H200-141GB", pricing="spot"))
+    spot = lifecycle.mark_running(instance=launch(bob, acme, name="cheap", model="H200-141GB", pricing="spot"))
     body = api(ops).post(f"/api/v1/hosts/{fleet['hosts']['h200-a'].pk}/drain/", {"notice_seconds": 60},
                          format="json").json()
     assert [i["name"] for i in body["preempted"]] == [spot.name]

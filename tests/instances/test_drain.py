@@ -1,10 +1,10 @@
 from audit.models import AuditEvent
-from instances import cordon, services
+from instances import cordon, lifecycle
 from instances.models import NoticeStatus, PreemptionNotice
 
 
 def _running(launch, user, team, **kw):
-    return services.mark_running(instance=launch(user, team, **kw))
+    return lifecycle.mark_running(instance=launch(user, team, **kw))
 
 
 def test_drain_gives_spot_work_the_usual_notice(launch, bob, acme, ops, fleet):

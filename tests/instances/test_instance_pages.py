@@ -87,7 +87,8 @@ def test_logout_needs_post(logged_in, bob):
 
 
 def test_a_pending_preemption_notice_shows_on_the_instance_page(logged_in, bob, launch, acme, ops):
-    from instances.services import issue_preemption_notice, mark_running
+    from instances.lifecycle import mark_running
+    from instances.preemption import issue_preemption_notice
 
     spot = mark_running(instance=launch(bob, acme, name="cheap", pricing="spot"))
     issue_preemption_notice(actor=ops, instance=spot, reason="capacity needed")
@@ -112,7 +113,7 @@ def test_a_stuck_stop_is_flagged_and_operators_can_force_it(logged_in, bob, ops,
 
     from django.utils import timezone
 
-    from instances.services import mark_running, stop_instance
+    from instances.lifecycle import mark_running, stop_instance
 
     hour_ago = timezone.now() - timedelta(hours=1)
     acme_instance = mark_running(instance=launch(bob, acme, at=hour_ago), at=hour_ago)

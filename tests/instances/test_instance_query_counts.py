@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture
 def many_instances(launch, bob, acme):
-    from instances.services import mark_running
+    from instances.lifecycle import mark_running
 
     for n, pricing in enumerate(["on_demand", "spot", "reserved"] * 2):
         mark_running(instance=launch(bob, acme, name=f"job-{n}", count=2, pricing=pricing))

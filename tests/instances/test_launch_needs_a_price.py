@@ -1,6 +1,6 @@
 from audit.models import AuditEvent
 from billing.models import Price, SpotPrice
-from instances import services
+from instances import catalog, lifecycle
 from instances.models import GpuModel, Instance
 from monitoring.inventory import gpu_model_for
 
@@ -25,13 +25,13 @@ def test_spot_needs_a_spot_price(api, bob, acme, fleet):
 
 def test_a_stopped_instance_of_an_unpriced_sku_cannot_start(launch, bob, acme):
     job = launch(bob, acme)
-    services.mark_running(instance=job)
-    services.stop_instance(actor=bob, instance=job, finish=False)
-    services.finish_stop(instance=job)
+    lifecycle.mark_running(instance=job)
+    lifecycle.stop_instance(actor=bob, instance=job, finish=False)
+    lifecycle.finish_stop(instance=job)
     Price.objects.filter(sku="H100-80GB").delete()
     try:
-        services.start_instance(actor=bob, instance=job, provision=False)
-    except services.NoPriceError as exc:
+        lifecycle.start_instance(actor=bob, instance=job, provision=False)
+    except lifecycle.NoPriceError as exc:
         assert exc.code == "no_price"
     else:
         raise AssertionError("an unpriced SKU started")
@@ -44,4 +44,4 @@ def test_a_gpu_model_the_agent_reports_is_registered_audited_and_unpriced(fleet,
     event = AuditEvent.objects.get(action="gpu_model.register")
     assert event.details["reported_as"] == "NVIDIA B200" and event.details["priced"] is False
     assert GpuModel.objects.filter(name="B200-192GB").count() == 1
-    assert services.catalog.missing_price(sku="B200-192GB", pricing_model="on_demand", at=event.time)
+    assert catalog.missing_price(sku="B200-192GB", pricing_model="on_demand", at=event.time)

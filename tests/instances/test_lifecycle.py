@@ -1,6 +1,6 @@
 import pytest
 
-from instances import services
+from instances import lifecycle, preemption, transitions
 from instances.models import Gpu, LifecycleEvent, State
 
 
@@ -17,18 +17,18 @@ def test_launch_holds_gpus_and_records_pending(launch, bob, acme):
 
 def test_full_lifecycle_is_recorded_in_order(launch, bob, acme):
     instance = launch(bob, acme)
-    services.mark_running(instance=instance)
-    services.stop_instance(actor=bob, instance=instance, finish=False)
-    services.finish_stop(instance=instance)
-    services.start_instance(actor=bob, instance=instance, provision=False)
-    services.mark_running(instance=instance)
-    services.terminate_instance(actor=bob, instance=instance)
+    lifecycle.mark_running(instance=instance)
+    lifecycle.stop_instance(actor=bob, instance=instance, finish=False)
+    lifecycle.finish_stop(instance=instance)
+    lifecycle.start_instance(actor=bob, instance=instance, provision=False)
+    lifecycle.mark_running(instance=instance)
+    lifecycle.terminate_instance(actor=bob, instance=instance)
     assert states(instance) == ["pending", "running", "stopping", "stopped", "pending", "running", "terminated"]
 
 
 def test_stop_releases_gpus(acme_instance, bob, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        services.stop_instance(actor=bob, instance=acme_instance)
+        lifecycle.stop_instance(actor=bob, instance=acme_instance)
     acme_instance.refresh_from_db()
     assert acme_instance.state == State.STOPPED
     assert not Gpu.objects.filter(instance=acme_instance).exists()
@@ -36,29 +36,29 @@ def test_stop_releases_gpus(acme_instance, bob, django_capture_on_commit_callbac
 
 def test_stop_runs_through_stopping_then_stopped(acme_instance, bob, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        services.stop_instance(actor=bob, instance=acme_instance)
+        lifecycle.stop_instance(actor=bob, instance=acme_instance)
     assert states(acme_instance)[-2:] == ["stopping", "stopped"]
 
 
 def test_it_refuses_to_start_a_running_instance(acme_instance, bob):
-    with pytest.raises(services.LifecycleError, match="only a stopped instance can start"):
-        services.start_instance(actor=bob, instance=acme_instance)
+    with pytest.raises(transitions.LifecycleError, match="only a stopped instance can start"):
+        lifecycle.start_instance(actor=bob, instance=acme_instance)
 
 
 def test_terminated_is_final(acme_instance, bob):
-    services.terminate_instance(actor=bob, instance=acme_instance)
-    with pytest.raises(services.LifecycleError, match="already terminated"):
-        services.terminate_instance(actor=bob, instance=acme_instance)
+    lifecycle.terminate_instance(actor=bob, instance=acme_instance)
+    with pytest.raises(transitions.LifecycleError, match="already terminated"):
+        lifecycle.terminate_instance(actor=bob, instance=acme_instance)
 
 
 def test_only_spot_is_preempted(acme_instance):
-    with pytest.raises(services.LifecycleError, match="only spot"):
-        services.preempt_instance(instance=acme_instance)
+    with pytest.raises(transitions.LifecycleError, match="only spot"):
+        preemption.preempt_instance(instance=acme_instance)
 
 
 def test_preemption_is_marked_as_platform_caused(launch, bob, acme):
-    instance = services.mark_running(instance=launch(bob, acme, pricing="spot"))
-    services.preempt_instance(instance=instance, reason="capacity")
+    instance = lifecycle.mark_running(instance=launch(bob, acme, pricing="spot"))
+    preemption.preempt_instance(instance=instance, reason="capacity")
     event = LifecycleEvent.objects.filter(instance=instance).last()
     assert (event.to_state, event.by_platform, event.reason) == ("preempted", True, "capacity")
     assert not Gpu.objects.filter(instance=instance).exists()
@@ -66,8 +66,8 @@ def test_preemption_is_marked_as_platform_caused(launch, bob, acme):
 
 def test_a_failed_transition_writes_nothing(acme_instance, bob):
     before = LifecycleEvent.objects.count()
-    with pytest.raises(services.LifecycleError):
-        services.start_instance(actor=bob, instance=acme_instance)
+    with pytest.raises(transitions.LifecycleError):
+        lifecycle.start_instance(actor=bob, instance=acme_instance)
     assert LifecycleEvent.objects.count() == before
 
 
@@ -75,7 +75,7 @@ def test_provisioning_task_marks_launched_instance_running(fleet, bob, acme, dja
     from instances.models import GpuModel
 
     with django_capture_on_commit_callbacks(execute=True):
-        instance = services.launch_instance(
+        instance = lifecycle.launch_instance(
             actor=bob, team=acme, name="auto", gpu_model=GpuModel.objects.get(name="H100-80GB"),
             gpu_count=1, pricing_model="on_demand",
         )

@@ -14,23 +14,26 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
+from billing import price_changes as billing_price_changes
 from billing.models import Charge, UsageRecord
-from instances import services
+from instances import lifecycle, preemption, transitions
 from instances.models import FINAL_STATES, HOLDING_STATES, Gpu, GpuModel, GpuSlice, Instance, State
-from jobs import services as job_services
+from jobs import queue_status as job_queue_status
+from jobs import scheduler as job_scheduler
+from jobs import submission as job_submission
 from jobs.models import Job, JobRun, JobState
 from scaling import services as scaling_services
 
 ENDED = (*FINAL_STATES, State.PREEMPTED)
 VERBS = {
-    "run": lambda i, at: services.mark_running(instance=i, at=at),
-    "stop": lambda i, at: services.stop_instance(actor="system", instance=i, at=at, finish=False),
-    "stopped": lambda i, at: services.finish_stop(instance=i, at=at),
-    "start": lambda i, at: services.start_instance(actor="system", instance=i, at=at, provision=False),
-    "preempt": lambda i, at: services.preempt_instance(instance=i, at=at),
-    "terminate": lambda i, at: services.terminate_instance(actor="system", instance=i, at=at),
-    "fail": lambda i, at: services.fail_instance(instance=i, reason="boot timed out", at=at),
+    "run": lambda i, at: lifecycle.mark_running(instance=i, at=at),
+    "stop": lambda i, at: lifecycle.stop_instance(actor="system", instance=i, at=at, finish=False),
+    "stopped": lambda i, at: lifecycle.finish_stop(instance=i, at=at),
+    "start": lambda i, at: lifecycle.start_instance(actor="system", instance=i, at=at, provision=False),
+    "preempt": lambda i, at: preemption.preempt_instance(instance=i, at=at),
+    "terminate": lambda i, at: lifecycle.terminate_instance(actor="system", instance=i, at=at),
+    "fail": lambda i, at: lifecycle.fail_instance(instance=i, reason="boot timed out", at=at),
 }
 
 
@@ -68,9 +71,9 @@ class Lifecycle(RuleBasedStateMachine):
     def launch(self, pricing, count, team):
         self.count += 1
         try:
-            services.launch_instance(actor="system", team=self.world[team], name=f"i{self.count}", gpu_model=self.h100,
+            lifecycle.launch_instance(actor="system", team=self.world[team], name=f"i{self.count}", gpu_model=self.h100,
                                      gpu_count=count, pricing_model=pricing, at=self.clock, provision=False)
-        except services.LifecycleError:
+        except transitions.LifecycleError:
             pass  # no room (spot instances may have been given notice)
 
     @rule(verb=st.sampled_from(sorted(VERBS)), n=st.integers(0, 100), back=st.sampled_from([0, 0, 0, 45]))
@@ -82,32 +85,32 @@ class Lifecycle(RuleBasedStateMachine):
         before = (instance.state, instance.events.count())
         try:
             VERBS[verb](instance, self.clock - timedelta(minutes=back))
-        except services.LifecycleError:
+        except transitions.LifecycleError:
             instance.refresh_from_db()
             assert (instance.state, instance.events.count()) == before, f"a refused {verb} changed {instance}"
 
     @rule()
     def notices_run_out(self):
-        services.preempt_due(now=self.clock)
+        preemption.preempt_due(now=self.clock)
 
     @rule(count=st.integers(1, 8), priority=st.sampled_from(["low", "normal"]))
     def submit(self, count, priority):
         self.count += 1
-        job_services.submit_job(actor=self.world["bob"], team=self.world["acme"], name=f"j{self.count}",
+        job_submission.submit_job(actor=self.world["bob"], team=self.world["acme"], name=f"j{self.count}",
                                 command="python train.py", gpu_model=self.h100, gpu_count=count, priority=priority,
                                 now=self.clock)
 
     @rule()
     def queue_pass(self):
-        job_services.run_queue(now=self.clock, provision=False)
+        job_scheduler.run_queue(now=self.clock, provision=False)
 
     @rule(n=st.integers(0, 100))
     def cancel(self, n):
         jobs = list(Job.objects.order_by("id"))
         if jobs:
             try:
-                job_services.cancel_job(actor=self.world["bob"], job=jobs[n % len(jobs)], now=self.clock)
-            except job_services.JobConflict:
+                job_submission.cancel_job(actor=self.world["bob"], job=jobs[n % len(jobs)], now=self.clock)
+            except job_submission.JobConflict:
                 pass
 
     @rule(depth=st.integers(0, 40))
@@ -117,7 +120,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def meter(self):
-        billing_services.meter_window(actor="system", start=self.origin, end=self.clock + timedelta(seconds=1),
+        billing_meter_runs.meter_window(actor="system", start=self.origin, end=self.clock + timedelta(seconds=1),
                                       now=self.clock + timedelta(seconds=1))
         cents = dict(Charge.objects.filter(instance__isnull=False).values("instance").annotate(c=Sum("billed_cents"))
                      .values_list("instance", "c"))
@@ -128,7 +131,7 @@ class Lifecycle(RuleBasedStateMachine):
                 self.ended_cents.setdefault(pk, cents.get(pk, 0))
                 late = UsageRecord.objects.filter(instance_id=pk, end__gt=end)
                 assert not late.exists(), f"instance {pk} has usage after it became {state} at {end}"
-        costs = job_services.job_costs(list(Job.objects.values_list("pk", flat=True)))
+        costs = job_queue_status.job_costs(list(Job.objects.values_list("pk", flat=True)))
         for job in Job.objects.exclude(state__in=(JobState.QUEUED, JobState.RUNNING)):
             self.ended_jobs.setdefault(job.pk, costs.get(job.pk, 0))
             assert costs.get(job.pk, 0) == self.ended_jobs[job.pk], f"job {job} cost more after it ended"
@@ -165,7 +168,7 @@ def idle_price(fleet):
     from datetime import UTC, datetime
 
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
 
 

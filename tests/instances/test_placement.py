@@ -1,6 +1,6 @@
 import pytest
 
-from instances import services
+from instances import lifecycle, placement
 from instances.models import Gpu, Host
 
 
@@ -19,7 +19,7 @@ def test_fullest_host_that_fits_wins(launch, bob, acme):
 def test_no_capacity_names_the_reason(launch, bob, acme):
     launch(bob, acme, name="a", count=8)
     launch(bob, acme, name="b", count=8)
-    with pytest.raises(services.PlacementError, match="no active host has 1 free H100-80GB GPUs"):
+    with pytest.raises(placement.PlacementError, match="no active host has 1 free H100-80GB GPUs"):
         launch(bob, acme, name="c", count=1)
 
 
@@ -36,34 +36,34 @@ def test_mig_slices_are_placed_on_a_mig_host(launch, bob, acme, fleet):
 
 
 def test_whole_gpus_never_come_from_a_mig_host(launch, bob, acme):
-    with pytest.raises(services.PlacementError):
+    with pytest.raises(placement.PlacementError):
         launch(bob, acme, model="A100-80GB", count=1)
 
 
 def test_a_failed_placement_leaves_nothing_behind(launch, bob, acme):
     from instances.models import Instance
 
-    with pytest.raises(services.PlacementError):
+    with pytest.raises(placement.PlacementError):
         launch(bob, acme, model="H200-141GB", count=2)
     assert not Instance.objects.exists()
 
 
 def test_restart_fails_with_a_reason_when_capacity_is_gone(launch, bob, acme):
-    job = services.mark_running(instance=launch(bob, acme, name="a", count=8))
-    services.stop_instance(actor=bob, instance=job, finish=False)
-    services.finish_stop(instance=job)
+    job = lifecycle.mark_running(instance=launch(bob, acme, name="a", count=8))
+    lifecycle.stop_instance(actor=bob, instance=job, finish=False)
+    lifecycle.finish_stop(instance=job)
     launch(bob, acme, name="b", count=8)
     launch(bob, acme, name="c", count=8)
-    with pytest.raises(services.PlacementError, match="No capacity"):
-        services.start_instance(actor=bob, instance=job)
+    with pytest.raises(placement.PlacementError, match="No capacity"):
+        lifecycle.start_instance(actor=bob, instance=job)
 
 
 def test_short_on_demand_capacity_gives_spot_instances_notice(launch, bob, alice, acme):
     from instances.models import PreemptionNotice
 
     for n in range(2):
-        services.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
-    with pytest.raises(services.PlacementError, match="were given notice to make room"):
+        lifecycle.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
+    with pytest.raises(placement.PlacementError, match="were given notice to make room"):
         launch(bob, acme, name="urgent", count=4)
     noticed = PreemptionNotice.objects.get()
     assert noticed.instance.name.startswith("spot-") and noticed.status == "pending"
@@ -73,8 +73,8 @@ def test_spot_launches_never_preempt_other_spot(launch, bob, acme):
     from instances.models import PreemptionNotice
 
     for n in range(2):
-        services.mark_running(instance=launch(bob, acme, name=f"spot-{n}", count=8, pricing="spot"))
-    with pytest.raises(services.PlacementError):
+        lifecycle.mark_running(instance=launch(bob, acme, name=f"spot-{n}", count=8, pricing="spot"))
+    with pytest.raises(placement.PlacementError):
         launch(bob, acme, name="more-spot", count=1, pricing="spot")
     assert not PreemptionNotice.objects.exists()
 
@@ -83,8 +83,8 @@ def test_a_second_launch_short_of_the_same_room_preempts_nothing_more(launch, bo
     from instances.models import PreemptionNotice
 
     for n in range(2):
-        services.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
+        lifecycle.mark_running(instance=launch(alice, acme, name=f"spot-{n}", count=8, pricing="spot"))
     for name in ("urgent", "also-urgent"):
-        with pytest.raises(services.PlacementError):
+        with pytest.raises(placement.PlacementError):
             launch(bob, acme, name=name, count=4)
     assert PreemptionNotice.objects.count() == 1

@@ -3,7 +3,7 @@ can hold the request, the error says so."""
 
 import pytest
 
-from instances import services
+from instances import lifecycle, placement
 from instances.models import Gpu, Host, HostKind, PreemptionNotice
 
 
@@ -24,7 +24,7 @@ def test_two_gpus_land_in_one_nvlink_group(launch, bob, acme, pairs):
 
 
 def test_more_gpus_than_any_group_holds_is_refused_with_the_reason(launch, bob, acme, pairs):
-    with pytest.raises(services.PlacementError) as caught:
+    with pytest.raises(placement.PlacementError) as caught:
         launch(bob, acme, model="H200-141GB", count=3)
     assert str(caught.value) == (
         "No NVLink group can hold 3 H200-141GB GPUs: an instance's GPUs must share one NVLink group, and the most "
@@ -43,7 +43,7 @@ def test_hosts_without_groups_still_place_across_the_host(launch, bob, acme, fle
 
 
 def test_free_capacity_counts_what_one_instance_can_get(pairs, fleet):
-    assert services.free_capacity(gpu_model=fleet["h200"]) == (5, 2)
+    assert placement.free_capacity(gpu_model=fleet["h200"]) == (5, 2)
 
 
 def test_the_api_names_the_nvlink_limit(api, bob, acme, pairs):
@@ -69,8 +69,8 @@ def test_the_launch_quote_says_it_does_not_fit(api, bob, pairs):
 
 def test_making_room_preempts_spot_gpus_of_one_nvlink_group(launch, bob, acme, pairs):
     for name in "abcde":  # best fit: h200-a, the two GPUs in no group, then the pair
-        services.mark_running(instance=launch(bob, acme, name=name, model="H200-141GB", pricing="spot"))
-    with pytest.raises(services.PlacementError, match="were given notice"):
+        lifecycle.mark_running(instance=launch(bob, acme, name=name, model="H200-141GB", pricing="spot"))
+    with pytest.raises(placement.PlacementError, match="were given notice"):
         launch(bob, acme, name="big", model="H200-141GB", count=2)
     noticed = set(PreemptionNotice.objects.values_list("instance__name", flat=True))
     assert noticed == {"d", "e"}  # b and c free two GPUs, but in no shared group

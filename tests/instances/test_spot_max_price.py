@@ -5,8 +5,8 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from billing import services as billing_services
-from instances import services
+from billing import price_changes as billing_price_changes
+from instances import lifecycle, preemption
 from instances.models import Instance, NoticeStatus, PreemptionNotice
 
 # The fleet fixture prices H100 at 1.00 on-demand and 0.40 spot per GPU-hour.
@@ -56,17 +56,17 @@ def test_the_service_checks_a_max_price_given_as_a_float_or_text(launch, bob, ac
 
 def _running_spot(launch, bob, acme, max_price="0.50", name="sweep"):
     instance = launch(bob, acme, name=name, pricing="spot", max_price=max_price, count=2)
-    return services.mark_running(instance=instance)
+    return lifecycle.mark_running(instance=instance)
 
 
 def test_a_spot_price_above_the_max_gives_notice_then_preempts(launch, bob, acme, ops):
     instance = _running_spot(launch, bob, acme)
     now = timezone.now()
-    billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.60", now=now)
+    billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.60", now=now)
     notice = PreemptionNotice.objects.get(instance=instance)
-    assert notice.status == NoticeStatus.PENDING and notice.preempt_at == now + services.DEFAULT_NOTICE
+    assert notice.status == NoticeStatus.PENDING and notice.preempt_at == now + preemption.DEFAULT_NOTICE
     assert notice.reason == "spot price 0.60/GPU-hour is above its max price 0.50"
-    services.preempt_due(now=notice.preempt_at)
+    preemption.preempt_due(now=notice.preempt_at)
     instance.refresh_from_db()
     assert instance.state == "preempted"
     assert AuditEvent.objects.filter(action="billing.preemption.notice", target_id=str(instance.pk)).exists()
@@ -74,16 +74,16 @@ def test_a_spot_price_above_the_max_gives_notice_then_preempts(launch, bob, acme
 
 def test_a_spot_price_at_or_under_the_max_leaves_it_running(launch, bob, acme, ops):
     instance = _running_spot(launch, bob, acme)
-    billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.50")
-    billing_services.set_spot_price(actor=ops, sku="A100-80GB", hourly="0.90")  # another SKU
+    billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.50")
+    billing_price_changes.set_spot_price(actor=ops, sku="A100-80GB", hourly="0.90")  # another SKU
     assert not PreemptionNotice.objects.filter(instance=instance).exists()
 
 
 def test_only_instances_whose_max_is_passed_get_notice(launch, bob, acme, ops):
     low = _running_spot(launch, bob, acme, "0.45", name="low")
     high = _running_spot(launch, bob, acme, "0.90", name="high")
-    no_max = services.mark_running(instance=launch(bob, acme, name="none", pricing="spot"))
-    billing_services.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.70")
+    no_max = lifecycle.mark_running(instance=launch(bob, acme, name="none", pricing="spot"))
+    billing_price_changes.set_spot_price(actor=ops, sku="H100-80GB", hourly="0.70")
     assert set(PreemptionNotice.objects.values_list("instance__name", flat=True)) == {low.name}
     assert {high.name, no_max.name}.isdisjoint(PreemptionNotice.objects.values_list("instance__name", flat=True))
 
@@ -91,8 +91,8 @@ def test_only_instances_whose_max_is_passed_get_notice(launch, bob, acme, ops):
 def test_a_scheduled_price_is_enforced_by_the_periodic_sweep_once(launch, bob, acme, ops):
     instance = _running_spot(launch, bob, acme)
     later = timezone.now() + timedelta(hours=1)
-    billing_services.import_spot_prices(actor=ops, rows=[{"sku": "H100-80GB", "hourly": "0.80",
+    billing_price_changes.import_spot_prices(actor=ops, rows=[{"sku": "H100-80GB", "hourly": "0.80",
                                                           "time": later.isoformat()}])
-    assert services.enforce_max_prices(now=later - timedelta(seconds=1)) == []
-    assert [n.instance for n in services.enforce_max_prices(now=later)] == [instance]
-    assert services.enforce_max_prices(now=later + timedelta(seconds=10)) == []  # already under notice
+    assert preemption.enforce_max_prices(now=later - timedelta(seconds=1)) == []
+    assert [n.instance for n in preemption.enforce_max_prices(now=later)] == [instance]
+    assert preemption.enforce_max_prices(now=later + timedelta(seconds=10)) == []  # already under notice

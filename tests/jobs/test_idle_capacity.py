@@ -7,16 +7,18 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import placement as instance_placement
+from instances import preemption as instance_preemption
 from instances.models import Image, PreemptionNotice, PricingModel, State
-from jobs import services
+from jobs import queue_status, scheduler, submission
 from jobs.models import JobState
 
 
 def _pass(now):
-    result = services.run_queue(now=now, provision=False)
+    result = scheduler.run_queue(now=now, provision=False)
     for job in result.started:
-        instance_services.mark_running(instance=job.instance, at=now)
+        instance_lifecycle.mark_running(instance=job.instance, at=now)
     return result
 
 
@@ -30,18 +32,18 @@ def test_a_low_priority_job_yields_to_an_on_demand_launch_and_resumes(launch, su
     assert job.instance.pricing_model == PricingModel.IDLE
     assert job.instance.host.name == "h100-b" != busy.host.name
 
-    with pytest.raises(instance_services.PlacementError, match="given notice"):
+    with pytest.raises(instance_placement.PlacementError, match="given notice"):
         launch(charlie, globex, name="globex-train", count=8)
-    instance_services.preempt_due(now=t0 + timedelta(minutes=3))
+    instance_preemption.preempt_due(now=t0 + timedelta(minutes=3))
     _pass(t0 + timedelta(minutes=3))
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
-    assert "by a paying launch" in services.queue_info([job])[job.pk].reason
+    assert "by a paying launch" in queue_status.queue_info([job])[job.pk].reason
     assert "h100-b held for a paying launch" in job.wait_note  # not taken back before the payer launches
 
     paying = launch(charlie, globex, name="globex-train", count=8)
     assert paying.host.name == "h100-b"
-    instance_services.terminate_instance(actor=charlie, instance=paying, at=t0 + timedelta(hours=1))
+    instance_lifecycle.terminate_instance(actor=charlie, instance=paying, at=t0 + timedelta(hours=1))
     _pass(t0 + timedelta(hours=1))
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.instance.host.name == "h100-b"
@@ -59,7 +61,7 @@ def test_normal_jobs_start_before_low_ones_then_in_queue_order(submit, acme, bob
     started = _pass(timezone.now()).started
     assert [j.name for j in started] == ["normal", "low-1"]
     second_low.refresh_from_db()
-    info = services.queue_info([second_low, third])
+    info = queue_status.queue_info([second_low, third])
     assert (info[second_low.pk].position, info[third.pk].position) == (1, 2)
     assert info[third.pk].reason == "Behind 1 job for H100-80GB."
     assert "No idle capacity of H100-80GB" in info[second_low.pk].reason
@@ -82,7 +84,7 @@ def test_a_queued_job_past_its_deadline_expires(submit, launch, acme, globex, bo
     _pass(now + timedelta(minutes=6))
     job.refresh_from_db()
     assert job.state == JobState.EXPIRED
-    assert services.queue_info([job])[job.pk].reason.startswith("Deadline passed at")
+    assert queue_status.queue_info([job])[job.pk].reason.startswith("Deadline passed at")
 
 
 def test_stopping_a_jobs_instance_finishes_it_and_cancel_ends_a_run(submit, acme, bob):
@@ -90,15 +92,15 @@ def test_stopping_a_jobs_instance_finishes_it_and_cancel_ends_a_run(submit, acme
     now = timezone.now()
     _pass(now)
     done.refresh_from_db()
-    instance_services.terminate_instance(actor=bob, instance=done.instance, at=now + timedelta(minutes=5))
-    services.cancel_job(actor=bob, job=cancelled)
+    instance_lifecycle.terminate_instance(actor=bob, instance=done.instance, at=now + timedelta(minutes=5))
+    submission.cancel_job(actor=bob, job=cancelled)
     _pass(now + timedelta(minutes=6))
     done.refresh_from_db()
     cancelled.refresh_from_db()
     assert done.state == JobState.FINISHED
     assert cancelled.state == JobState.CANCELLED and cancelled.instance.state == State.TERMINATED
-    with pytest.raises(services.JobConflict):
-        services.cancel_job(actor=bob, job=cancelled)
+    with pytest.raises(submission.JobConflict):
+        submission.cancel_job(actor=bob, job=cancelled)
 
 
 def test_a_job_whose_image_was_retired_waits_without_holding_back_the_queue(submit, idle_price, acme, bob):

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from instances.models import Image
-from jobs import services
+from jobs import scheduler
 from jobs.models import Job, JobState
 
 
@@ -74,7 +74,7 @@ def test_a_job_runs_on_the_image_it_names_and_unknown_images_are_a_400(api, idle
         assert answer.status_code == 400 and "image" in answer.json(), bad
     answer = client.post("/api/v1/jobs/", _body(acme, image=mine.pk), format="json")
     assert answer.status_code == 201 and answer.json()["image"]["name"] == "pytorch"
-    services.run_queue(provision=False)
+    scheduler.run_queue(provision=False)
     assert Job.objects.get().instance.image == mine
 
 

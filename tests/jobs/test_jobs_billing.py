@@ -6,24 +6,25 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing import costs, rates
-from billing import services as billing_services
+from billing import meter_runs as billing_meter_runs
 from billing.models import Charge, PricingCategory
-from instances import services as instance_services
-from jobs import services
+from instances import lifecycle as instance_lifecycle
+from instances import preemption as instance_preemption
+from jobs import queue_status, scheduler
 
 T0 = datetime(2026, 11, 10, 8, 0, tzinfo=UTC)
 
 
 def _run_for(job, start, seconds, how="terminate"):
-    services.run_queue(now=start, provision=False)
+    scheduler.run_queue(now=start, provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance, at=start)
+    instance_lifecycle.mark_running(instance=job.instance, at=start)
     end = start + timedelta(seconds=seconds)
     if how == "preempt":
-        instance_services.preempt_instance(instance=job.instance, at=end)
+        instance_preemption.preempt_instance(instance=job.instance, at=end)
     else:
-        instance_services.terminate_instance(actor="system", instance=job.instance, at=end)
-    services.run_queue(now=end, provision=False)
+        instance_lifecycle.terminate_instance(actor="system", instance=job.instance, at=end)
+    scheduler.run_queue(now=end, provision=False)
     job.refresh_from_db()
 
 
@@ -31,22 +32,22 @@ def test_a_job_pays_the_idle_price_per_second(submit, acme, bob, ops):
     job = submit(bob, acme, count=2, now=T0)
     _run_for(job, T0, 3600, how="preempt")  # 2 GPUs × 1 h × 0.25
     _run_for(job, T0 + timedelta(hours=2), 90)  # 2 GPUs × 90 s × 0.25 = 0.0125, no 60-s minimum top-up
-    billing_services.meter_window(actor=ops, start=T0, end=T0 + timedelta(days=1), now=T0 + timedelta(days=1))
+    billing_meter_runs.meter_window(actor=ops, start=T0, end=T0 + timedelta(days=1), now=T0 + timedelta(days=1))
     charges = Charge.objects.filter(instance__job_run__job=job)
     assert sorted(c.billed_cost for c in charges) == [Decimal("0.01"), Decimal("0.50")]
     assert {c.pricing_category for c in charges} == {PricingCategory.DYNAMIC}
     assert sum(c.list_cost for c in charges) == Decimal("2.05")  # what on-demand (1.00) would have cost
-    assert services.job_costs([job.pk]) == {job.pk: Decimal("0.51")}
+    assert queue_status.job_costs([job.pk]) == {job.pk: Decimal("0.51")}
     by_job = costs.grouped(Charge.objects.all(), "job")
     assert [(r["key"], r["label"], r["billed_cost"]) for r in by_job] == [(str(job.pk), "train", Decimal("0.51"))]
 
 
 def test_a_running_job_bills_the_idle_price_per_hour_now(submit, acme, bob):
     job = submit(bob, acme, count=4)
-    services.run_queue(provision=False)
+    scheduler.run_queue(provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance)
+    instance_lifecycle.mark_running(instance=job.instance)
     from django.utils import timezone
 
     assert rates.run_rate(team_ids=[acme.pk], now=timezone.now()).instances[job.instance_id] == Decimal("1.00")
-    assert services.queue_info([job])[job.pk].price_per_hour == Decimal("1.00")
+    assert queue_status.queue_info([job])[job.pk].price_per_hour == Decimal("1.00")

@@ -8,7 +8,7 @@ from billing import demo as billing_demo
 from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import GpuHold
-from jobs import demo, services
+from jobs import demo, queue_status
 from jobs.models import Job
 
 
@@ -25,7 +25,7 @@ def seeded(db, settings):
 
 def test_the_demo_jobs_tell_the_idle_capacity_story(seeded):
     jobs = {j.name: j for j in Job.objects.select_related("instance__host", "gpu_model")}
-    info = services.queue_info(list(jobs.values()))
+    info = queue_status.queue_info(list(jobs.values()))
     assert {n: j.state for n, j in jobs.items()} == {
         "tokenize-corpus": "finished", "nightly-eval": "running", "render-backfill": "running", "hparam-sweep": "queued"}
     assert [e.kind for e in jobs["nightly-eval"].events.all()] == ["submit", "start", "preempt", "resume"]

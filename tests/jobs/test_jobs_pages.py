@@ -5,7 +5,7 @@ import re
 
 from django.test import Client
 
-from jobs import services
+from jobs import scheduler
 from jobs.models import Job, JobState
 
 
@@ -25,7 +25,7 @@ def test_the_queue_page_shows_the_apis_figures(api, launch, submit, acme, globex
     running = submit(bob, acme, name="running", count=4)
     waiting = submit(bob, acme, name="waiting", count=8)
     behind = submit(bob, acme, name="behind", count=1)
-    services.run_queue(provision=False)
+    scheduler.run_queue(provision=False)
     html = _client(bob).get("/jobs/").content.decode()
     listed = {r["id"]: r for r in api(bob).get("/api/v1/jobs/").json()["results"]}
     assert listed[running.pk]["state"] == "running" and "on h100-b" in _row(html, running)
@@ -60,7 +60,7 @@ def test_outsiders_see_none_of_it_and_auditors_cannot_submit(submit, acme, bob, 
 
 def test_the_job_page_shows_runs_events_and_cancels(submit, acme, bob):
     job = submit(bob, acme, count=2)
-    services.run_queue(provision=False)
+    scheduler.run_queue(provision=False)
     client = _client(bob)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "in idle capacity after waiting" in page and "train-run-1" in page

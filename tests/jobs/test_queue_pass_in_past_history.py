@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from console.request_context import recorded_at
-from instances import services as instance_services
-from jobs import services
+from instances import lifecycle as instance_lifecycle
+from jobs import scheduler
 from jobs.models import JobState
 
 
@@ -25,9 +25,9 @@ def test_a_past_job_run_ends_after_it_began(submit, bob, acme, django_capture_on
     at = timezone.now() - timedelta(hours=1)
     with django_capture_on_commit_callbacks(execute=True), recorded_at(at):
         job = submit(bob, acme, count=2, priority="normal", now=at)
-        services.run_queue(now=at, provision=False)
+        scheduler.run_queue(now=at, provision=False)
     job.refresh_from_db()
-    instance_services.mark_running(instance=job.instance, at=at + timedelta(minutes=1))
-    instance_services.terminate_instance(actor=bob, instance=job.instance, at=at + timedelta(minutes=5))
+    instance_lifecycle.mark_running(instance=job.instance, at=at + timedelta(minutes=1))
+    instance_lifecycle.terminate_instance(actor=bob, instance=job.instance, at=at + timedelta(minutes=5))
     times = list(job.instance.events.order_by("id").values_list("time", flat=True))
     assert times == sorted(times) and times[0] == at

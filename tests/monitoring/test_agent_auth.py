@@ -9,7 +9,7 @@ from django.utils import timezone
 from telemetry_wire import Agent, gpu_entry
 
 from audit.models import AuditEvent
-from audit.services import flush_refusals
+from audit.refusals import flush_refusals
 from instances.models import Gpu, Host
 from monitoring import services
 from monitoring.models import GpuEvent, HostToken

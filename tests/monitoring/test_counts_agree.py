@@ -4,7 +4,7 @@
 import pytest
 from django.test import Client
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 
 pytestmark = pytest.mark.django_db
 
@@ -30,8 +30,8 @@ def test_fleet_and_hosts_count_a_gpu_with_a_held_slice_as_used(ops, launch, char
 
 def test_running_instances_leave_out_pending_and_stopping(bob, acme, launch, acme_instance):
     launch(bob, acme, name="waiting")
-    stopping = instance_services.mark_running(instance=launch(bob, acme, name="going"))
-    instance_services.stop_instance(actor=bob, instance=stopping, finish=False)
+    stopping = instance_lifecycle.mark_running(instance=launch(bob, acme, name="going"))
+    instance_lifecycle.stop_instance(actor=bob, instance=stopping, finish=False)
     context = page(bob, "/")
     assert context["running_count"] == 1
     assert len(context["instances"]) == 3

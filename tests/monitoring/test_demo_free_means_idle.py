@@ -17,7 +17,7 @@ from billing import demo as billing_demo
 from console import services as console_services
 from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
-from instances import services as instance_services
+from instances import placement as instance_placement
 from instances.models import Gpu, Host, HostKind
 from jobs import demo as jobs_demo
 from jobs.models import Job
@@ -111,7 +111,7 @@ def test_free_gpus_idle_and_job_gpus_name_their_job_everywhere(followed):
     for model in {g.model for g in on_jobs}:
         free_of_model = sum(1 for g in free if g.model_id == model.pk and g.host.state == "active"
                             and g.cordoned_at is None and g.host.cordoned_at is None)
-        assert instance_services.free_capacity(gpu_model=model)[0] == free_of_model
+        assert instance_placement.free_capacity(gpu_model=model)[0] == free_of_model
         capacity = {r["model"]: r for r in ops.get("/api/v1/overview/").json()["capacity"]}
         assert capacity[model.name]["free"] == free_of_model
 

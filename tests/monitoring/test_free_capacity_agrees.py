@@ -4,7 +4,7 @@ free whole GPUs, however idle."""
 
 import re
 
-from instances import services
+from instances import placement
 from instances.models import Host, HostState
 
 
@@ -26,7 +26,7 @@ def test_the_fleet_page_and_the_launch_form_count_the_same_free_gpus(client, ops
     api = {r["model"]: r for r in client.get("/api/v1/overview/").json()["capacity"]}
     assert {m: r["free"] for m, r in api.items()} == fleet_free(fleet_page)
     assert (api["A100-80GB"]["other"], api["H100-80GB"]["other"]) == (2, 8)
-    assert services.free_capacity(gpu_model=fleet["h100"]) == (6, 6)
+    assert placement.free_capacity(gpu_model=fleet["h100"]) == (6, 6)
 
 
 def test_every_gpu_is_used_free_or_other(client, ops, acme_instance):

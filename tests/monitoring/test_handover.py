@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from telemetry_wire import Agent, gpu_entry, samples
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring.models import Sample
 from monitoring.routing import websocket_urlpatterns
 
@@ -65,8 +65,8 @@ def handover(launch, charlie, globex, bob, acme):
 
     def globex_then_acme():
         old = launch(charlie, globex, name="globex-old", model="H200-141GB", at=at(base - 60))
-        instance_services.mark_running(instance=old, at=at(base - 59))
-        instance_services.terminate_instance(actor=charlie, instance=old, at=at(base + 0.4))
+        instance_lifecycle.mark_running(instance=old, at=at(base - 59))
+        instance_lifecycle.terminate_instance(actor=charlie, instance=old, at=at(base + 0.4))
         new = launch(bob, acme, name="acme-new", model="H200-141GB", at=at(base + 0.7))
         return old, new
 

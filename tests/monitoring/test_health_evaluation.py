@@ -7,7 +7,7 @@ from health_sim import sim_of, tick
 
 from alerting.models import Alert, AlertKind
 from audit.models import AuditEvent
-from instances import services
+from instances import placement
 from instances.models import Gpu
 from monitoring import verdicts
 from monitoring.models import GpuHealth
@@ -28,7 +28,7 @@ def test_a_gpu_fallen_off_the_bus_fails_is_alerted_and_cordoned(fleet):
     assert alert.severity == "critical" and alert.team_id is None
     assert "GPU 0 of h200-a is failed" in alert.message
     assert _h200().cordoned_at is not None
-    assert services.free_capacity(gpu_model=fleet["h200"]) == (0, 0)
+    assert placement.free_capacity(gpu_model=fleet["h200"]) == (0, 0)
 
 
 def test_auto_cordon_can_be_turned_off(fleet, settings):

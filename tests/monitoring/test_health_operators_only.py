@@ -25,9 +25,9 @@ def test_tenants_get_403_on_every_health_surface(who, request, api, fleet):
 
 
 def test_a_tenant_whose_instance_runs_on_a_failed_gpu_sees_no_health_alert(api, bob, acme, launch, fleet):
-    from instances import services
+    from instances import lifecycle
 
-    services.mark_running(instance=launch(bob, acme, model="H200-141GB"))
+    lifecycle.mark_running(instance=launch(bob, acme, model="H200-141GB"))
     gpu = Gpu.objects.select_related("host").get(uuid="GPU-h200-a-0")
     tick(gpu, sim_of(gpu, "xid:79"))
     verdicts.evaluate()

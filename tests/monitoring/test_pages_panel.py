@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring.models import Sample
 
 
@@ -113,8 +113,8 @@ def test_a_stopped_instance_charts_the_gpus_it_reported_from(client, bob, acme_i
     Sample.objects.create(
         gpu=gpu, team=gpu.team, instance=acme_instance, time=timezone.now(), gpu_util=5.0
     )
-    instance_services.stop_instance(actor=bob, instance=acme_instance, finish=False)
-    instance_services.finish_stop(instance=acme_instance)
+    instance_lifecycle.stop_instance(actor=bob, instance=acme_instance, finish=False)
+    instance_lifecycle.finish_stop(instance=acme_instance)
     client.force_login(bob)
     panel = client.get(f"/monitoring/instances/{acme_instance.pk}/panel/").json()
     assert [d["uuid"] for d in panel["devices"]] == [gpu.uuid]

@@ -8,7 +8,8 @@ from django.utils import timezone
 from telemetry_wire import add_samples
 
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import transitions as instance_transitions
 from instances.models import PrecisionPeriod, PrecisionSource
 
 BUSY = {"tensor_active_pct": 50.0, "sm_clock_mhz": 1980}
@@ -27,7 +28,7 @@ def changed(acme_instance, gpu, bob):
     past = timezone.now() - timedelta(minutes=5)
     add_samples(gpu, past, [BUSY] * 3, instance=acme_instance, step=timedelta(seconds=10))
     at = timezone.now()
-    instance_services.set_precision(actor=bob, instance=acme_instance, precision="tf32", at=at)
+    instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="tf32", at=at)
     add_samples(gpu, at + timedelta(seconds=1), [BUSY] * 2, instance=acme_instance, step=timedelta(seconds=10))
     return past, at
 
@@ -70,8 +71,8 @@ def test_another_team_reads_nothing_of_it(api, charlie, acme_instance, changed):
 
 def test_each_period_says_who_declared_it(bob, acme_instance):
     at = timezone.now()
-    instance_services.set_precision(actor=bob, instance=acme_instance, precision="fp8", at=at)
-    instance_services.set_precision(actor="agent", instance=acme_instance, precision="fp8",
+    instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="fp8", at=at)
+    instance_lifecycle.set_precision(actor="agent", instance=acme_instance, precision="fp8",
                                     source=PrecisionSource.WORKLOAD, at=at + timedelta(seconds=5))
     periods = list(PrecisionPeriod.objects.filter(instance=acme_instance).values_list("precision", "source", "end"))
     assert periods == [("bf16", "default", at), ("fp8", "team", at + timedelta(seconds=5)), ("fp8", "workload", None)]
@@ -81,7 +82,7 @@ def test_each_period_says_who_declared_it(bob, acme_instance):
 
 def test_the_same_declaration_again_changes_nothing(bob, acme_instance):
     for _ in range(2):
-        instance_services.set_precision(actor="agent", instance=acme_instance, precision="bf16",
+        instance_lifecycle.set_precision(actor="agent", instance=acme_instance, precision="bf16",
                                         source=PrecisionSource.WORKLOAD)
     assert PrecisionPeriod.objects.filter(instance=acme_instance).count() == 2
     assert AuditEvent.objects.filter(action="instance.precision").count() == 1
@@ -89,9 +90,9 @@ def test_the_same_declaration_again_changes_nothing(bob, acme_instance):
 
 def test_a_change_dated_before_the_period_in_force_is_refused(bob, acme_instance):
     at = timezone.now()
-    instance_services.set_precision(actor=bob, instance=acme_instance, precision="tf32", at=at)
-    with pytest.raises(instance_services.LifecycleError, match="must come after"):
-        instance_services.set_precision(actor=bob, instance=acme_instance, precision="fp16",
+    instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="tf32", at=at)
+    with pytest.raises(instance_transitions.LifecycleError, match="must come after"):
+        instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="fp16",
                                         at=at - timedelta(seconds=1))
     acme_instance.refresh_from_db()
     assert acme_instance.precision == "tf32"
@@ -99,8 +100,8 @@ def test_a_change_dated_before_the_period_in_force_is_refused(bob, acme_instance
 
 
 def test_an_unknown_source_is_refused(bob, acme_instance):
-    with pytest.raises(instance_services.LifecycleError, match="precision source"):
-        instance_services.set_precision(actor=bob, instance=acme_instance, precision="fp16", source="rumour")
+    with pytest.raises(instance_transitions.LifecycleError, match="precision source"):
+        instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="fp16", source="rumour")
     assert not PrecisionPeriod.objects.exists()
 
 
@@ -112,7 +113,7 @@ def test_the_instance_page_says_whether_the_precision_is_the_workloads(bob, acme
     page = client.get(f"/instances/{acme_instance.pk}/").content.decode()
     assert "assume <strong>bf16</strong>, the default and not declared by the workload" in page
     assert "GPUCONSOLE_PRECISION" in page
-    instance_services.set_precision(actor="agent", instance=acme_instance, precision="tf32",
+    instance_lifecycle.set_precision(actor="agent", instance=acme_instance, precision="tf32",
                                     source=PrecisionSource.WORKLOAD)
     page = client.get(f"/instances/{acme_instance.pk}/").content.decode()
     assert "assume <strong>tf32</strong>, declared by the workload." in page

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from telemetry_wire import add_samples
 
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
+from instances import transitions as instance_transitions
 from monitoring import flops
 
 # Measured on an H200 (bench/tflops_calibration.py, docs/benchmarks.md):
@@ -57,12 +58,12 @@ def test_the_metrics_api_serves_tflops_est_at_the_instances_precision(api, bob, 
     assert body["precision"] == "bf16"
     assert body["tflops_basis"][gpu.uuid]["text"].startswith("Estimate: GPM tensor activity × 989.4")
     assert "set by the team" not in body["tflops_basis"][gpu.uuid]["text"]
-    instance_services.set_precision(actor=bob, instance=instance, precision="tf32")
+    instance_lifecycle.set_precision(actor=bob, instance=instance, precision="tf32")
     body, values = series(api, bob, instance, gpu)
     assert values == [pytest.approx(0.5 * 989.4 * 0.98, abs=0.01)] * 3  # readings before the change keep bf16
     assert body["precision"] == "tf32"
 
 
 def test_an_unknown_precision_is_refused(bob, acme_instance):
-    with pytest.raises(instance_services.LifecycleError):
-        instance_services.set_precision(actor=bob, instance=acme_instance, precision="int4")
+    with pytest.raises(instance_transitions.LifecycleError):
+        instance_lifecycle.set_precision(actor=bob, instance=acme_instance, precision="int4")

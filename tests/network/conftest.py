@@ -1,8 +1,8 @@
 import pytest
 from django.db import transaction
 
-from instances import services as instance_services
-from network import services
+from instances import lifecycle as instance_lifecycle
+from network import interfaces, vpcs
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,7 +29,7 @@ def _after_commit_at_once(monkeypatch):
 @pytest.fixture
 def acme_net(acme, bob):
     """Acme's default VPC, subnet and group."""
-    vpc, subnet, group = services.ensure_defaults(actor=bob, team=acme)
+    vpc, subnet, group = vpcs.ensure_defaults(actor=bob, team=acme)
     return {"vpc": vpc, "subnet": subnet, "group": group}
 
 
@@ -39,7 +39,7 @@ def running(launch):
 
     def _running(actor, team, name, *, host=None, subnet=None, groups=None):
         instance = launch(actor, team, name=name, host=host)
-        services.attach_instance(actor=actor, instance=instance, subnet=subnet, groups=groups)
-        return instance_services.mark_running(instance=instance)
+        interfaces.attach_instance(actor=actor, instance=instance, subnet=subnet, groups=groups)
+        return instance_lifecycle.mark_running(instance=instance)
 
     return _running

@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from agent import protocol as wire
 from monitoring import services as monitoring_services
 from monitoring.routing import websocket_urlpatterns
-from network import services
+from network import interfaces, rulesets, security_groups
 from network.models import HostRules
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,11 +62,11 @@ async def test_a_change_in_the_console_reaches_the_connected_agent(fleet, ops, a
     ws = await connect(ops, host)
     try:
         first = json.loads(await ws.receive_from(timeout=5))
-        group = await sync_to_async(services.create_group)(actor=bob, team=acme, name="https")
-        await sync_to_async(services.add_rule)(actor=bob, group=group, direction="inbound", protocol="tcp",
+        group = await sync_to_async(security_groups.create_group)(actor=bob, team=acme, name="https")
+        await sync_to_async(security_groups.add_rule)(actor=bob, group=group, direction="inbound", protocol="tcp",
                                                port_from=443, cidr="10.0.0.0/8")
         interface = await sync_to_async(lambda: web.interface)()
-        await sync_to_async(services.set_groups)(actor=bob, interface=interface, groups=[group.pk])
+        await sync_to_async(interfaces.set_groups)(actor=bob, interface=interface, groups=[group.pk])
         changed = json.loads(await ws.receive_from(timeout=5))
     finally:
         await ws.disconnect()
@@ -93,5 +93,5 @@ async def test_an_agent_that_does_not_enforce_says_so(fleet, ops, web):
         await ws.disconnect()
     rules = await HostRules.objects.aget(host=host)
     assert not rules.in_force
-    state = services.applied_state(rules)
+    state = rulesets.applied_state(rules)
     assert state.state == "refused" and "--network" in state.text

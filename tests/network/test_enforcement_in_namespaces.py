@@ -10,7 +10,7 @@ import pytest
 
 from agent import firewall
 from agent import protocol as wire
-from network import services
+from network import rulesets, security_groups, vpcs
 from network.models import HostRules
 
 WHY_NOT = netns.why_not()
@@ -34,13 +34,13 @@ def world(fleet, acme, globex, bob, charlie, running, host, tmp_path, monkeypatc
 
     def deliver(host_id, frame):  # the agent's websocket, without the socket
         assert host_id == console_host.pk
-        services.record_report(host=console_host, report=enforcer.apply_text(frame))
+        rulesets.record_report(host=console_host, report=enforcer.apply_text(frame))
 
-    monkeypatch.setattr(services, "push", deliver)
-    acme_vpc = services.create_vpc(actor=bob, team=acme, name="lab", cidr="10.231.0.0/20")
-    globex_vpc = services.create_vpc(actor=charlie, team=globex, name="lab", cidr="10.231.16.0/20")
-    acme_subnet = services.create_subnet(actor=bob, vpc=acme_vpc, name="a", cidr="10.231.1.0/24")
-    globex_subnet = services.create_subnet(actor=charlie, vpc=globex_vpc, name="g", cidr="10.231.17.0/24")
+    monkeypatch.setattr(rulesets, "push", deliver)
+    acme_vpc = vpcs.create_vpc(actor=bob, team=acme, name="lab", cidr="10.231.0.0/20")
+    globex_vpc = vpcs.create_vpc(actor=charlie, team=globex, name="lab", cidr="10.231.16.0/20")
+    acme_subnet = vpcs.create_subnet(actor=bob, vpc=acme_vpc, name="a", cidr="10.231.1.0/24")
+    globex_subnet = vpcs.create_subnet(actor=charlie, vpc=globex_vpc, name="g", cidr="10.231.17.0/24")
     instances = {
         "web": running(bob, acme, "web", host=console_host, subnet=acme_subnet.pk),
         "db": running(bob, acme, "db", host=console_host, subnet=acme_subnet.pk),
@@ -48,7 +48,7 @@ def world(fleet, acme, globex, bob, charlie, running, host, tmp_path, monkeypatc
     }
     guests = {name: host.plug(i.interface.ifname, i.interface.address) for name, i in instances.items()}
     listeners = [netns.Listener(g, PORT) for g in guests.values()]
-    services.resync(hosts=[console_host.pk])
+    rulesets.resync(hosts=[console_host.pk])
     yield {"host": console_host, "instances": instances, "enforcer": enforcer, **guests}
     for listener in listeners:
         listener.close()
@@ -72,25 +72,25 @@ def test_another_teams_instance_is_refused_both_ways(world):
 def test_the_console_shows_the_rules_applied(world):
     rules = HostRules.objects.get(host=world["host"])
     assert rules.in_force
-    assert services.applied_state(rules).text == f"rules applied at version {rules.version}"
+    assert rulesets.applied_state(rules).text == f"rules applied at version {rules.version}"
 
 
 def test_a_rule_added_in_the_console_opens_the_port_and_removing_it_closes_it(world, bob):
     web = world["instances"]["web"]
     group = web.interface.groups.get()
     lab_address = world["instances"]["lab"].interface.address
-    rule = services.add_rule(actor=bob, group=group, direction="inbound", protocol="tcp", port_from=PORT,
+    rule = security_groups.add_rule(actor=bob, group=group, direction="inbound", protocol="tcp", port_from=PORT,
                              cidr=f"{lab_address}/32")
     assert reaches(world, "lab", "web")
     assert not netns.udp_reaches(world["lab"], world["web"], PORT)  # tcp only
-    services.remove_rule(actor=bob, rule=rule)
+    security_groups.remove_rule(actor=bob, rule=rule)
     assert not reaches(world, "lab", "web")
     assert HostRules.objects.get(host=world["host"]).in_force
 
 
 def test_a_port_outside_the_rule_stays_closed(world, bob):
     group = world["instances"]["web"].interface.groups.get()
-    services.add_rule(actor=bob, group=group, direction="inbound", protocol="tcp", port_from=PORT + 1,
+    security_groups.add_rule(actor=bob, group=group, direction="inbound", protocol="tcp", port_from=PORT + 1,
                       port_to=PORT + 10, cidr="10.231.16.0/20")
     assert not reaches(world, "lab", "web")
 
@@ -104,12 +104,12 @@ def test_a_ruleset_the_kernel_rejects_leaves_the_previous_one_in_force(world):
     bad = wire.Ruleset(version=good.version + 1, hash=wire.ruleset_digest(twice, good.groups), interfaces=twice,
                        groups=good.groups)
     HostRules.objects.filter(pk=rules.pk).update(version=bad.version, hash=bad.hash, frame=wire.encode(bad))
-    services.push(world["host"].pk, wire.encode(bad))
+    rulesets.push(world["host"].pk, wire.encode(bad))
     assert reaches(world, "web", "db") and not reaches(world, "lab", "web")
     after = HostRules.objects.get(host=world["host"])
     assert (after.applied_version, after.applied_hash) == (good.version, good.hash)
     assert "File exists" in after.error
-    state = services.applied_state(after)
+    state = rulesets.applied_state(after)
     assert state.state == "refused"
     assert f"version {good.version} in force" in state.text
 

@@ -2,7 +2,7 @@
 choice, and name another team's on its field."""
 
 from jobs.models import Job
-from network import services
+from network import vpcs
 from scaling.models import ScalingGroup
 
 JOB = {"name": "train", "command": "python train.py", "gpu_model": "H100-80GB", "gpu_count": 1,
@@ -13,7 +13,7 @@ GROUP = {"name": "workers", "gpu_model": "H100-80GB", "gpus_per_instance": 1, "p
 
 
 def test_the_job_form_stores_the_chosen_subnet_and_groups(client, fleet, acme, bob, acme_net):
-    train = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
+    train = vpcs.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
     client.force_login(bob)
     assert "Acme · default / train (10.0.64.0/24)" in client.get("/jobs/").content.decode()
     r = client.post("/jobs/", {**JOB, "team": acme.pk, "subnet": train.pk, "security_groups": [acme_net["group"].pk]})
@@ -35,7 +35,7 @@ def test_the_scaling_form_stores_the_chosen_subnet_and_groups(client, fleet, acm
 
 
 def test_another_teams_subnet_is_refused_on_its_field(client, fleet, acme, globex, bob, charlie):
-    _, subnet, _ = services.ensure_defaults(actor=charlie, team=globex)
+    _, subnet, _ = vpcs.ensure_defaults(actor=charlie, team=globex)
     client.force_login(bob)
     for url, body in (("/jobs/", JOB), ("/scaling-groups/new/", GROUP)):
         r = client.post(url, {**body, "team": acme.pk, "subnet": subnet.pk})

@@ -8,11 +8,12 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from billing import services as billing_services
-from instances import services as instance_services
-from jobs import services as job_services
+from billing import price_changes as billing_price_changes
+from instances import preemption as instance_preemption
+from jobs import scheduler as job_scheduler
+from jobs import submission as job_submission
 from jobs.models import Job, JobState
-from network import services
+from network import rulesets, security_groups, vpcs
 from network.models import Interface
 from scaling import services as scaling_services
 from scaling.models import ScalingGroup
@@ -26,19 +27,19 @@ GROUP = {"name": "workers", "gpu_model": "H100-80GB", "gpus_per_instance": 1, "m
 @pytest.fixture
 def https(acme, bob, acme_net):
     """Acme's group open on 443 to its VPC, and a subnet of its own."""
-    group = services.create_group(actor=bob, team=acme, name="https", rules=[
+    group = security_groups.create_group(actor=bob, team=acme, name="https", rules=[
         {"direction": "inbound", "protocol": "tcp", "port_from": 443, "cidr": "10.0.0.0/16"}])
-    subnet = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
+    subnet = vpcs.create_subnet(actor=bob, vpc=acme_net["vpc"], name="train", cidr="10.0.64.0/24")
     return {"group": group, "subnet": subnet}
 
 
 def in_ruleset(instance):
-    interfaces, _ = services.desired(instance.host_id)
+    interfaces, _ = rulesets.desired(instance.host_id)
     return {i.ifname: i for i in interfaces}.get(f"gc{instance.pk}")
 
 
 def started(job):
-    job_services.run_queue(now=timezone.now(), provision=False)
+    job_scheduler.run_queue(now=timezone.now(), provision=False)
     job.refresh_from_db()
     return job.instance
 
@@ -64,11 +65,11 @@ def test_a_job_naming_nothing_runs_in_the_teams_defaults(submit_job, fleet, acme
 def test_a_preempted_jobs_new_instance_gets_its_own_address_and_the_first_is_freed(submit_job, fleet, acme, bob,
                                                                                    https):
     since = timezone.now() - timedelta(days=1)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
     job = submit_job(bob, acme, subnet=https["subnet"].pk, priority="low")
     first = started(job)
-    instance_services.preempt_instance(instance=first)
+    instance_preemption.preempt_instance(instance=first)
     second = started(job)
     assert second != first
     assert Interface.objects.get(instance=first).released_at is not None
@@ -79,7 +80,7 @@ def test_a_preempted_jobs_new_instance_gets_its_own_address_and_the_first_is_fre
 def test_a_jobs_ended_run_frees_its_address(submit_job, fleet, acme, bob):
     job = submit_job(bob, acme)
     instance = started(job)
-    job_services.cancel_job(actor=bob, job=job)
+    job_submission.cancel_job(actor=bob, job=job)
     assert Interface.objects.get(instance=instance).released_at is not None
 
 
@@ -109,7 +110,7 @@ def test_a_scaling_groups_changed_groups_apply_to_its_next_instances(api, fleet,
 @pytest.mark.parametrize("path, body", [("/api/v1/jobs/", JOB), ("/api/v1/scaling-groups/", GROUP)])
 @pytest.mark.parametrize("field", ["subnet", "security_groups"])
 def test_another_teams_subnet_or_group_is_refused_by_name(api, fleet, acme, globex, bob, charlie, path, body, field):
-    _, subnet, group = services.ensure_defaults(actor=charlie, team=globex)
+    _, subnet, group = vpcs.ensure_defaults(actor=charlie, team=globex)
     value = subnet.pk if field == "subnet" else [group.pk]
     r = api(bob).post(path, {**body, "team": acme.pk, field: value}, format="json")
     assert r.status_code == 400
@@ -118,10 +119,10 @@ def test_another_teams_subnet_or_group_is_refused_by_name(api, fleet, acme, glob
 
 
 def test_a_job_whose_subnet_was_deleted_waits_and_says_why(submit_job, fleet, acme, bob, https, monkeypatch):
-    monkeypatch.setattr(job_services, "kick", lambda: None)  # it stays queued until the pass below
+    monkeypatch.setattr(job_submission, "kick", lambda: None)  # it stays queued until the pass below
     subnet_id = https["subnet"].pk
     job = submit_job(bob, acme, subnet=subnet_id)
-    services.delete_subnet(actor=bob, subnet=https["subnet"])
+    vpcs.delete_subnet(actor=bob, subnet=https["subnet"])
     assert started(job) is None
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
@@ -131,7 +132,7 @@ def test_a_job_whose_subnet_was_deleted_waits_and_says_why(submit_job, fleet, ac
 @pytest.fixture
 def submit_job(fleet):
     def _submit(actor, team, priority="normal", **network):
-        return job_services.submit_job(actor=actor, team=team, name="train", command="python train.py",
+        return job_submission.submit_job(actor=actor, team=team, name="train", command="python train.py",
                                        gpu_model=fleet["h100"], gpu_count=1, priority=priority, **network)
 
     return _submit

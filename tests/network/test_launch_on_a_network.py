@@ -35,9 +35,9 @@ def test_a_launch_names_its_subnet_and_groups(api, fleet, acme, bob, acme_net):
 @pytest.mark.parametrize("field", ["subnet", "security_groups"])
 def test_another_teams_network_is_refused_before_anything_is_placed(api, fleet, acme, globex, bob, charlie, field):
     _ = charlie
-    from network import services
+    from network import vpcs
 
-    _, subnet, group = services.ensure_defaults(actor=charlie, team=globex)
+    _, subnet, group = vpcs.ensure_defaults(actor=charlie, team=globex)
     value = subnet.pk if field == "subnet" else [group.pk]
     r = api(bob).post("/api/v1/instances/", {**LAUNCH, "team": acme.pk, field: value}, format="json")
     assert r.status_code == 400
@@ -46,9 +46,9 @@ def test_another_teams_network_is_refused_before_anything_is_placed(api, fleet, 
 
 
 def test_a_full_subnet_is_named(api, fleet, acme, bob, acme_net, running):
-    from network import services
+    from network import vpcs
 
-    tiny = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="tiny", cidr="10.0.99.0/28")
+    tiny = vpcs.create_subnet(actor=bob, vpc=acme_net["vpc"], name="tiny", cidr="10.0.99.0/28")
     for n in range(13):  # 16 addresses less the network, the gateway and the broadcast
         running(bob, acme, f"w{n}", subnet=tiny.pk)
     r = api(bob).post("/api/v1/instances/", {**LAUNCH, "team": acme.pk, "subnet": tiny.pk}, format="json")

@@ -3,7 +3,7 @@ instance page's network panel; each bad input shown on the form by name."""
 
 import pytest
 
-from network import services
+from network import security_groups
 from network.models import SecurityRule, Vpc
 
 
@@ -83,7 +83,7 @@ def test_the_instance_page_shows_address_groups_and_applied_state(logged_in, fle
 
 def test_groups_are_changed_from_the_instance_page(logged_in, fleet, acme, bob, running):
     web = running(bob, acme, "web", host=fleet["hosts"]["h100-a"])
-    other = services.create_group(actor=bob, team=acme, name="ssh")
+    other = security_groups.create_group(actor=bob, team=acme, name="ssh")
     r = logged_in(bob).post(f"/network-interfaces/{web.interface.pk}/groups/", {"security_groups": [other.pk]})
     assert r.status_code == 302
     assert [g.name for g in web.interface.groups.all()] == ["ssh"]

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from agent import protocol as wire
 from alerting.models import Alert, AlertKind, AlertState
-from network import services, tasks
+from network import rulesets, tasks
 from network.models import HostRules
 
 
@@ -27,7 +27,7 @@ def test_the_alert_resolves_once_the_host_reports_the_version(fleet, acme, bob, 
     running(bob, acme, "web", host=host)
     rules = HostRules.objects.get(host=host)
     tasks.check_hosts(now=(rules.changed_at + timedelta(seconds=31)).isoformat())
-    services.record_report(host=host, report=wire.RulesetApplied(version=rules.version, hash=rules.hash, ok=True))
+    rulesets.record_report(host=host, report=wire.RulesetApplied(version=rules.version, hash=rules.hash, ok=True))
     tasks.check_hosts(now=(timezone.now() + timedelta(seconds=60)).isoformat())
     assert Alert.objects.get(kind=AlertKind.NETWORK_RULES).state == AlertState.RESOLVED
 
@@ -50,5 +50,5 @@ def test_a_host_that_keeps_refusing_is_audited_once_per_reason(fleet, acme, bob,
     rules = HostRules.objects.get(host=host)
     refusal = wire.RulesetApplied(version=0, hash="", ok=False, offered=rules.version, error="not enforced here")
     for _ in range(3):  # the periodic check asks again every 10 s
-        services.record_report(host=host, report=refusal)
+        rulesets.record_report(host=host, report=refusal)
     assert AuditEvent.objects.filter(action="network.rules.refused").count() == 1

@@ -37,9 +37,9 @@ def test_an_outsider_cannot_put_a_subnet_in_the_teams_vpc(api, charlie, vpc):
 
 
 def test_a_subnet_with_instances_is_not_deleted(api, acme, bob, running, acme_net):
-    from network import services
+    from network import vpcs
 
-    gpu = services.create_subnet(actor=bob, vpc=acme_net["vpc"], name="gpu", cidr="10.0.64.0/24")
+    gpu = vpcs.create_subnet(actor=bob, vpc=acme_net["vpc"], name="gpu", cidr="10.0.64.0/24")
     running(bob, acme, "web", subnet=gpu.pk)
     r = api(bob).delete(f"/api/v1/subnets/{gpu.pk}/")
     assert r.status_code == 400

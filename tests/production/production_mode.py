@@ -59,7 +59,7 @@ from django_otp import DEVICE_ID_SESSION_KEY
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from console.models import Team
 from instances.models import GpuModel, Region
-from instances.services import register_host
+from instances.inventory import register_host
 from monitoring import services
 ops = User.objects.create_user("ops", is_staff=True)
 device = TOTPDevice.objects.create(user=ops, name="authenticator", confirmed=True)  # the operator's second factor

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from billing.models import Price
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from instances.models import GpuHold, SliceProfile
 from monitoring.models import Rollup1m
 
@@ -23,7 +23,7 @@ def catalog(fleet, ops):
     SliceProfile.objects.create(gpu_model=fleet["h100"], kind="mig", name="1g.10gb", memory_gb=10, slices_per_gpu=7)
     Price.objects.all().delete()
     for sku, hourly in PRICES.items():
-        billing_services.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=SINCE, now=SINCE)
+        billing_price_changes.set_price(actor=ops, sku=sku, kind="on_demand", hourly=hourly, effective_from=SINCE, now=SINCE)
     return PRICES
 
 
@@ -35,7 +35,7 @@ def running(launch, catalog):
         start = timezone.now() - timedelta(hours=2)
         instance = launch(actor, team, name=name, model=model, count=count, at=start - timedelta(seconds=30), **kwargs)
         if instance.state != "running":
-            instance_services.mark_running(instance=instance, at=start)
+            instance_lifecycle.mark_running(instance=instance, at=start)
         instance.refresh_from_db()
         return instance
 

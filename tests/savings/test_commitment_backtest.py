@@ -9,10 +9,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from billing import meter_runs as billing_meter_runs
 from billing import pricing
-from billing import services as billing_services
 from billing.models import Charge, Reservation
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from savings import commitments
 
 
@@ -22,8 +22,8 @@ def steady(alice, acme, ops, launch, catalog):
     now = timezone.now()
     start = now - timedelta(days=5)
     instance = launch(alice, acme, name="serve", count=2, at=start - timedelta(seconds=30))
-    instance_services.mark_running(instance=instance, at=start)
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(start), end=now, now=now)
+    instance_lifecycle.mark_running(instance=instance, at=start)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(start), end=now, now=now)
     return instance
 
 

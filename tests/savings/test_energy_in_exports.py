@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing import meter_runs as billing_meter_runs
 from billing import pricing
-from billing import services as billing_services
 from monitoring.models import Rollup1m
 from savings import energy
 
@@ -27,7 +27,7 @@ def test_export_energy_is_the_counters_increase(alice, ops, fleet, acme, metered
     energy.set_footprint(actor=ops, region=fleet["region"], pue="1.10", grid_g_co2e_per_kwh="300")
     now = timezone.now()
     day = pricing.floor_day(now - timedelta(hours=3))
-    billing_services.meter_window(actor=ops, start=day, end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=day, end=now, now=now)
     rows = [r for r in _focus(api, alice, day, day + timedelta(days=2)) if r["ResourceName"] == "train"]
     assert rows
     kwh = sum(Decimal(r["x_EnergyKWh"]) for r in rows)
@@ -46,7 +46,7 @@ def test_reconcile_costs_reads_the_exported_energy_against_the_counters(alice, o
     from billing import reconcile
 
     now = timezone.now()
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
     assert reconcile.energy_differs() == []
     out = io.StringIO()
     call_command("reconcile_costs", stdout=out)
@@ -57,7 +57,7 @@ def test_an_export_energy_off_from_the_counters_is_named(ops, acme, metered, mon
     from billing import exports, reconcile
 
     now = timezone.now()
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
     monkeypatch.setattr(exports, "_energy_source", lambda rows: {r["id"]: (1000.0, None) for r in rows})
     [line] = reconcile.energy_differs()
     assert line.startswith("Acme") and "energy in the FOCUS export" in line

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from instances import services as instance_services
+from instances import lifecycle as instance_lifecycle
 from monitoring.models import Rollup1m
 from savings import idle_stop
 from savings.models import IdleStopNotice
@@ -66,8 +66,8 @@ def test_turning_the_policy_off_cancels_the_notice_and_a_stopped_instance_starts
     idle_stop.set_policy(actor=alice, team=acme, idle_minutes=30, warn_minutes=10)
     idle_stop.enforce()
     idle_stop.enforce(now=IdleStopNotice.objects.get(status="pending").stop_at)
-    instance_services.finish_stop(instance=idle)
-    instance_services.start_instance(actor=alice, instance=idle, provision=False)
+    instance_lifecycle.finish_stop(instance=idle)
+    instance_lifecycle.start_instance(actor=alice, instance=idle, provision=False)
     assert _state(idle) == "pending"
 
 

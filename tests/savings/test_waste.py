@@ -5,8 +5,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from billing import meter_runs as billing_meter_runs
 from billing import pricing
-from billing import services as billing_services
 from savings import useful_work
 
 
@@ -14,7 +14,7 @@ def test_an_idle_instance_is_all_waste_and_a_busy_one_none(alice, acme, ops, run
     telemetry(running(alice, acme, "held"), mem_gb=70, activity=0)
     telemetry(running(alice, acme, "train"), mem_gb=70, activity=90)
     now = timezone.now()
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(hours=3)), end=now, now=now)
     today = useful_work.waste_by_day(acme, now=now, days=1)[-1]
     assert today.allocated > 0
     assert today.idle == today.allocated / 2 == today.effective
@@ -37,7 +37,7 @@ def test_useful_work_gives_achieved_tflops_mfu_and_cost_per_pflop_hour(alice, ac
                  tensor_active_pct_avg=50.0, sm_clock_mhz_avg=1980.0)
         for h in GpuHold.objects.filter(instance=instance)])
     now = timezone.now()
-    billing_services.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(days=1)), end=now, now=now)
+    billing_meter_runs.meter_window(actor=ops, start=pricing.floor_day(now - timedelta(days=1)), end=now, now=now)
     [row] = useful_work.work(acme, now=now, days=2)
     assert row.mfu_pct == 49.0  # 50% tensor activity at the top clock × calibration 0.98
     assert row.tflops == 969.6  # two H100s at 0.49 × 989.4 each

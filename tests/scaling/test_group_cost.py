@@ -7,8 +7,8 @@ from decimal import Decimal
 from django.test import Client
 from django.utils import timezone
 
-from billing import services as billing_services
-from instances import services as instance_services
+from billing import meter_runs as billing_meter_runs
+from instances import lifecycle as instance_lifecycle
 from scaling import services
 
 
@@ -17,14 +17,14 @@ def _metered_group(group, now):
     services.push_queue_depth(group=group, queue_depth=20, now=start)
     services.evaluate_group(group, now=start, provision=False)
     for instance in services.active_instances(group):
-        instance_services.mark_running(instance=instance, at=start + timedelta(seconds=90))
-    billing_services.meter_window(actor="system", start=start, end=now, now=now)
+        instance_lifecycle.mark_running(instance=instance, at=start + timedelta(seconds=90))
+    billing_meter_runs.meter_window(actor="system", start=start, end=now, now=now)
 
 
 def test_page_api_and_cost_explorer_agree(api, group, acme, bob, launch):
     now = timezone.now()
     outside = launch(bob, acme, name="outside", at=now - timedelta(hours=2))  # not in the group
-    instance_services.mark_running(instance=outside, at=now - timedelta(hours=2))
+    instance_lifecycle.mark_running(instance=outside, at=now - timedelta(hours=2))
     _metered_group(group, now)
     body = api(bob).get(f"/api/v1/scaling-groups/{group.pk}/").json()
     month = Decimal(body["cost"]["month_to_date"])

@@ -21,10 +21,10 @@ from schemathesis.checks import response_schema_conformance
 from alerting import alerts
 from alerting import services as alerting_services
 from alerting.models import AlertKind
-from billing import services as billing_services
+from billing import price_changes as billing_price_changes
 from console.services import create_api_token
 from instances.models import GpuModel, Instance
-from jobs import services as job_services
+from jobs import submission as job_submission
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application())
 
@@ -48,14 +48,14 @@ def _keep_the_test_connection():
 def rows(acme_instance, launch, alice, bob, acme, ops, fleet, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
     since = datetime(2000, 1, 1, tzinfo=UTC)
-    billing_services.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
+    billing_price_changes.set_price(actor="system", sku="H100-80GB", kind="idle", hourly="0.25", effective_from=since,
                                now=since)
     model = GpuModel.objects.get(name="H100-80GB")
-    queued = job_services.submit_job(actor=bob, team=acme, name="never-run", command="true", gpu_model=model,
+    queued = job_submission.submit_job(actor=bob, team=acme, name="never-run", command="true", gpu_model=model,
                                      gpu_count=8, priority="low")
-    cancelled = job_services.submit_job(actor=bob, team=acme, name="cancelled", command="true", gpu_model=model,
+    cancelled = job_submission.submit_job(actor=bob, team=acme, name="cancelled", command="true", gpu_model=model,
                                         gpu_count=8, priority="low")
-    job_services.cancel_job(actor=bob, job=cancelled)
+    job_submission.cancel_job(actor=bob, job=cancelled)
     rule = alerting_services.create_rule(actor=alice, team=acme, name="busy", metric="gpu_util", threshold=90,
                                            hold_s=5)
     fleet_alert = alerts.raise_alert(AlertKind.AUDIT, alerts.Condition(key="fleet-wide", message="somewhere"))

@@ -13,7 +13,7 @@ from django.urls import get_resolver
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 
-from billing import services as billing
+from billing import invoices as billing_invoices
 from console.models import Membership
 
 pytestmark = pytest.mark.django_db
@@ -57,20 +57,22 @@ def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_ins
         assert client.post(API + "jobs/", {"team": team.pk, "name": "eval", "command": "python eval.py",
                                             "gpu_model": "H100-80GB", "gpu_count": 1, "priority": "normal"},
                            format="json").status_code == 201
-        billing.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
-        billing.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
+        billing_invoices.add_adjustment(actor=ops, team=team, amount=Decimal("-5.00"), reason="credit")
+        billing_invoices.refresh_invoice(team_id=team.pk, month=month, now=timezone.now())
         _network(who, team, acme_instance if team == acme else globex_instance)
     return {"member": bob, "admin": alice, "auditor": auditor}
 
 
 def _network(who, team, instance):
     """The team's default network, a group with a rule, and an interface for its instance."""
-    from network import services as network
+    from network import interfaces as network_interfaces
+    from network import security_groups as network_security_groups
+    from network import vpcs as network_vpcs
 
-    network.ensure_defaults(actor=who, team=team)
-    group = network.create_group(actor=who, team=team, name="web")
-    network.add_rule(actor=who, group=group, direction="inbound", protocol="tcp", port_from=443, cidr="10.0.0.0/8")
-    network.attach_instance(actor=who, instance=instance, groups=[group.pk])
+    network_vpcs.ensure_defaults(actor=who, team=team)
+    group = network_security_groups.create_group(actor=who, team=team, name="web")
+    network_security_groups.add_rule(actor=who, group=group, direction="inbound", protocol="tcp", port_from=443, cidr="10.0.0.0/8")
+    network_interfaces.attach_instance(actor=who, instance=instance, groups=[group.pk])
 
 
 def _auditor(acme):

@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from audit.services import flush_refusals
+from audit.refusals import flush_refusals
 
 pytestmark = pytest.mark.django_db
 LIMIT = settings.AXES_FAILURE_LIMIT

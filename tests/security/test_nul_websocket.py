@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from audit.services import flush_refusals
+from audit.refusals import flush_refusals
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitoring"))
 from telemetry_wire import Agent  # noqa: E402

@@ -8,7 +8,8 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from audit.models import AuditEvent, RefusalTally
-from audit.services import flush_refusals, record_refusal, run_verification
+from audit.refusals import flush_refusals, record_refusal
+from audit.verification import run_verification
 from console import request_context as context
 
 

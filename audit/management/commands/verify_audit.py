@@ -6,7 +6,7 @@ everything verifies."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import services
+from audit import verification
 from audit.verification import parse_bound
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             raise CommandError(f"--from {lo} is after --to {hi}")
-        run = services.run_verification(actor="verify_audit", start=lo, end=hi)
+        run = verification.run_verification(actor="verify_audit", start=lo, end=hi)
         for line in run.report.lines():
             self.stdout.write(line, self.style.ERROR if "INVALID" in line else self.style.SUCCESS)
         if not run.valid:

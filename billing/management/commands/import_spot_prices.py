@@ -12,7 +12,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from billing import services
+from billing import price_changes
 from console import jsonlimits
 
 MAX_BYTES = 10 * 1024 * 1024
@@ -30,7 +30,7 @@ class Command(BaseCommand):
         fmt = format or ("csv" if name.lower().endswith(".csv") else "json")
         rows = _csv_rows(text) if fmt == "csv" else _json_rows(text)
         try:
-            made = services.import_spot_prices(actor="system", rows=rows, source=f"import_spot_prices {name}")
+            made = price_changes.import_spot_prices(actor="system", rows=rows, source=f"import_spot_prices {name}")
         except ValidationError as exc:
             raise CommandError("nothing imported:\n  " + "\n  ".join(exc.message_dict.get("rows", exc.messages))) from None
         self.stdout.write(self.style.SUCCESS(f"imported {len(made)} spot price{'s' if len(made) != 1 else ''} from {name}"))

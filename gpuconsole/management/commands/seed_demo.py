@@ -8,7 +8,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from audit import demo as audit_demo
-from audit import services as audit_services
+from audit import recording as audit_recording
 from billing import demo as billing_demo
 from console.request_context import recorded_at
 from gpuconsole import demo as console_demo
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         bar = tqdm(total=4 + len(LATER), desc="seeding demo", unit="step", file=self.stderr._out, disable=None)
         # One transaction, its audit events appended oldest first: each app writes its
         # own stretch of history in turn, and the audit log reads in time order.
-        with transaction.atomic(), audit_services.in_time_order():
+        with transaction.atomic(), audit_recording.in_time_order():
             with recorded_at(timezone.now() - timedelta(days=SET_UP_DAYS_AGO)):
                 users = console_demo.seed()
                 bar.update(1)
