@@ -209,17 +209,21 @@ def channel_action(request, pk):
 # --- one alert -------------------------------------------------------------------------------
 
 
-@policy.policy_required("signed_in", methods=["POST"])
-def alert_resolve(request, pk):
+def _act_on_alert(request, pk, verb, done: str):
     alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
     policy.require(request.user, "alert.act", alert)
     try:
-        services.resolve_alert(actor=request.user, alert=alert)
+        verb(actor=request.user, alert=alert)
     except services.AlertError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Alert resolved: {alert.message}")
+        messages.success(request, f"Alert {done}: {alert.message}")
     return _back(request, "alert-list")
+
+
+@policy.policy_required("signed_in", methods=["POST"])
+def alert_resolve(request, pk):
+    return _act_on_alert(request, pk, services.resolve_alert, "resolved")
 
 
 @policy.policy_required("signed_in", methods=["POST"])
@@ -341,17 +345,4 @@ def live_groups(user, teams) -> list[dict]:
 
 @policy.policy_required("signed_in", methods=["POST"])
 def alert_acknowledge(request, pk):
-    alert = get_object_or_404(Alert.objects.for_user(request.user), pk=pk)
-    policy.require(request.user, "alert.act", alert)
-    try:
-        services.acknowledge_alert(actor=request.user, alert=alert)
-    except services.AlertError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Alert acknowledged: {alert.message}")
-    target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        target = reverse("alert-list")
-    return redirect(target)
+    return _act_on_alert(request, pk, services.acknowledge_alert, "acknowledged")
