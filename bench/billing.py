@@ -78,7 +78,7 @@ def fresh_database(url: str, *, create: bool = True) -> None:
         sys.exit(f"refusing to drop {name!r}: the benchmark database's name must start with gpc_bench")
     admin = parts._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if create:
             conn.execute(f'CREATE DATABASE "{name}"')
 
