@@ -60,10 +60,7 @@ class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
     def acknowledge(self, request, pk=None):
         alert = self.get_object()
         self._may_act(alert, "acknowledge")
-        try:
-            alert = services.acknowledge_alert(actor=request.user, alert=alert)
-        except services.AlertError as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        alert = services.acknowledge_alert(actor=request.user, alert=alert)
         return self._answer(alert)
 
     @extend_schema(request=None, responses=AlertSerializer)
@@ -71,10 +68,7 @@ class AlertViewSet(OwnedMixin, viewsets.ReadOnlyModelViewSet):
     def resolve(self, request, pk=None):
         alert = self.get_object()
         self._may_act(alert, "resolve")
-        try:
-            alert = services.resolve_alert(actor=request.user, alert=alert)
-        except services.AlertError as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        alert = services.resolve_alert(actor=request.user, alert=alert)
         return self._answer(alert)
 
     @extend_schema(request=SilenceRequestSerializer, responses={201: SilenceSerializer})

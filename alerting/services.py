@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.recording import record_event
+from console.errors import Conflict
 
 from . import alerts, rule_cache
 from .alerts import announce
@@ -32,8 +33,10 @@ def _user(actor):
     return actor if getattr(actor, "is_authenticated", False) else None
 
 
-class AlertError(ValueError):
-    """The alert is not in a state that allows the change."""
+class AlertError(Conflict):
+    """The alert is not in a state that allows the change (answers 409)."""
+
+    code = "alert_state"
 
 
 @transaction.atomic

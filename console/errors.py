@@ -9,5 +9,11 @@ class Conflict(Exception):
     code = "conflict"
 
 
+class Refused(ValueError):
+    """A request that cannot be done as asked, whatever the state (answers 400 with ``code``)."""
+
+    code = "invalid"
+
+
 class HostileRequest(SuspiciousOperation):
     """Answered 400 by ``console.views.bad_request`` (JSON under /api/), with this message."""

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.recording import record_event
+from console.errors import Refused
 
 from . import preemption
 from .models import HOLDING_STATES, PREEMPTIBLE, Gpu, Host, Instance, NoticeStatus, PreemptionNotice
@@ -21,7 +22,7 @@ from .models import HOLDING_STATES, PREEMPTIBLE, Gpu, Host, Instance, NoticeStat
 MAX_REASON = 300
 
 
-class CordonError(ValueError):
+class CordonError(Refused):
     """A cordon or drain request that cannot be done as asked (answers 400)."""
 
     code = "bad_cordon"

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -41,12 +41,6 @@ class _CordonView(APIView):
         body.is_valid(raise_exception=True)
         return body.validated_data
 
-    def _run(self, fn, **kw):
-        try:
-            return fn(**kw)
-        except cordon.CordonError as exc:
-            return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_400_BAD_REQUEST)
-
 
 class HostCordonView(_CordonView):
     @extend_schema(request=CordonRequest, responses=OpenApiTypes.OBJECT)
@@ -56,17 +50,13 @@ class HostCordonView(_CordonView):
         if self.verb == "uncordon":
             host = cordon.uncordon_host(actor=request.user, host=host)
         elif self.verb == "cordon":
-            host = self._run(cordon.cordon_host, actor=request.user, host=host, reason=data["reason"])
+            host = cordon.cordon_host(actor=request.user, host=host, reason=data["reason"])
         else:
-            drain = self._run(cordon.drain_host, actor=request.user, host=host, reason=data["reason"],
-                              notice=timedelta(seconds=data["notice_seconds"]))
-            if isinstance(drain, Response):
-                return drain
+            drain = cordon.drain_host(actor=request.user, host=host, reason=data["reason"],
+                                      notice=timedelta(seconds=data["notice_seconds"]))
             return Response({"host": drain.host.name, **_cordon(drain.host), "preempted": _instances(drain.preempted),
                              "already_noticed": _instances(drain.already_noticed),
                              "to_move": _instances(drain.to_move)})
-        if isinstance(host, Response):
-            return host
         return Response({"host": host.name, **_cordon(host)})
 
 
@@ -77,9 +67,7 @@ class GpuCordonView(_CordonView):
         if self.verb == "uncordon":
             gpu = cordon.uncordon_gpu(actor=request.user, gpu=gpu)
         else:
-            gpu = self._run(cordon.cordon_gpu, actor=request.user, gpu=gpu, reason=self._body(request)["reason"])
-            if isinstance(gpu, Response):
-                return gpu
+            gpu = cordon.cordon_gpu(actor=request.user, gpu=gpu, reason=self._body(request)["reason"])
         return Response({"gpu": gpu.uuid, "host": gpu.host.name, **_cordon(gpu)})
 
 

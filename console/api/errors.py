@@ -7,13 +7,15 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..errors import Conflict
+from ..errors import Conflict, Refused
 from ..events import Outcome, record_event
 
 
 def exception_handler(exc, context):
     if isinstance(exc, Conflict):
         return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, Refused):
+        return Response({"detail": str(exc), "code": exc.code}, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(detail)
