@@ -565,16 +565,104 @@ class LiveError(Struct):
     message: str
 
 
+# The data of the published events, field for field the JSON a browser always received
+# (static/): every key is sent, a missing value as null, hence no ``omit_defaults``.
+# ``kw_only`` lets a field that may be null default to it without moving it: the order
+# of the fields is the order of the keys on the wire.
+
+
+class LiveAlert(Struct, kw_only=True):
+    """The data of ``alert``: an alert opened, updated or resolved (alerting.alerts)."""
+
+    id: int
+    kind: str
+    category: str
+    severity: str
+    state: str
+    message: str
+    uuid: str  # "" when the alert is not about one GPU
+    instance: int | None = None
+    team: int | None = None
+    host: int | None = None
+    rule: int | None = None
+    value: float | None = None
+    opened_at: str  # ISO 8601
+    updated_at: str
+    resolved_at: str | None = None
+
+
+class LiveBudget(Struct):
+    """The data of ``budget``: a team's spend crossed a threshold of its month's budget."""
+
+    team: int
+    basis: str  # "actual" or "forecast"
+    percent: int
+    spend: str  # a decimal, as text
+    amount: str
+    currency: str
+    message: str
+
+
+class LivePreemption(Struct):
+    """The data of ``preemption``: the platform takes an instance back at ``preempt_at``."""
+
+    team: int
+    instance: int
+    name: str
+    preempt_at: str  # ISO 8601
+    seconds: int  # the notice given
+    reason: str
+
+
+class LiveMaintenance(Struct):
+    """The data of ``maintenance``: the host of an instance that is not preempted is drained."""
+
+    team: int
+    instance: int
+    name: str
+    message: str
+
+
+class LiveInstance(Struct):
+    """The data of ``instance``: an instance changed state."""
+
+    id: int
+    name: str
+    state: str
+    team: int
+
+
+LiveData = Gpus | Subscription | LiveError | LiveAlert | LiveInstance | LiveBudget | LivePreemption | LiveMaintenance
+
+LIVE_EVENTS: dict[str, type] = {
+    "gpus": Gpus,
+    "subscribed": Subscription,
+    "unsubscribed": Subscription,
+    "error": LiveError,
+    "alert": LiveAlert,
+    "instance": LiveInstance,
+    "budget": LiveBudget,
+    "preemption": LivePreemption,
+    "maintenance": LiveMaintenance,
+}
+
+
 class LiveMessage(Struct):
-    """Every message a browser receives: ``gpus`` (``Gpus``), ``subscribed`` and
-    ``unsubscribed`` (``Subscription``), ``error`` (``LiveError``); ``alert``,
-    ``instance``, ``budget`` and ``preemption`` carry their publishers' dicts."""
+    """Every message a browser receives: its ``event`` names the type of its ``data``
+    (``LIVE_EVENTS``); any other pair is refused when the message is built."""
 
     event: str
-    data: Gpus | Subscription | LiveError | dict
+    data: LiveData
+
+    def __post_init__(self):
+        expected = LIVE_EVENTS.get(self.event)
+        if expected is None:
+            raise ValueError(f"unknown live event {self.event!r}")
+        if type(self.data) is not expected:
+            raise TypeError(f"the data of {self.event!r} is a {expected.__name__}, not {type(self.data).__name__}")
 
 
-def live_text(event: str, data) -> str:
+def live_text(event: str, data: LiveData) -> str:
     """The text of a browser message (``encode``: compact, ASCII)."""
     return encode(LiveMessage(event, data))
 

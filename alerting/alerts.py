@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agent.protocol import LiveAlert
 from audit.recording import record_event
 from console.live import FLEET_GROUP, host_group, instance_group, publish_on_commit, team_group
 
@@ -73,24 +74,24 @@ def announce(alert: Alert) -> None:
     publish_on_commit(groups, "alert", alert_data(alert))
 
 
-def alert_data(alert: Alert) -> dict:
-    return {
-        "id": alert.pk,
-        "kind": alert.kind,
-        "category": alert.category,
-        "severity": alert.severity,
-        "state": alert.state,
-        "message": alert.message,
-        "uuid": alert.uuid,
-        "instance": alert.instance_id,
-        "team": alert.team_id,
-        "host": alert.host_id,
-        "rule": alert.rule_id,
-        "value": alert.value,
-        "opened_at": alert.opened_at.isoformat(),
-        "updated_at": alert.updated_at.isoformat(),
-        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
-    }
+def alert_data(alert: Alert) -> LiveAlert:
+    return LiveAlert(
+        id=alert.pk,
+        kind=alert.kind,
+        category=alert.category,
+        severity=alert.severity,
+        state=alert.state,
+        message=alert.message,
+        uuid=alert.uuid,
+        instance=alert.instance_id,
+        team=alert.team_id,
+        host=alert.host_id,
+        rule=alert.rule_id,
+        value=alert.value,
+        opened_at=alert.opened_at.isoformat(),
+        updated_at=alert.updated_at.isoformat(),
+        resolved_at=alert.resolved_at.isoformat() if alert.resolved_at else None,
+    )
 
 
 def _refresh(condition: Condition, now: datetime) -> Alert | None:

@@ -11,6 +11,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from agent.protocol import LiveBudget
 from alerting import feed
 from audit.recording import record_event
 from console.live import publish_on_commit, team_group
@@ -203,10 +204,10 @@ def _announce_alert(alert: BudgetAlert, budget: Budget, notify: bool) -> None:
                  details={"basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
                           "budget": str(budget.amount)})
     _open_budget_alert(alert, budget, text)
-    publish_on_commit([team_group(budget.team_id)], "budget", {
-        "team": budget.team_id, "basis": alert.basis, "percent": alert.percent, "spend": str(alert.spend),
-        "amount": str(budget.amount), "currency": budget.currency, "message": text,
-    })
+    publish_on_commit([team_group(budget.team_id)], "budget", LiveBudget(
+        team=budget.team_id, basis=alert.basis, percent=alert.percent, spend=str(alert.spend),
+        amount=str(budget.amount), currency=budget.currency, message=text,
+    ))
     if notify:
         emails = list(Membership.objects.filter(team_id=budget.team_id, role=Role.ADMIN)
                       .exclude(user__email="").values_list("user__email", flat=True))

@@ -5,10 +5,11 @@ Groups: ``team.<id>`` (a team's members), ``instance.<id>``, ``host.<id>`` and `
 and are merged by each socket (``monitoring.fanout``). Every other message is
 ``{"type": "live.event", "text": <JSON text>}``, the text
 being the browser's message ``{"event": <name>, "data": {...}}`` serialised once by the
-publisher; the live consumer forwards it verbatim (the channel layer copies or packs a
+publisher from ``agent.protocol.LiveMessage``, whose ``data`` is the event's struct
+(``LIVE_EVENTS``); the live consumer forwards it verbatim (the channel layer copies or packs a
 string cheaply, and no consumer serialises the same payload again).
 Events: ``gpus`` (coalesced GPU samples), ``alert``, ``instance`` (state change),
-``budget``, ``preemption``.
+``budget``, ``preemption``, ``maintenance``.
 
 Every live socket also joins ``user.<id>`` (``user_group``) and ``session.<hash>`` of its
 login session; ``end_user_sockets`` sends one of them ``{"type": "live.end"}`` and each
@@ -26,7 +27,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
-from agent.protocol import live_text
+from agent.protocol import LiveData, live_text
 
 
 def team_group(team_id) -> str:
@@ -57,13 +58,14 @@ def session_group(session_key: str) -> str:
 END = {"type": "live.end"}
 
 
-def encode(event: str, data: dict) -> str:
+def encode(event: str, data: LiveData) -> str:
     """The text a browser receives (``agent.protocol.LiveMessage``, the one schema of
-    every frame the console sends)."""
+    every frame the console sends); ``data`` is the struct ``LIVE_EVENTS`` names for
+    ``event``, anything else is refused (``TypeError``, ``ValueError``)."""
     return live_text(event, data)
 
 
-def message(event: str, data: dict) -> dict:
+def message(event: str, data: LiveData) -> dict:
     return {"type": "live.event", "text": encode(event, data)}
 
 
@@ -105,17 +107,17 @@ async def send_each(sends: Iterable[tuple[str, dict]], *, watched_only: bool = F
     await asyncio.gather(*(send(group, msg) for group, msg in sends))
 
 
-async def apublish(groups: Iterable[str], event: str, data: dict) -> None:
+async def apublish(groups: Iterable[str], event: str, data: LiveData) -> None:
     msg = message(event, data)
     await send_each((group, msg) for group in dict.fromkeys(groups))
 
 
-def publish(groups: Iterable[str], event: str, data: dict) -> None:
+def publish(groups: Iterable[str], event: str, data: LiveData) -> None:
     """From sync code; call inside a transaction with ``publish_on_commit``."""
     async_to_sync(apublish)(list(groups), event, data)
 
 
-def publish_on_commit(groups: Iterable[str], event: str, data: dict) -> None:
+def publish_on_commit(groups: Iterable[str], event: str, data: LiveData) -> None:
     groups = list(groups)
     transaction.on_commit(lambda: publish(groups, event, data))
 

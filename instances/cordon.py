@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agent.protocol import LiveMaintenance
 from audit.recording import record_event
 from console.errors import Refused
 
@@ -112,11 +113,11 @@ def drain_host(*, actor, host: Host, reason: str = "", notice: timedelta = preem
             out.preempted.append(instance)
         else:
             out.to_move.append(instance)
-            publish_on_commit([team_group(instance.team_id)], "maintenance", {
-                "team": instance.team_id, "instance": instance.pk, "name": instance.name,
-                "message": f"The host of {instance.name} is being drained for maintenance ({reason}); "
-                           "an operator will contact you before anything is moved.",
-            })
+            publish_on_commit([team_group(instance.team_id)], "maintenance", LiveMaintenance(
+                team=instance.team_id, instance=instance.pk, name=instance.name,
+                message=f"The host of {instance.name} is being drained for maintenance ({reason}); "
+                        "an operator will contact you before anything is moved.",
+            ))
     record_event(actor=actor, action="host.drain", target=host, details={
         "reason": reason, "preempted": [i.pk for i in out.preempted], "to_move": [i.pk for i in out.to_move],
     })

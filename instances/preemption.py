@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from agent.protocol import LivePreemption
 from audit.models import Outcome
 from audit.recording import record_event
 from console.validators import ascii_decimal
@@ -121,10 +122,10 @@ def issue_preemption_notice(*, actor, instance: Instance, notice: timedelta = DE
                                            issued_by=actor if getattr(actor, "is_authenticated", False) else None)
     record_event(actor=actor, action="billing.preemption.notice", target=instance, team=instance.team_id,
                  details={"preempt_at": item.preempt_at, "reason": item.reason, "notice_s": int(notice.total_seconds())})
-    publish_on_commit([team_group(instance.team_id)], "preemption", {
-        "team": instance.team_id, "instance": instance.pk, "name": instance.name,
-        "preempt_at": item.preempt_at.isoformat(), "seconds": int(notice.total_seconds()), "reason": item.reason,
-    })
+    publish_on_commit([team_group(instance.team_id)], "preemption", LivePreemption(
+        team=instance.team_id, instance=instance.pk, name=instance.name,
+        preempt_at=item.preempt_at.isoformat(), seconds=int(notice.total_seconds()), reason=item.reason,
+    ))
     return item
 
 

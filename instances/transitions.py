@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from agent.protocol import LiveInstance
 from audit.recording import record_event
 from console.errors import Conflict
 
@@ -142,5 +143,5 @@ def _announce(instance: Instance) -> None:
     publish_on_commit(
         [team_group(instance.team_id), instance_group(instance.pk), FLEET_GROUP],
         "instance",
-        {"id": instance.pk, "name": instance.name, "state": instance.state, "team": instance.team_id},
+        LiveInstance(id=instance.pk, name=instance.name, state=instance.state, team=instance.team_id),
     )

@@ -565,6 +565,6 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.
         text = message.get("text")
-        if text is None:  # {"event", "data"} from a worker of an older release
-            text = encode(message["event"], message["data"])
+        if text is None:  # {"event", "data"} from a worker of an older release: data is a dict
+            text = p.encode({"event": message["event"], "data": message["data"]})
         await self.send(text_data=text)

@@ -39,7 +39,7 @@ def test_crossing_a_threshold_alerts_once(budget, spending, mailoutbox, publishe
         assert budgets.check_budgets(now=at(1, 13, month=12)) == []
     assert [m.to for m in mailoutbox] == [["alice@example.com"]]
     assert "50%" in mailoutbox[0].subject
-    assert published[-1][1:] == ("budget", published[-1][2]) and published[-1][2]["percent"] == 50
+    assert published[-1][1:] == ("budget", published[-1][2]) and published[-1][2].percent == 50
     assert AuditEvent.objects.filter(action="billing.budget.alert").count() == 1
 
 

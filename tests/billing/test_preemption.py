@@ -29,7 +29,7 @@ def test_a_notice_is_recorded_audited_and_pushed_live(spot_job, ops, published, 
     assert notice.preempt_at == at(3, 10, 22)
     assert AuditEvent.objects.filter(action="billing.preemption.notice", team=spot_job.team_id).exists()
     groups, event, data = published[-1]
-    assert (groups, event, data["name"], data["seconds"]) == ([f"team.{spot_job.team_id}"], "preemption", "job", 120)
+    assert (groups, event, data.name, data.seconds) == ([f"team.{spot_job.team_id}"], "preemption", "job", 120)
 
 
 def test_the_instance_is_preempted_when_the_notice_runs_out(spot_job, ops):

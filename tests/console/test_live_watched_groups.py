@@ -8,7 +8,7 @@ import pytest
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 
-from agent.protocol import NO_METRICS, LiveReading
+from agent.protocol import NO_METRICS, LiveError, LiveReading
 from console import live
 from monitoring import fanout
 from monitoring.readings import Live
@@ -86,5 +86,5 @@ async def test_a_layer_that_cannot_tell_gets_every_group(monkeypatch):
 async def test_other_publishers_still_send_to_every_group(monkeypatch):
     layer = InMemoryChannelLayer()
     sent = Recording(layer, monkeypatch)
-    await live.send_each([("team.1", live.message("alert", {})), ("host.2", live.message("alert", {}))])
+    await live.send_each([("team.1", live.message("error", LiveError("x"))), ("host.2", live.message("error", LiveError("x")))])
     assert sent.groups == ["team.1", "host.2"]

@@ -11,6 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from telemetry_wire import Agent, record, samples
 
+from agent.protocol import LiveInstance
 from audit.models import AuditEvent
 from monitoring.routing import websocket_urlpatterns
 
@@ -120,8 +121,8 @@ async def test_a_published_event_reaches_the_browser_verbatim(browser, ops):
 
     ws, _, _ = await browser(ops)
     await subscribe(ws, "fleet")
-    await live.apublish([live.FLEET_GROUP], "alert", {"id": 7, "state": "open"})
-    assert await ws.receive_from(timeout=2) == '{"event":"alert","data":{"id":7,"state":"open"}}'
+    await live.apublish([live.FLEET_GROUP], "instance", LiveInstance(id=7, name="a", state="running", team=1))
+    assert await ws.receive_from(timeout=2) == '{"event":"instance","data":{"id":7,"name":"a","state":"running","team":1}}'
     # The older message shape, {"event", "data"} (a worker of an earlier release).
     await get_channel_layer().group_send(live.FLEET_GROUP, {"type": "live.event", "event": "alert", "data": {"id": 8}})
     assert json.loads(await ws.receive_from(timeout=2)) == {"event": "alert", "data": {"id": 8}}
