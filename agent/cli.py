@@ -29,6 +29,7 @@ PROG = "gpuconsole-agent"
 TOKEN_ENV = "GPUCONSOLE_AGENT_TOKEN"
 TOKEN_RE = re.compile(r"^[\x21-\x7e]{1,4096}$")
 DEFAULT_COUNTER_INTERVAL = 60.0
+SIMULATED_HOSTS = ("sim", "replay")  # backends whose hosts, firewall included, are simulated
 # nvml: GPM costs two calls of tens of microseconds per GPU, so it is read on every tick
 # and every reading carries tensor activity; the sim keeps its slower, cheaper set.
 DEFAULT_SLOW_INTERVAL = {"nvml": 1.0, "sim": 5.0, "replay": 5.0}
@@ -347,6 +348,8 @@ def start(the_plan: Plan) -> int:
             )
         if args.network:
             _enforce_network(the_plan, links)
+        elif the_plan.source.name in SIMULATED_HOSTS:
+            _simulate_network(links)
         _announce(the_plan, spools)
         return asyncio.run(run(the_plan.source, links, once=args.once))
     except SpoolError as exc:
@@ -369,6 +372,15 @@ def _enforce_network(the_plan: Plan, links: dict) -> None:
         restored = link.network.restore()
         if restored is not None:
             log.info("network rules version %d restored", restored.version)
+
+
+def _simulate_network(links: dict) -> None:
+    """A simulated host's firewall: rulesets are checked and rendered, then reported in
+    force, so a demo fleet shows its rules applied instead of refused."""
+    from .firewall import Enforcer
+
+    for link in links.values():
+        link.network = Enforcer(nft=None)
 
 
 def _announce(the_plan: Plan, spools: list) -> None:

@@ -126,9 +126,11 @@ def nft_apply(script: str, nft: tuple[str, ...] = ("nft",)) -> None:
 
 class Enforcer:
     """Applies rulesets for one host and remembers the last one in force (in memory and,
-    with ``state_path``, on disk, so a restarted agent puts it back before it connects)."""
+    with ``state_path``, on disk, so a restarted agent puts it back before it connects).
+    With ``nft=None`` the host is a simulated one (``--backend sim`` or ``replay``): each
+    ruleset is checked and rendered as for a real host but put into no kernel."""
 
-    def __init__(self, *, state_path: Path | None = None, nft: tuple[str, ...] = ("nft",)):
+    def __init__(self, *, state_path: Path | None = None, nft: tuple[str, ...] | None = ("nft",)):
         self.state_path = state_path
         self.nft = nft
         self.version = 0
@@ -143,7 +145,9 @@ class Enforcer:
             return RulesetApplied(version=self.version, hash=self.hash, ok=True, offered=ruleset.version)
         started = time.monotonic()
         try:
-            nft_apply(render(ruleset.interfaces, ruleset.groups), self.nft)
+            script = render(ruleset.interfaces, ruleset.groups)
+            if self.nft is not None:
+                nft_apply(script, self.nft)
         except (ApplyError, ValueError) as exc:
             return self._refused(ruleset, str(exc))
         self.version, self.hash = ruleset.version, digest

@@ -4,6 +4,8 @@ tests/network/ run the same code against nftables itself)."""
 
 import asyncio
 
+import pytest
+
 from agent import firewall
 from agent import protocol as wire
 
@@ -163,3 +165,25 @@ def test_a_restarted_agent_puts_its_rules_back_before_it_connects(tmp_path, monk
     cli._enforce_network(SimpleNamespace(spool_dirs={"h": tmp_path}), {"h": link})
     assert link.network.version == 4 and len(applied) == 1
     assert 'jump in_0' in applied[0]
+
+
+def test_a_simulated_host_checks_and_reports_its_rules_without_a_kernel(monkeypatch):
+    monkeypatch.setattr(firewall, "nft_apply", lambda *a, **k: pytest.fail("a simulated host ran nft"))
+    enforcer = firewall.Enforcer(nft=None)
+    report = enforcer.apply(ruleset(7))
+    assert (report.ok, report.version, report.error) == (True, 7, "")
+    forged = wire.Ruleset(version=8, hash="0" * 64, interfaces=[WEB])
+    assert "hash does not match" in enforcer.apply(forged).error
+
+
+def test_sim_and_replay_agents_simulate_their_firewall_and_only_they_do():
+    from agent import cli
+
+    assert set(cli.SIMULATED_HOSTS) == {"sim", "replay"}
+
+    class Link:
+        network = None
+
+    links = {"h1": Link(), "h2": Link()}
+    cli._simulate_network(links)
+    assert all(link.network is not None and link.network.nft is None for link in links.values())
