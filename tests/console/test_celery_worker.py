@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,22 +21,32 @@ pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL 
 
 
 @pytest.fixture
-def worker(transactional_db):
+def worker(transactional_db, tmp_path):
     db = connection.settings_dict
     url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     if db["ENGINE"].endswith("sqlite3"):
         pytest.skip("a worker process cannot share the in-memory SQLite test database")
     env = os.environ | {"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
+    # A queue of its own, so that no other worker on the same Redis takes the task.
+    queue = f"test-{uuid.uuid4().hex}"
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "gpuconsole", "worker", "--pool", "solo", "--loglevel", "WARNING",
+             "--queues", queue, "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    default_queue = celery_app.conf.task_default_queue
     celery_app.conf.task_always_eager = False
-    yield proc
-    celery_app.conf.task_always_eager = True
-    proc.terminate()
-    proc.wait(timeout=20)
+    celery_app.conf.task_default_queue = queue
+    try:
+        yield proc
+    finally:
+        celery_app.conf.task_always_eager = True
+        celery_app.conf.task_default_queue = default_queue
+        proc.terminate()
+        proc.wait(timeout=20)
+        print(log.read_text(errors="replace"))
 
 
 def test_a_real_worker_provisions_a_launched_instance(worker, fleet, bob, acme):

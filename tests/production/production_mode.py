@@ -168,7 +168,7 @@ def run(args, env: dict, var: Path) -> list[str]:
         daphne = [str(BIN / "daphne"), "-b", "127.0.0.1", "--websocket-max-message-size", str(512 * 1024)]
         workers = [start(procs, f"daphne-{i}", [*daphne, "-p", str(port), "gpuconsole.asgi:application"], env, logs)
                    for i, port in enumerate(ports)]
-        celery = [sys.executable, "-m", "celery", "-A", "console"]
+        celery = [sys.executable, "-m", "celery", "-A", "gpuconsole"]
         start(procs, "celery-worker", [*celery, "worker", "-l", "info", "--concurrency", "2"], env, logs)
         start(procs, "celery-beat", [*celery, "beat", "-l", "info"], env, logs)
         for worker, port in zip(workers, ports, strict=True):

@@ -41,7 +41,7 @@ class Command(BaseCommand):
         if settings.REDIS_URL:
             # With Redis, tasks and periodic work (rollups, audit checkpoints) need a
             # Celery worker and beat, as in production.
-            celery = [sys.executable, "-m", "celery", "-A", "console"]
+            celery = [sys.executable, "-m", "celery", "-A", "gpuconsole"]
             children += [
                 subprocess.Popen([*celery, "worker", "--loglevel", "WARNING", "--concurrency", "2"]),
                 subprocess.Popen([*celery, "beat", "--loglevel", "WARNING"]),
