@@ -332,6 +332,9 @@ def main() -> None:
     if not args.keep:
         from django.db import connections
 
+        from audit.sealer import sealer
+
+        sealer.stop()  # its last look at exit would find the database gone
         connections.close_all()
         fresh_database(url, create=False)
 
