@@ -15,8 +15,12 @@ run: $(VENV)/.installed
 	$(PY) manage.py seed_demo
 	$(PY) manage.py rundemo
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist); each has its own test database
+# and Redis database (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -2,7 +2,9 @@
 alice (Acme admin), bob (Acme member), charlie (Globex admin), audrey (auditor of
 both teams) and ops (operator)."""
 
+import os
 from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings as django_settings
@@ -23,6 +25,33 @@ from instances.models import (
     SliceKind,
     SliceProfile,
 )
+
+
+
+def xdist_worker_number() -> int | None:
+    """This process's number under pytest-xdist (gw0 is 0), or None when it runs alone."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker.removeprefix("gw")) if worker.startswith("gw") else None
+
+
+def _redis_of_this_worker() -> None:
+    """Under pytest-xdist each worker talks to a Redis database of its own (1 + its
+    number), so that no worker hears another's live groups, cache keys, leases or
+    tasks: the URL is rewritten on the settings already loaded (before any client is
+    made) and in the environment the servers a test starts inherit."""
+    number = xdist_worker_number()
+    if number is None or not django_settings.REDIS_URL:
+        return
+    if number > 6:  # Redis has 16 databases: 1-7 for workers, 9-15 for their browser servers
+        raise pytest.UsageError("with REDIS_URL the suite runs in at most 7 workers (-n 7)")
+    own = urlunsplit(urlsplit(django_settings.REDIS_URL)._replace(path=f"/{1 + number}"))
+    os.environ["REDIS_URL"] = django_settings.REDIS_URL = django_settings.CELERY_BROKER_URL = own
+    django_settings.CACHES["default"]["LOCATION"] = own
+    for host in django_settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]:
+        host["address"] = own
+
+
+_redis_of_this_worker()
 
 # pytest-django loads the settings before this file, so these are set on the objects:
 # tasks run inline (also when REDIS_URL points the rest at real services), and no

@@ -96,7 +96,7 @@ def _free_port() -> int:
 def _own_database(url: str) -> tuple[str, str]:
     """(url of a fresh database beside ``url``'s, its name): the browser server's own."""
     parts = urlsplit(url)
-    name = (parts.path.lstrip("/") or "test") + "_browser"
+    name = (parts.path.lstrip("/") or "test") + "_browser" + os.environ.get("PYTEST_XDIST_WORKER", "")
     return urlunsplit(parts._replace(path="/" + name)), name
 
 
@@ -111,9 +111,11 @@ def _recreate_pg(url: str, name: str, *, drop_only: bool = False) -> None:
 
 
 def _own_redis(url: str) -> str:
-    # A database of its own, so that live groups never mix with another server's.
+    # A database of its own, so that live groups never mix with another server's (one
+    # for each pytest-xdist worker).
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/13"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return urlunsplit(parts._replace(path=f"/{9 + int(worker.removeprefix('gw'))}"))
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -82,6 +82,9 @@ async def test_anonymous_is_closed(browser, fleet):
 async def test_a_foreign_origin_is_refused(browser, bob):
     ws, connected, _ = await browser(bob, origin=b"http://evil.example")
     assert not connected
+    # The denier waits for the disconnect; left waiting, closing the test's event loop
+    # could hang on it.
+    await ws.disconnect()
 
 
 async def test_a_malformed_message_is_closed_with_4400(browser, bob):
