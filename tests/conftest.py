@@ -27,7 +27,6 @@ from instances.models import (
 )
 
 
-
 def xdist_worker_number() -> int | None:
     """This process's number under pytest-xdist (gw0 is 0), or None when it runs alone."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
