@@ -24,14 +24,15 @@ from monitoring.models import HostToken
 from monitoring.services import create_host_token
 host = Host.objects.create(name="h-expiring", region=Region.objects.create(name="r1"))
 token, raw = create_host_token(actor=None, host=host)
-HostToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() + timedelta(seconds=4))
+HostToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() + timedelta(seconds=12))
 print(raw)
 """
 
 
 @pytest.fixture
 def served(tmp_path):
-    """A migrated SQLite console under daphne; yields (ws URL, a token expiring in 4 s)."""
+    """A migrated SQLite console under daphne; yields (ws URL, a token expiring in 12 s,
+    time for the seeding process to exit and the agent to connect on busy cores)."""
     env = os.environ | {"GPUCONSOLE_VAR_DIR": str(tmp_path), "DATABASE_URL": "", "REDIS_URL": "",
                         "INPROCESS_SCHEDULER": "false"}
     manage = [sys.executable, "manage.py"]
