@@ -7,8 +7,9 @@
 3. ``manage.py verify_audit`` over all of them;
 4. audited appends per second: ``record_event`` each in its own committed transaction,
    from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
-   workers are), beside the same writers committing a plain one-row INSERT (the peer);
-   once with the transaction ending at the write, once with ``--caller-ms`` more work in
+   workers are), beside the same writers committing a plain one-row INSERT (the peer)
+   and the event row alone, sealed, into a copy of the event table with its indexes (the
+   floor: what storing the row costs with no chain and no Django model); once with the transaction ending at the write, once with ``--caller-ms`` more work in
    it; audited writers make the after-commit look through the sealer thread
    (``--seal-delay-ms``, AUDIT_SEAL_DELAY_MS), and once more with the look made at once;
    then the whole log verified (one gap-free chain, nothing left pending);
@@ -28,6 +29,7 @@ scratch database. Prints a JSON summary on the last line.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -255,10 +257,26 @@ def verify_command(env: dict) -> dict:
 PLAIN_TABLE = "bench_plain_write"
 
 
-def _append_worker(env: dict, seconds: float, ready, results, audited: bool, caller_ms: float) -> None:
-    """One writer process: once every writer is set up, append audited events, each in
-    its own committed transaction, for ``seconds``; reports how many. With ``audited``
-    False, the peer: a plain one-row INSERT per committed transaction, no audit.
+ROW_TABLE = "bench_event_row"  # the event table's columns and indexes, no triggers, no chain
+ROW_SQL = (
+    f"INSERT INTO {ROW_TABLE} (seq, time, actor_type, actor_id, actor_name, actor_role, team_id, action, "
+    "target_type, target_id, target_name, outcome, source_ip, user_agent, request_id, details, prev_hash, hash) "
+    f"VALUES (nextval('{ROW_TABLE}_seq'), now(), 'system', '', '', '', NULL, 'instance.launch', "
+    "'instances.instance', %s, '', 'success', NULL, '', '', %s, %s, %s)"
+)
+KINDS = ("plain", "row", "audited")
+
+
+def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_ms: float) -> None:
+    """One writer process: once every writer is set up, append for ``seconds``, each in
+    its own committed transaction; reports how many.
+
+    - ``audited``: ``record_event`` (the cheapest audited action);
+    - ``plain``, the peer: a one-row INSERT into a narrow table with one index;
+    - ``row``, the floor of an audited append: the same event row, sealed (seq and
+      hashes given), inserted with plain SQL into a copy of the event table with all its
+      indexes: no chain head, no sealing, no Django model.
+
     ``caller_ms``: the rest of the caller's transaction after the write (a server-side
     sleep, no CPU), during which the old design kept the chain head locked."""
     os.environ.update(env)
@@ -274,14 +292,22 @@ def _append_worker(env: dict, seconds: float, ready, results, audited: bool, cal
     pid, count = os.getpid(), 0
     ready.wait()
     until = time.perf_counter() + seconds
-    while time.perf_counter() < until and not audited:
+    while time.perf_counter() < until and kind == "plain":
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {PLAIN_TABLE} (writer, n, details) VALUES (%s, %s, %s)",
                            [pid, count, json.dumps({"writer": pid, "n": count, "gpu_count": 8, "name": "job"})])
             if caller_ms:
                 cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
         count += 1
-    while time.perf_counter() < until and audited:
+    while time.perf_counter() < until and kind == "row":
+        with transaction.atomic(), connection.cursor() as cursor:
+            details = json.dumps({"gpu_count": 8, "n": count, "name": "job", "writer": pid}, separators=(",", ":"))
+            cursor.execute(ROW_SQL, [str(count), details, hashlib.sha256(details.encode()).hexdigest(),
+                                     hashlib.sha256(str(count).encode()).hexdigest()])
+            if caller_ms:
+                cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
+        count += 1
+    while time.perf_counter() < until and kind == "audited":
         with transaction.atomic():
             record_event(
                 actor="system", action="instance.launch", target_type="instances.instance",
@@ -296,7 +322,7 @@ def _append_worker(env: dict, seconds: float, ready, results, audited: bool, cal
 
 
 def append_rate(
-    env: dict, writers: int, seconds: float, audited: bool = True, caller_ms: float = 0, seal_delay_ms: float = 0
+    env: dict, writers: int, seconds: float, kind: str = "audited", caller_ms: float = 0, seal_delay_ms: float = 0
 ) -> dict:
     import multiprocessing
 
@@ -304,7 +330,7 @@ def append_rate(
     ctx = multiprocessing.get_context("spawn")
     ready, results = ctx.Barrier(writers + 1), ctx.Queue()
     procs = [
-        ctx.Process(target=_append_worker, args=(env, seconds, ready, results, audited, caller_ms))
+        ctx.Process(target=_append_worker, args=(env, seconds, ready, results, kind, caller_ms))
         for _ in range(writers)
     ]
     for proc in procs:
@@ -318,7 +344,8 @@ def append_rate(
 
 
 def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: float = 20) -> dict:
-    """1 writer vs 8, audited vs a plain one-row INSERT (the peer), with the caller's
+    """1 writer vs 8, audited vs a plain one-row INSERT (the peer) and vs the event row
+    alone (the floor, see ``_append_worker``), with the caller's
     transaction ending at once and with ``caller_ms`` more work after the write. Audited
     writers make the after-commit look through the sealer thread (``seal_delay_ms``);
     with the caller ending at once, also with the look made at once (``…_look_now``)."""
@@ -330,15 +357,17 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {PLAIN_TABLE} (id bigserial PRIMARY KEY, "
                        "writer int, n int, details json, at timestamptz DEFAULT now())")
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {ROW_TABLE} (LIKE audit_auditevent INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES)")
+        cursor.execute(f"CREATE SEQUENCE IF NOT EXISTS {ROW_TABLE}_seq")
     connection.close()
     runs = {}
     for work in (0, caller_ms):
-        for audited in (False, True):
+        for kind in KINDS:
             for writers in (1, 8):
-                name = f"{'audited' if audited else 'plain'}_{writers}_{work:g}ms"
-                runs[name] = append_rate(env, writers, seconds, audited, work, seal_delay_ms)
+                name = f"{kind}_{writers}_{work:g}ms"
+                runs[name] = append_rate(env, writers, seconds, kind, work, seal_delay_ms)
     for writers in (1, 8):
-        runs[f"audited_{writers}_0ms_look_now"] = append_rate(env, writers, seconds, True, 0, 0)
+        runs[f"audited_{writers}_0ms_look_now"] = append_rate(env, writers, seconds, "audited", 0, 0)
     connection.close()
     pending = AuditEvent.objects.filter(seq__isnull=True).count()
     seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
@@ -347,11 +376,14 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     rate = {name: run["events_per_s"] for name, run in runs.items()}
     ratios = {}
     for work in (0, caller_ms):
-        for kind in ("plain", "audited"):
+        for kind in KINDS:
             ratios[f"{kind}_8_vs_1_{work:g}ms"] = round(rate[f"{kind}_8_{work:g}ms"] / rate[f"{kind}_1_{work:g}ms"], 2)
         for writers in (1, 8):
-            ratios[f"audited_vs_plain_{writers}_{work:g}ms"] = round(
-                rate[f"audited_{writers}_{work:g}ms"] / rate[f"plain_{writers}_{work:g}ms"], 2)
+            for kind in ("audited", "row"):
+                ratios[f"{kind}_vs_plain_{writers}_{work:g}ms"] = round(
+                    rate[f"{kind}_{writers}_{work:g}ms"] / rate[f"plain_{writers}_{work:g}ms"], 2)
+            ratios[f"audited_vs_row_{writers}_{work:g}ms"] = round(
+                rate[f"audited_{writers}_{work:g}ms"] / rate[f"row_{writers}_{work:g}ms"], 2)
     for writers in (1, 8):
         ratios[f"audited_look_now_vs_plain_{writers}_0ms"] = round(
             rate[f"audited_{writers}_0ms_look_now"] / rate[f"plain_{writers}_0ms"], 2)
