@@ -6,6 +6,9 @@
   ``--ws-max-size`` at the agent protocol's 512 KiB;
 - ``granian``: Rust's hyper and tokio behind the ASGI interface (no lifespan: Django
   has none).
+
+``floor-<server>`` runs ``bench/floor_server.py`` (the bare path every reading must take,
+none of the console's bookkeeping) under that server instead of the console.
 """
 
 from __future__ import annotations
@@ -18,9 +21,24 @@ BIN = Path(sys.executable).parent
 APP = "gpuconsole.asgi:application"
 MAX_MESSAGE_BYTES = 512 * 1024
 SERVERS = ("daphne", "uvicorn", "granian")
+FLOOR_APP = "floor_server:app"  # bench/ is on the server's PYTHONPATH (see env)
+
+
+def is_floor(kind: str) -> bool:
+    return kind.startswith("floor-")
+
+
+def env(kind: str, base: dict) -> dict:
+    """The server's environment: the floor application imports from bench/."""
+    if not is_floor(kind):
+        return base
+    here = str(Path(__file__).resolve().parent)
+    return base | {"PYTHONPATH": os.pathsep.join(filter(None, [here, base.get("PYTHONPATH")]))}
 
 
 def command(server: str, port: int, app: str = APP) -> list[str]:
+    if is_floor(server):
+        server, app = server.removeprefix("floor-"), FLOOR_APP
     if server == "daphne":
         return [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), app]
     if server == "uvicorn":
@@ -36,8 +54,8 @@ def command(server: str, port: int, app: str = APP) -> list[str]:
 def parse(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     for name in names:
-        if name not in SERVERS:
-            raise SystemExit(f"unknown server {name!r}: one of {', '.join(SERVERS)}")
+        if name.removeprefix("floor-") not in SERVERS:
+            raise SystemExit(f"unknown server {name!r}: one of {', '.join(SERVERS)}, each also as floor-<server>")
     return names
 
 

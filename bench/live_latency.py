@@ -190,7 +190,7 @@ def start_server(name: str, env: dict, var: Path, kind: str = "daphne") -> tuple
     server = subprocess.Popen(
         asgi_servers.command(kind, port),
         cwd=ROOT,
-        env=env,
+        env=asgi_servers.env(kind, env),
         stdout=open(var / f"daphne-{name}-{port}.log", "w"),
         stderr=subprocess.STDOUT,
     )
@@ -301,7 +301,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--servers", default="daphne",
-        help="comma-separated ASGI servers, each layer under each in turn: daphne, uvicorn, granian",
+        help="comma-separated ASGI servers, each layer under each in turn: daphne, uvicorn, granian; "
+             "floor-<server> runs bench/floor_server.py (the bare path, memory layer only) under it",
     )
     args = parser.parse_args()
     if not (1 <= args.gpus <= 20_000 and 1 <= args.clients <= 200 and 5 <= args.seconds <= 120):
@@ -385,6 +386,8 @@ def bench(args, env: dict, var: Path) -> int:
         elif layer != "memory":
             raise SystemExit(f"unknown layer {layer!r}")
         for kind in kinds:
+            if asgi_servers.is_floor(kind) and layer != "memory":
+                continue  # the floor has no channel layer: one process serves agents and browsers
             key = layer if kinds == ["daphne"] else f"{layer}/{kind}"
             results[key] = run_layer(layer, layer_env, data, fleet_file, var, args, kind)
     for layer, r in results.items():
@@ -417,10 +420,10 @@ def bench(args, env: dict, var: Path) -> int:
             )
     for key, r in results.items():
         layer, _, kind = key.partition("/")
-        base = results.get(f"{layer}/daphne")
+        base = results.get(f"{layer}/{kind.removeprefix('floor-')}" if asgi_servers.is_floor(kind) else f"{layer}/daphne")
         if kind and kind != "daphne" and base:
             ratio = sum(r["cpu_us"]) / sum(base["cpu_us"])
-            print(f"{key} / daphne: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
+            print(f"{key} / {kind.removeprefix('floor-') if asgi_servers.is_floor(kind) else 'daphne'}: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
                   f"p99 ×{r['p99'] / base['p99']:.2f}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} CPUs")
     print(
