@@ -29,9 +29,10 @@ import django
 django.setup()
 
 from agent import protocol as p  # noqa: E402
-from monitoring import frames, ingest  # noqa: E402
+from monitoring import frames, ingest, readings  # noqa: E402
 
 FLOOR_TABLE = "bench_floor_sample"
+NO_DEVICE = ingest.Device(gpu_uuid="", gpu_id=0, slice_id=None, index=None)  # no inventory read
 
 
 class Store:
@@ -145,7 +146,12 @@ async def agent(receive, send) -> None:
                 continue
             if message["type"] == "websocket.disconnect":
                 return
-            frame = frames.read(message.get("text"), hello_expected=hello is None, now=time.time())
+            try:
+                frame = frames.read(message.get("text"), hello_expected=hello is None, now=time.time())
+            except frames.FrameError as exc:  # the console's own refusal: its error, then its close code
+                await send({"type": "websocket.send", "text": p.encode(p.Error(code=exc.code, message=exc.message))})
+                await send({"type": "websocket.close", "code": exc.close_code})
+                return
             if hello is None:
                 hello = frame
                 await send({"type": "websocket.send", "text": p.encode(
@@ -167,14 +173,14 @@ async def _ack_in_order(acks: asyncio.Queue, send) -> None:
 
 
 def _relay(host: str, frame) -> None:
-    """The frame's readings to every browser, encoded once."""
+    """The frame's readings to every browser, each made as the console makes it and encoded once."""
     parts = []
     for r in frame.records:
         if r.event:
             continue
-        reading = p.LiveReading(uuid=r.slice or r.gpu, host=host, index=None, instance=None, team=None,
-                                t=ingest._time_text(r.t), m=r.m, stale=False)
-        parts.append(p.encode(reading))
+        live = readings.live(uuid=r.slice or r.gpu, host_id=0, host=host, device=NO_DEVICE, t=r.t, m=r.m,
+                             instance=None, team=None)
+        parts.append(p.encode(live.reading))
     if not parts:
         return
     text = p.GPUS_HEAD + ",".join(parts) + p.GPUS_TAIL

@@ -307,6 +307,8 @@ def main() -> int:
     args = parser.parse_args()
     if not (1 <= args.gpus <= 20_000 and 1 <= args.clients <= 200 and 5 <= args.seconds <= 120):
         parser.error("--gpus 1-20000, --clients 1-200, --seconds 5-120")
+    if any(map(asgi_servers.is_floor, asgi_servers.parse(args.servers))) and "memory" not in args.layers.split(","):
+        parser.error("floor-<server> runs on the memory layer only: add memory to --layers")
 
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
         var = Path(tmp)
@@ -420,10 +422,11 @@ def bench(args, env: dict, var: Path) -> int:
             )
     for key, r in results.items():
         layer, _, kind = key.partition("/")
-        base = results.get(f"{layer}/{kind.removeprefix('floor-')}" if asgi_servers.is_floor(kind) else f"{layer}/daphne")
+        peer = kind.removeprefix("floor-") if asgi_servers.is_floor(kind) else "daphne"  # a floor's own server
+        base = results.get(f"{layer}/{peer}")
         if kind and kind != "daphne" and base:
             ratio = sum(r["cpu_us"]) / sum(base["cpu_us"])
-            print(f"{key} / {kind.removeprefix('floor-') if asgi_servers.is_floor(kind) else 'daphne'}: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
+            print(f"{key} / {peer}: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
                   f"p99 ×{r['p99'] / base['p99']:.2f}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} CPUs")
     print(
