@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import signing
@@ -26,29 +27,42 @@ def line_of(head: dict, extra: dict | None = None) -> bytes:
     return (json.dumps(fields, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
-def append(path: str | Path, head: dict, extra: dict | None = None) -> None:
-    """Append ``head`` (with ``extra`` fields: a witness's) and fsync it (and, for a new
-    file, its directory entry)."""
+@contextmanager
+def locked(path: str | Path) -> Iterator[int]:
+    """The file opened for appending (created if absent) under an exclusive ``flock``,
+    held until the block ends: a process may look at the newest head and append the
+    next without another appending in between."""
     path = Path(path)
-    line = line_of(head, extra)
     created = not path.exists()
     if created:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if created:  # the new file's directory entry, on disk before any head in it
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        yield fd
     finally:
         os.close(fd)  # closing releases the lock
-    if created:
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+
+
+def write_locked(fd: int, head: dict, extra: dict | None = None) -> None:
+    """Append ``head`` to the file ``locked`` opened and force it to disk."""
+    view = memoryview(line_of(head, extra))
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def append(path: str | Path, head: dict, extra: dict | None = None) -> None:
+    """Append ``head`` (with ``extra`` fields: a witness's) and fsync it (and, for a new
+    file, its directory entry)."""
+    with locked(path) as fd:
+        write_locked(fd, head, extra)
 
 
 class BadLine(ValueError):

@@ -68,37 +68,53 @@ def request() -> None:
 
 def publish_head() -> dict | None:
     """Sign the chain head as it is now and append it to the heads file; None when this
-    process has already published this size."""
+    process, or another since, has already published this head.
+
+    The file stays locked from the look at the head to the append, so processes that
+    commit together publish one head between them: the others find it the file's newest
+    and sign nothing."""
     global _edge
     path = heads_path()
-    with connection.cursor() as cursor:  # raw: this runs after every sealed batch
-        cursor.execute("SELECT seq, hash FROM audit_chainhead WHERE id = 1")
-        head = cursor.fetchone()
-    if not path or head is None or head[0] == 0:
+    if not path:
         return None
-    seq, head_hash = head
-    edge = _edge
-    if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
-        return None
-    size, frontier = _start(seq)
-    frontier, size = merkle.extend(frontier, size, leaf_hashes(size + 1, seq))
-    signed = sign_head(
-        seq=seq, head_hash=head_hash, frontier=frontier, time=timezone.now(), recheck_key=False
-    ).as_dict()
-    headlog.append(path, signed)
+    with headlog.locked(path) as fd:
+        with connection.cursor() as cursor:  # raw: this runs after every sealed batch
+            cursor.execute("SELECT seq, hash FROM audit_chainhead WHERE id = 1")
+            head = cursor.fetchone()
+        if head is None or head[0] == 0:
+            return None
+        seq, head_hash = head
+        edge = _edge
+        if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
+            return None
+        if any(h["tree_size"] == seq and h["chain_hash"] == head_hash for h in headlog.newest(path, TAIL_BYTES)):
+            return None  # another process signed this very head
+        size, frontier = _start(seq)
+        frontier, size = merkle.extend(frontier, size, leaf_hashes(size + 1, seq))
+        signed = sign_head(
+            seq=seq, head_hash=head_hash, frontier=frontier, time=timezone.now(), recheck_key=False
+        ).as_dict()
+        headlog.write_locked(fd, signed)
     _edge = (os.getpid(), size, frontier)
     return signed
 
 
+# The newest heads looked at before signing: a few lines (a head is ~330 bytes).
+TAIL_BYTES = 2048
+
+
 def _start(seq: int) -> tuple[int, list[bytes]]:
-    """The compact range to extend up to ``seq``: this process's own, else the newest
-    checkpoint at or below it (its signature and root checked), else the empty tree."""
+    """The compact range to extend up to ``seq``: this process's own, or the newest
+    checkpoint at or below it when that is further on (its signature and root checked),
+    else the empty tree. A process that has not signed for a while (others published
+    meanwhile) so reads at most a checkpoint's interval of leaves."""
     edge = _edge
-    if edge is not None and edge[0] == os.getpid() and edge[1] <= seq:
-        return edge[1], edge[2]
+    own = edge if edge is not None and edge[0] == os.getpid() and edge[1] <= seq else None
+    if own is not None and seq - own[1] < getattr(settings, "AUDIT_CHECKPOINT_EVENTS", 1000):
+        return own[1], own[2]  # no checkpoint can be much further on
     checkpoint = Checkpoint.objects.filter(seq__lte=seq).order_by("-seq").first()
-    if checkpoint is None:
-        return 0, []
+    if checkpoint is None or (own is not None and own[1] >= checkpoint.seq):
+        return (own[1], own[2]) if own is not None else (0, [])
     frontier = checkpoint.frontier_bytes()
     public = keys.public_keys().get(checkpoint.key_id)
     message = headlog.message(checkpoint.as_dict())

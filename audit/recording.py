@@ -60,6 +60,9 @@ def role_of(actor, team_id: int | None) -> str:
     return "operator" if getattr(actor, "is_staff", False) else ""
 
 
+_OUTCOMES = frozenset(Outcome.values)
+
+
 def record_event(
     *,
     actor,
@@ -78,7 +81,7 @@ def record_event(
     right after the caller commits, by this process or by the head's holder, so no
     writer ever waits for another's transaction. On PostgreSQL all of that is one
     statement (``audit_append``, which also looks up the actor's role)."""
-    if outcome not in Outcome.values:
+    if outcome not in _OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, not {outcome!r}")
     ctx = context.current()
     actor_type, actor_id, actor_name = describe_actor(actor)

@@ -37,10 +37,7 @@ logger = logging.getLogger(__name__)
 
 
 def delay_seconds() -> float:
-    value = getattr(settings, "AUDIT_SEAL_DELAY_MS", None)
-    if value is None:
-        value = os.environ.get("AUDIT_SEAL_DELAY_MS", "0")
-    return max(0.0, float(value)) / 1000
+    return max(0, settings.AUDIT_SEAL_DELAY_MS) / 1000
 
 
 class Sealer:

@@ -326,7 +326,7 @@ def append_rate(
 ) -> dict:
     import multiprocessing
 
-    env = {**env, "AUDIT_SEAL_DELAY_MS": str(seal_delay_ms)}
+    env = {**env, "AUDIT_SEAL_DELAY_MS": str(int(seal_delay_ms))}
     ctx = multiprocessing.get_context("spawn")
     ready, results = ctx.Barrier(writers + 1), ctx.Queue()
     procs = [
@@ -593,7 +593,7 @@ def main() -> None:
         help="work in the caller's transaction after the audited write (second series)",
     )
     parser.add_argument(
-        "--seal-delay-ms", type=float, default=20.0,
+        "--seal-delay-ms", type=int, default=20,
         help="AUDIT_SEAL_DELAY_MS of the audited writers (the look after commit, by the sealer thread)",
     )
     parser.add_argument(
@@ -605,6 +605,8 @@ def main() -> None:
         help="only the offline verifier on bundles of N events, beside raw SHA-256 (no database)",
     )
     args = parser.parse_args()
+    if args.seal_delay_ms < 0:
+        parser.error("--seal-delay-ms must be 0 or more")
     if args.offline:
         sys.path.insert(0, str(ROOT))
         offline = offline_bench(args.offline)

@@ -269,6 +269,9 @@ AUDIT_ARCHIVE_DIR = envstr("AUDIT_ARCHIVE_DIR", str(VAR_DIR / "audit-archive"))
 # (docs/audit.md); empty: none (the newest records are then pinned only by checkpoints).
 AUDIT_HEADS_FILE = envstr("AUDIT_HEADS_FILE", str(VAR_DIR / "audit-heads.jsonl"))
 AUDIT_PUBLISH_IN_THREAD = envbool("AUDIT_PUBLISH_IN_THREAD", True)  # off: the committer waits for the fsync
+# PostgreSQL: how long each process's sealer thread waits, once woken by a commit, before
+# its look for pending records (0: each committer looks at once; docs/audit.md).
+AUDIT_SEAL_DELAY_MS = envint("AUDIT_SEAL_DELAY_MS", 0, minimum=0)
 # A witness's countersigned copy of the heads (python -m audit.witness), checked as well.
 AUDIT_WITNESS_FILE = envstr("AUDIT_WITNESS_FILE", "")
 AUDIT_VERIFY_RATE = envrate("AUDIT_VERIFY_RATE", "10/min")

@@ -10,7 +10,7 @@ import pytest
 from audit_support import rewrite_tail
 
 from audit import checkpoints, headlog, publish, recording
-from audit.models import AuditEvent, ChainHead
+from audit.models import AuditEvent, ChainHead, Checkpoint
 from audit.verification import verify
 
 
@@ -24,6 +24,34 @@ def test_one_head_per_committed_batch_not_per_record(committed, settings):
     published = heads(settings)
     assert [head["tree_size"] for head in published] == [5, 8]
     assert published[-1]["chain_hash"] == ChainHead.objects.get().hash
+
+
+def test_a_head_another_process_signed_is_not_signed_again(committed, settings):
+    committed(3)
+    publish.forget()  # another process, which committed in the same batch: it looks next
+    assert publish.publish_head() is None
+    assert [head["tree_size"] for head in heads(settings)] == [3]
+    committed(2)  # and it signs the next batch itself, from the empty tree
+    assert [head["tree_size"] for head in heads(settings)] == [3, 5]
+    assert verify().valid
+
+
+def test_a_process_far_behind_starts_from_the_newest_checkpoint(committed, settings, monkeypatch):
+    settings.AUDIT_CHECKPOINT_EVENTS = 4
+    committed(2)
+    stale = publish._edge  # this process's edge at #2
+    committed(5)
+    checkpoints.write_checkpoint()  # #7
+    committed(1)
+    publish._edge = stale  # as if the heads after #2 were signed by other processes
+    read = []
+    real = publish.leaf_hashes
+    monkeypatch.setattr(publish, "leaf_hashes", lambda first, last: read.append((first, last)) or real(first, last))
+    committed(1)
+    newest = Checkpoint.objects.order_by("-seq").first().seq
+    assert newest >= 7 and read == [(newest + 1, 9)]  # the leaves after it only, not #3 on
+    assert heads(settings)[-1]["tree_size"] == 9
+    assert verify().valid
 
 
 def test_an_untouched_log_verifies_against_its_heads(committed):
