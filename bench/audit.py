@@ -9,8 +9,10 @@
    from 1 writer process and from 8 at once (separate processes, as ASGI and Celery
    workers are), beside the same writers committing a plain one-row INSERT (the peer)
    and the event row alone, sealed, into a copy of the event table with its indexes (the
-   floor: what storing the row costs with no chain and no Django model); once with the transaction ending at the write, once with ``--caller-ms`` more work in
-   it; audited writers make the after-commit look through the sealer thread
+   floor: what storing the row costs with no chain and no Django model), and the append
+   statement alone (``audit_append`` from the driver: what the chain costs in the
+   database, no Django); once with the transaction ending at the write, once with
+   ``--caller-ms`` more work in it; audited writers make the after-commit look through the sealer thread
    (``--seal-delay-ms``, AUDIT_SEAL_DELAY_MS), and once more with the look made at once;
    then the whole log verified (one gap-free chain, nothing left pending);
 5. the offline verifier (``audit.offline_verify``, no Django, no database) on a whole-log
@@ -264,7 +266,14 @@ ROW_SQL = (
     f"VALUES (nextval('{ROW_TABLE}_seq'), now(), 'system', '', '', '', NULL, 'instance.launch', "
     "'instances.instance', %s, '', 'success', NULL, '', '', %s, %s, %s)"
 )
-KINDS = ("plain", "row", "audited")
+# The append statement alone: what the chain costs in the database, with no Django, no
+# record_event and no after-commit look (records it leaves pending are sealed by the
+# audited series' looks that follow, and before the log is verified).
+CHAIN_SQL = (
+    "SELECT o_id FROM audit_append(now(), 'system', '', 'system', NULL, '', 'instance.launch', "
+    "'instances.instance', %s, '', 'success', NULL, '', '', %s)"
+)
+KINDS = ("plain", "row", "chain", "audited")
 
 
 def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_ms: float) -> None:
@@ -275,7 +284,9 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
     - ``plain``, the peer: a one-row INSERT into a narrow table with one index;
     - ``row``, the floor of an audited append: the same event row, sealed (seq and
       hashes given), inserted with plain SQL into a copy of the event table with all its
-      indexes: no chain head, no sealing, no Django model.
+      indexes: no chain head, no sealing, no Django model;
+    - ``chain``: the append statement alone (``audit_append``, the chain head, the
+      hash, sealing what waits), straight from the driver: no Django, no after-commit look.
 
     ``caller_ms``: the rest of the caller's transaction after the write (a server-side
     sleep, no CPU), during which the old design kept the chain head locked."""
@@ -307,6 +318,18 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
             if caller_ms:
                 cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
         count += 1
+    if kind == "chain":
+        raw = connection.connection  # the driver's own connection, autocommit as Django left it
+        with raw.cursor() as cursor:
+            while time.perf_counter() < until:
+                details = json.dumps({"gpu_count": 8, "n": count, "name": "job", "writer": pid}, separators=(",", ":"))
+                if caller_ms:
+                    with raw.transaction():
+                        cursor.execute(CHAIN_SQL, [str(count), details])
+                        cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
+                else:
+                    cursor.execute(CHAIN_SQL, [str(count), details])
+                count += 1
     while time.perf_counter() < until and kind == "audited":
         with transaction.atomic():
             record_event(
@@ -352,6 +375,7 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     from django.db import connection
 
     from audit.models import AuditEvent
+    from audit.sealer import seal_pending
     from audit.verification import verify
 
     with connection.cursor() as cursor:
@@ -369,6 +393,7 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
     for writers in (1, 8):
         runs[f"audited_{writers}_0ms_look_now"] = append_rate(env, writers, seconds, "audited", 0, 0)
     connection.close()
+    seal_pending()  # what the last chain-only writers left waiting, if no look came after
     pending = AuditEvent.objects.filter(seq__isnull=True).count()
     seqs = AuditEvent.objects.filter(seq__isnull=False).order_by("seq").values_list("seq", flat=True)
     report = verify()  # also against every head published outside the database
@@ -379,7 +404,7 @@ def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: flo
         for kind in KINDS:
             ratios[f"{kind}_8_vs_1_{work:g}ms"] = round(rate[f"{kind}_8_{work:g}ms"] / rate[f"{kind}_1_{work:g}ms"], 2)
         for writers in (1, 8):
-            for kind in ("audited", "row"):
+            for kind in ("audited", "chain", "row"):
                 ratios[f"{kind}_vs_plain_{writers}_{work:g}ms"] = round(
                     rate[f"{kind}_{writers}_{work:g}ms"] / rate[f"plain_{writers}_{work:g}ms"], 2)
             ratios[f"audited_vs_row_{writers}_{work:g}ms"] = round(
