@@ -10,8 +10,8 @@
    workers are), beside the same writers committing a plain one-row INSERT (the peer)
    and the event row alone, sealed, into a copy of the event table with its indexes (the
    floor: what storing the row costs with no chain and no Django model), and the append
-   statement alone (``audit_append`` from the driver: what the chain costs in the
-   database, no Django); once with the transaction ending at the write, once with
+   statement alone (``audit_append`` committed as the plain INSERT is: what the chain
+   costs in the database, without record_event's Python and after-commit work); once with the transaction ending at the write, once with
    ``--caller-ms`` more work in it; audited writers make the after-commit look through the sealer thread
    (``--seal-delay-ms``, AUDIT_SEAL_DELAY_MS), and once more with the look made at once;
    then the whole log verified (one gap-free chain, nothing left pending);
@@ -266,9 +266,10 @@ ROW_SQL = (
     f"VALUES (nextval('{ROW_TABLE}_seq'), now(), 'system', '', '', '', NULL, 'instance.launch', "
     "'instances.instance', %s, '', 'success', NULL, '', '', %s, %s, %s)"
 )
-# The append statement alone: what the chain costs in the database, with no Django, no
-# record_event and no after-commit look (records it leaves pending are sealed by the
-# audited series' looks that follow, and before the log is verified).
+# The append statement alone, committed as the plain peer commits its INSERT: what the
+# chain costs in the database, with no record_event, no after-commit look and no head
+# published (records it leaves pending are sealed by the audited series' looks that
+# follow, and before the log is verified).
 CHAIN_SQL = (
     "SELECT o_id FROM audit_append(now(), 'system', '', 'system', NULL, '', 'instance.launch', "
     "'instances.instance', %s, '', 'success', NULL, '', '', %s)"
@@ -285,8 +286,9 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
     - ``row``, the floor of an audited append: the same event row, sealed (seq and
       hashes given), inserted with plain SQL into a copy of the event table with all its
       indexes: no chain head, no sealing, no Django model;
-    - ``chain``: the append statement alone (``audit_append``, the chain head, the
-      hash, sealing what waits), straight from the driver: no Django, no after-commit look.
+    - ``chain``: the append statement alone (``audit_append``: the chain head, the
+      hash, sealing what waits), in a transaction as the plain one's: no record_event,
+      no after-commit look, no head published.
 
     ``caller_ms``: the rest of the caller's transaction after the write (a server-side
     sleep, no CPU), during which the old design kept the chain head locked."""
@@ -318,18 +320,13 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
             if caller_ms:
                 cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
         count += 1
-    if kind == "chain":
-        raw = connection.connection  # the driver's own connection, autocommit as Django left it
-        with raw.cursor() as cursor:
-            while time.perf_counter() < until:
-                details = json.dumps({"gpu_count": 8, "n": count, "name": "job", "writer": pid}, separators=(",", ":"))
-                if caller_ms:
-                    with raw.transaction():
-                        cursor.execute(CHAIN_SQL, [str(count), details])
-                        cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
-                else:
-                    cursor.execute(CHAIN_SQL, [str(count), details])
-                count += 1
+    while time.perf_counter() < until and kind == "chain":
+        with transaction.atomic(), connection.cursor() as cursor:
+            details = json.dumps({"gpu_count": 8, "n": count, "name": "job", "writer": pid}, separators=(",", ":"))
+            cursor.execute(CHAIN_SQL, [str(count), details])
+            if caller_ms:
+                cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
+        count += 1
     while time.perf_counter() < until and kind == "audited":
         with transaction.atomic():
             record_event(
