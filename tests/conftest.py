@@ -83,6 +83,31 @@ def _fresh_cache():
     cache.clear()
 
 
+@pytest.fixture(scope="module")
+def seeded_demo_module(django_db_setup, django_db_blocker, tmp_path_factory):
+    """``seed_demo`` once for a whole module (its tests only read the demo, or change it
+    inside their own transaction): seeded inside a transaction that is rolled back after
+    the module's last test, each test's own transaction a savepoint within it. (``make
+    test`` hands each file whole to one worker, so a module seeds once.)"""
+    import io
+
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.test import override_settings
+
+    heads = tmp_path_factory.mktemp("seeded-demo") / "audit-heads.jsonl"
+    with (
+        django_db_blocker.unblock(),
+        override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+                          AUDIT_HEADS_FILE=str(heads), AUDIT_PUBLISH_IN_THREAD=False),
+        transaction.atomic(),
+    ):
+        call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
+        connection.check_constraints()  # the deferred checks of the seeded rows, once, not after each test
+        yield
+        transaction.set_rollback(True)
+
+
 def _user(username, staff=False):
     return User.objects.create_user(username, f"{username}@example.com", "demo-password", is_staff=staff)
 

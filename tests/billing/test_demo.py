@@ -14,9 +14,8 @@ from billing.models import Charge, Invoice, PricingCategory, Reservation
 
 
 @pytest.fixture
-def demo(db, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
+def demo(seeded_demo_module, db):
+    """The demo, seeded once for this module."""
 
 
 def test_the_demo_bills_acme_and_globex_across_all_pricing_models(demo):

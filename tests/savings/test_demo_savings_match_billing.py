@@ -2,12 +2,10 @@
 the instance's price per hour now (billing's rates) and the quote for the proposed
 shape, each over a 730-hour month and rounded to the cent."""
 
-import io
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -18,9 +16,8 @@ from savings import services
 
 
 @pytest.fixture
-def demo(db, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
+def demo(seeded_demo_module, db):
+    """The demo, seeded once for this module."""
 
 
 def billings_difference(rec, now) -> Decimal:
