@@ -48,6 +48,12 @@ def test_start_up_stops_on_a_bad_value():
     assert "DEBUG='maybe' is not a boolean" in result.stderr
 
 
+def test_a_negative_or_fractional_seal_delay_stops_start_up():
+    for value, said in (("-5", "must be at least 0"), ("2.5", "is not an integer")):
+        result = run_manage("check", AUDIT_SEAL_DELAY_MS=value)
+        assert result.returncode != 0 and f"AUDIT_SEAL_DELAY_MS={value!r} {said}" in result.stderr
+
+
 def test_production_needs_a_secret_key():
     result = run_manage("check", DEBUG="false")
     assert "SECRET_KEY must be set" in result.stderr
