@@ -83,16 +83,20 @@ def _matches_published(base: int, frontier: list[bytes], leaves: list[bytes], he
     if not heads:
         return True
     trusted = keys.public_keys()
-    heads = [h for h in heads if head_signed(h, trusted)]
-    beyond = max((h["tree_size"] for h in heads if h["tree_size"] > head_seq), default=None)
-    if beyond is not None and ChainHead.objects.values_list("seq", flat=True).get(id=1) < beyond:
+
+    def newest_signed(candidates: list[dict]) -> dict | None:
+        # Only the heads the checks below use have their signatures checked (largest
+        # first; a line that fails its signature is passed over), not the whole tail.
+        return next((h for h in sorted(candidates, key=lambda h: -h["tree_size"]) if head_signed(h, trusted)), None)
+
+    beyond = newest_signed([h for h in heads if h["tree_size"] > head_seq])
+    if beyond is not None and ChainHead.objects.values_list("seq", flat=True).get(id=1) < beyond["tree_size"]:
         # (re-read: the head may have moved, and been published, since it was read)
-        _tamper_found(head_seq + 1, f"rollback: tree head #{beyond} was published but the chain head is #{head_seq}")
+        _tamper_found(head_seq + 1, f"rollback: tree head #{beyond['tree_size']} was published but the chain head is #{head_seq}")
         return False
-    within = [h for h in heads if base < h["tree_size"] <= head_seq]
-    if not within:
+    newest = newest_signed([h for h in heads if base < h["tree_size"] <= head_seq])
+    if newest is None:
         return True
-    newest = max(within, key=lambda h: h["tree_size"])
     size = newest["tree_size"]
     edge, _ = merkle.extend(frontier, base, leaves[: size - base])
     if merkle.frontier_root(edge).hex() != newest["root"]:

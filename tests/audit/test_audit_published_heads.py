@@ -148,6 +148,15 @@ def test_the_next_checkpoint_does_not_sign_a_rewritten_tail(committed, tamper):
     assert event.details["first_broken_seq"] == 6 and event.details["reason"].startswith("rewritten: events #6..#8")
 
 
+def test_a_line_that_fails_its_signature_is_passed_over_by_the_checkpoint(committed, settings):
+    committed(3)
+    forged = heads(settings)[-1] | {"tree_size": 99}  # claims a longer log; its signature no longer holds
+    headlog.append(settings.AUDIT_HEADS_FILE, forged)
+    checkpoint = checkpoints.write_checkpoint()
+    assert checkpoint is not None and checkpoint.seq == 3
+    assert not AuditEvent.objects.filter(action="audit.tamper").exists()
+
+
 def test_the_next_checkpoint_does_not_sign_a_rolled_back_tail(committed, tamper):
     committed(5)
     checkpoints.write_checkpoint()
