@@ -16,13 +16,12 @@ run: $(VENV)/.installed
 	$(PY) manage.py rundemo
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist); each has its own test database
-# and Redis database (tests/conftest.py). TEST_WORKERS=0 runs it in one process. Each test
-# file runs whole on one worker, so a module-scoped fixture (a seeded or running demo) is
-# made once, not once per worker.
+# and Redis database (tests/conftest.py). TEST_WORKERS=0 runs it in one process. Tests go
+# to workers one by one in collection order (browser tests last: see tests/conftest.py).
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -87,8 +87,8 @@ def _fresh_cache():
 def seeded_demo_module(django_db_setup, django_db_blocker, tmp_path_factory):
     """``seed_demo`` once for a whole module (its tests only read the demo, or change it
     inside their own transaction): seeded inside a transaction that is rolled back after
-    the module's last test, each test's own transaction a savepoint within it. (``make
-    test`` hands each file whole to one worker, so a module seeds once.)"""
+    the module's last test, each test's own transaction a savepoint within it (once
+    for each worker that runs some of the module's tests)."""
     import io
 
     from django.core.management import call_command
@@ -258,5 +258,6 @@ def api():
 
 def pytest_collection_modifyitems(config, items):
     # Browser tests last: Playwright's sync API keeps an event loop running in the main
-    # thread while the browser lives, which no async test may run beside.
+    # thread while the browser lives, which no async test may run beside. (So no
+    # --dist loadfile or loadscope: they hand out whole files in an order of their own.)
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
