@@ -27,6 +27,24 @@ def line_of(head: dict, extra: dict | None = None) -> bytes:
     return (json.dumps(fields, separators=(",", ":"), sort_keys=True) + "\n").encode()
 
 
+# The descriptors this process holds locked now. A child forked meanwhile (a prefork
+# worker) shares their open file and so the lock: it closes its copies at once, or every
+# publisher on the host would wait until it exits.
+_held: set[int] = set()
+
+
+def _close_held_in_child() -> None:
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 @contextmanager
 def locked(path: str | Path) -> Iterator[int]:
     """The file opened for appending (created if absent) under an exclusive ``flock``,
@@ -36,7 +54,8 @@ def locked(path: str | Path) -> Iterator[int]:
     created = not path.exists()
     if created:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    _held.add(fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if created:  # the new file's directory entry, on disk before any head in it
@@ -47,6 +66,7 @@ def locked(path: str | Path) -> Iterator[int]:
                 os.close(directory)
         yield fd
     finally:
+        _held.discard(fd)
         os.close(fd)  # closing releases the lock
 
 

@@ -87,7 +87,7 @@ def publish_head() -> dict | None:
         edge = _edge
         if edge is not None and edge[0] == os.getpid() and edge[1] == seq:
             return None
-        if any(h["tree_size"] == seq and h["chain_hash"] == head_hash for h in headlog.newest(path, TAIL_BYTES)):
+        if _published(path, seq, head_hash):
             return None  # another process signed this very head
         size, frontier = _start(seq)
         frontier, size = merkle.extend(frontier, size, leaf_hashes(size + 1, seq))
@@ -101,6 +101,19 @@ def publish_head() -> dict | None:
 
 # The newest heads looked at before signing: a few lines (a head is ~330 bytes).
 TAIL_BYTES = 2048
+
+
+def _published(path: str, seq: int, head_hash: str) -> bool:
+    """Whether the file's newest lines hold a head of exactly this size and chain hash
+    whose signature holds (a line that merely claims it does not stop this head)."""
+    # (imported here: verification imports the recording side, which imports this module)
+    from .verification import head_signed
+
+    same = [h for h in headlog.newest(path, TAIL_BYTES) if h["tree_size"] == seq and h["chain_hash"] == head_hash]
+    if not same:
+        return False
+    trusted = keys.public_keys()
+    return any(head_signed(h, trusted) for h in same)
 
 
 def _start(seq: int) -> tuple[int, list[bytes]]:
@@ -123,6 +136,10 @@ def _start(seq: int) -> tuple[int, list[bytes]]:
         or merkle.frontier_root(frontier).hex() != checkpoint.root
         or not signing.verify(public.key, message, checkpoint.signature)
     ):
+        if own is not None:  # this process's own edge still holds: sign on it, and say so
+            logger.error("audit: checkpoint #%s does not verify; the head is signed on this process's own edge",
+                         checkpoint.seq)
+            return own[1], own[2]
         raise ValueError(f"checkpoint #{checkpoint.seq} does not verify; no head is signed on it")
     return checkpoint.seq, frontier
 

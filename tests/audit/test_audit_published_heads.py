@@ -5,6 +5,7 @@ database rights and the triggers off) is named."""
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 from audit_support import rewrite_tail
@@ -34,6 +35,45 @@ def test_a_head_another_process_signed_is_not_signed_again(committed, settings):
     committed(2)  # and it signs the next batch itself, from the empty tree
     assert [head["tree_size"] for head in heads(settings)] == [3, 5]
     assert verify().valid
+
+
+def test_a_line_claiming_the_head_without_its_signature_does_not_stop_it(committed, settings):
+    committed(2)
+    publish.forget()
+    committed(1)  # #3, published
+    lines = heads(settings)
+    forged = lines[-1] | {"tree_size": 4, "chain_hash": "0" * 64}
+    committed(1)  # #4: the forged line is written as if another process had published it first
+    real = heads(settings)[-1]
+    Path(settings.AUDIT_HEADS_FILE).write_text("".join(headlog.line_of(h).decode() for h in lines)
+                                               + headlog.line_of(forged | {"chain_hash": real["chain_hash"]}).decode())
+    publish.forget()  # another process, which finds the claim in the file
+    assert publish.publish_head()["tree_size"] == 4  # signed all the same
+
+
+def test_a_fork_while_the_file_is_locked_leaves_the_lock_with_the_parent(tmp_path):
+    import fcntl
+    import os
+
+    path = tmp_path / "heads.jsonl"
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    with headlog.locked(path):
+        child = os.fork()
+        if child == 0:  # a prefork worker that lives on: it must not keep the lock
+            os.write(ready_w, b"x")  # (its copy of the locked file already closed by now)
+            os.read(done_r, 1)  # until the parent has looked
+            os._exit(0)
+        os.read(ready_r, 1)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the parent lets go, the child still alive
+    finally:
+        os.close(fd)
+        os.write(done_w, b"x")
+        os.waitpid(child, 0)
+        for end in (ready_r, ready_w, done_r, done_w):
+            os.close(end)
 
 
 def test_a_process_far_behind_starts_from_the_newest_checkpoint(committed, settings, monkeypatch):
