@@ -96,16 +96,22 @@ def seeded_demo_module(django_db_setup, django_db_blocker, tmp_path_factory):
     from django.test import override_settings
 
     heads = tmp_path_factory.mktemp("seeded-demo") / "audit-heads.jsonl"
-    with (
-        django_db_blocker.unblock(),
-        override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
-                          AUDIT_HEADS_FILE=str(heads), AUDIT_PUBLISH_IN_THREAD=False),
-        transaction.atomic(),
-    ):
+    demo_settings = override_settings(
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+        AUDIT_HEADS_FILE=str(heads), AUDIT_PUBLISH_IN_THREAD=False,
+    )
+    outer = transaction.atomic()
+    with demo_settings, django_db_blocker.unblock():  # database access only to seed, as each test has its own
+        outer.__enter__()
         call_command("seed_demo", stdout=io.StringIO(), stderr=io.StringIO())
         connection.check_constraints()  # the deferred checks of the seeded rows, once, not after each test
+        connection.run_on_commit = []  # the seeding's hooks never run (rolled back); the tests register their own
+    try:
         yield
-        transaction.set_rollback(True)
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 def _user(username, staff=False):
