@@ -19,8 +19,8 @@ from .models import (
 )
 from .recording import record_event
 from .sealer import seal_pending
-from .treeheads import leaf_hashes, sign_head
-from .verification import head_signed, verify
+from .treeheads import head_signed, leaf_hashes, sign_head
+from .verification import verify
 
 logger = logging.getLogger(__name__)
 

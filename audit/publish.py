@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from . import headlog, keys, merkle, signing
 from .models import Checkpoint
-from .treeheads import leaf_hashes, sign_head
+from .treeheads import head_signed, leaf_hashes, sign_head
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +106,6 @@ TAIL_BYTES = 2048
 def _published(path: str, seq: int, head_hash: str) -> bool:
     """Whether the file's newest lines hold a head of exactly this size and chain hash
     whose signature holds (a line that merely claims it does not stop this head)."""
-    # (imported here: verification imports the recording side, which imports this module)
-    from .verification import head_signed
-
     same = [h for h in headlog.newest(path, TAIL_BYTES) if h["tree_size"] == seq and h["chain_hash"] == head_hash]
     if not same:
         return False

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
-from . import chain, keys, merkle, signing
+from . import chain, headlog, keys, merkle, signing
 from .models import (
     AuditEvent,
     Checkpoint,
@@ -54,3 +55,13 @@ def sign_head(
         seq=seq, hash=head_hash, root=root, frontier=[f.hex() for f in frontier], time=time,
         key_id=signer.fingerprint, signature=signing.sign(signer.private, message),
     )  # fmt: skip
+
+
+def head_signed(head: dict, keys: dict) -> bool:
+    public = keys.get(head["key_fingerprint"])
+    if public is None:
+        return False
+    when = parse_datetime(head["time"])
+    if when is None or (public.valid_until is not None and when > public.valid_until):
+        return False
+    return signing.verify(public.key, headlog.message(head), head["signature"])

@@ -23,6 +23,7 @@ from .hashing import chain_hash
 from .models import AuditEvent, ChainHead, Checkpoint, Outcome, Verification
 from .recording import describe_actor, record_event
 from .redaction import clean_text
+from .treeheads import head_signed
 
 BAD_SIGNATURE = (
     "bad signature: the tree head's signature does not match (forged, or a key not listed)"
@@ -487,16 +488,6 @@ def _check_published(report: Report, published, roots: dict, key: dict, *, last_
         if not seg.valid:
             return
     seg.count = matched
-
-
-def head_signed(head: dict, keys: dict) -> bool:
-    public = keys.get(head["key_fingerprint"])
-    if public is None:
-        return False
-    when = parse_datetime(head["time"])
-    if when is None or (public.valid_until is not None and when > public.valid_until):
-        return False
-    return signing.verify(public.key, headlog.message(head), head["signature"])
 
 
 def run_verification(*, actor, start=None, end=None) -> Verification:
