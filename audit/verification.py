@@ -512,13 +512,31 @@ def run_verification(*, actor, start=None, end=None) -> Verification:
             action="audit.verify",
             target=run,
             outcome=Outcome.SUCCESS if report.valid else Outcome.FAILURE,
-            details={
-                "valid": report.valid, "checked": report.checked, "first_broken_seq": report.first_broken_seq,
-                "reason": report.reason, "from": _bound_text(start), "to": _bound_text(end),
-            },
-        )  # fmt: skip
+            details=_verify_details(actor, report, start, end),
+        )
     run.report = report
     return run
+
+
+def _verify_details(actor, report: Report, start, end) -> dict:
+    """What the ``audit.verify`` event keeps. Its actor reads it in their own log, so one
+    who may not read the whole log (a team's admin or auditor) gets what the verdict page
+    tells them: no count of the whole log's records, and the broken record's number and
+    reason only when that record is one they may see."""
+    from console.policy import FLEET, may  # (the policy reads the app registry's models)
+
+    from .access import visible_events
+
+    details = {"valid": report.valid, "from": _bound_text(start), "to": _bound_text(end)}
+    whole = not getattr(actor, "is_authenticated", False) or may(actor, "audit.read", FLEET)
+    if whole:
+        return details | {"checked": report.checked, "first_broken_seq": report.first_broken_seq,
+                          "reason": report.reason}
+    if report.first_broken_seq is not None:
+        if visible_events(actor).filter(seq=report.first_broken_seq).exists():
+            return details | {"first_broken_seq": report.first_broken_seq, "reason": report.reason}
+        return details | {"broken": "a record of another team"}
+    return details
 
 
 def _bound_text(value) -> str | int | None:

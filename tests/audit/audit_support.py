@@ -3,8 +3,11 @@
 import pytest
 from django.conf import settings
 
-from audit import chain, hashing
+from audit import chain, hashing, signing
 from audit.models import AuditEvent
+
+# the log's signing key for the whole run (conftest installs it in settings)
+SIGNING_PEM = signing.new_private_pem().decode()
 
 on_postgres = pytest.mark.skipif(
     "postgresql" not in settings.DATABASES["default"]["ENGINE"], reason="PostgreSQL only"

@@ -4,11 +4,10 @@ tamper with the log as a database superuser would (triggers disabled on PostgreS
 from contextlib import contextmanager
 
 import pytest
+from audit_support import SIGNING_PEM
 from django.db import connection
 
-from audit import recording, signing
-
-SIGNING_PEM = signing.new_private_pem().decode()
+from audit import recording
 
 
 @pytest.fixture(autouse=True)

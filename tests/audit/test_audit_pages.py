@@ -2,7 +2,7 @@ from audit_support import events_after, head_seq
 from django.utils import timezone
 
 from audit import checkpoints, recording
-from audit.models import Verification
+from audit.models import AuditEvent, Verification
 
 
 def test_audrey_finds_her_own_sign_in_in_the_last_hour(client, audrey):
@@ -93,8 +93,27 @@ def test_a_team_admin_sees_the_verdict_but_not_the_whole_logs_counts(
     tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 4")
     response = logged_in(alice).post("/audit/verify/", follow=True)
     body = response.content.decode()
-    assert "a record of another team is broken" in body and "#4" not in body
+    assert "a record of another team is broken" in body
+    assert "first broken record #4" not in body and "first_broken_seq" not in body
     assert "segment" not in body.lower().replace("segments</summary>", "")
+    # her own log keeps the verification as she saw it: no whole-log count, no other team's record
+    details = AuditEvent.objects.filter(action="audit.verify").latest("seq").details
+    assert details == {"valid": False, "from": None, "to": None, "broken": "a record of another team"}
+
+
+def test_a_team_admin_keeps_the_broken_seq_of_her_own_teams_record(logged_in, alice, acme, events, tamper):
+    events(2, team=acme)
+    tamper("UPDATE audit_auditevent SET action = 'x' WHERE seq = 2")
+    logged_in(alice).post("/audit/verify/")
+    details = AuditEvent.objects.filter(action="audit.verify").latest("seq").details
+    assert details["first_broken_seq"] == 2 and "checked" not in details
+
+
+def test_an_operators_verification_keeps_the_whole_count(logged_in, ops, events):
+    events(3)
+    logged_in(ops).post("/audit/verify/")
+    details = AuditEvent.objects.filter(action="audit.verify").latest("seq").details
+    assert details["valid"] and details["checked"] >= 3
 
 
 def test_an_operator_sees_the_whole_report(logged_in, ops, events):

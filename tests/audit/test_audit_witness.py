@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audit_support import rewrite_tail
-from conftest import SIGNING_PEM
+from audit_support import SIGNING_PEM, rewrite_tail
 from django.utils import timezone
 
 from audit import headlog, signing, treeheads, witness
