@@ -22,7 +22,9 @@ Then, untimed against the others: cost freshness, one periodic ``meter_recent`` 
 mid-month (what the 300 s task does each time); and the store floor: the month's usage
 records and charges written again by PostgreSQL itself (``INSERT … SELECT`` from the
 rows metering wrote, rolled back), what storing those rows costs the database with no
-client involved, as a ratio to the aggregate too. Where PostgreSQL runs on this machine,
+client involved, as a ratio to the aggregate too; and the client floor: the window
+read as metering reads it plus the same rows sent back through its COPY (rolled back),
+what a client that meters in Python pays before rating anything. Where PostgreSQL runs on this machine,
 the CPU seconds of the benchmark process and of its database backend during meter +
 invoice are printed as well.
 
@@ -227,6 +229,31 @@ def store_floor() -> float:
     return elapsed
 
 
+def client_floor() -> tuple[float, float]:
+    """Seconds (read, write) of the input and output metering cannot do without, with no
+    rating at all: the month's instances and events read exactly as metering reads them
+    (``metering._events``, the same statements and grouping), then the usage records and
+    charges it wrote sent back through the same binary COPY from tuples already in memory
+    (rolled back). What any client that meters in Python pays before it computes a cent."""
+    from django.db import transaction
+
+    from billing import bulk, metering
+    from billing.models import Charge, UsageRecord
+
+    written = {model: (names, bulk.fetch(model.objects.filter(period_start__gte=MONTH, period_start__lt=NEXT)
+                                         .order_by("id").values_list(*names)))
+               for model, names in ((UsageRecord, metering.USAGE_COLUMNS), (Charge, metering.CHARGE_COLUMNS))}
+    with transaction.atomic():
+        t0 = time.perf_counter()
+        metering._events(metering._candidates(MONTH, NEXT), MONTH, NEXT)
+        t1 = time.perf_counter()
+        for model, (names, rows) in written.items():
+            bulk.copy(model, names, rows)
+        t2 = time.perf_counter()
+        transaction.set_rollback(True)
+    return t1 - t0, t2 - t1
+
+
 def backend_cpu() -> float | None:
     """CPU seconds used so far by this connection's PostgreSQL backend, where it runs on
     this machine (None elsewhere)."""
@@ -314,6 +341,7 @@ def main() -> None:
     fresh_s = freshness_run()
     peak = peak_memory()
     floor_s = store_floor()
+    read_s, write_s = client_floor()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"usage records {usage}, charges {charges}, invoices {Invoice.objects.filter(status='issued').count()}")
@@ -326,6 +354,10 @@ def main() -> None:
     print(f"CPU during meter + invoice: this process {cpu1 - cpu0:.2f} s, its PostgreSQL backend {server}")
     print(f"store floor: PostgreSQL alone re-inserting the month's {usage} usage records and {charges} charges "
           f"(INSERT … SELECT, rolled back) {floor_s:.2f} s = {floor_s / sql_s:.1f}x the aggregate")
+    print(f"client floor: the window read as metering reads it {read_s:.2f} s + the same rows sent back by its COPY "
+          f"{write_s:.2f} s = {read_s + write_s:.2f} s = {(read_s + write_s) / floor_s:.2f}x the store floor")
+    print(f"ratio (meter + invoice) / store floor: {(meter_s + invoice_s) / floor_s:.2f}x; "
+          f"/ client floor: {(meter_s + invoice_s) / (read_s + write_s):.2f}x")
     print(f"cost freshness: one periodic run (mid-month, last 2 h 5 min re-metered as their whole day) {fresh_s:.2f} s; "
           f"a GPU-second reaches month_to_date within {300 + fresh_s:.0f} s at worst, {150 + fresh_s:.0f} s on average")
     print(f"peak Python memory while metering: {peak / 2**20:.1f} MiB; process max RSS {rss_mb:.0f} MiB")
