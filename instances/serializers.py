@@ -191,6 +191,16 @@ class ImageSummaryField(serializers.PrimaryKeyRelatedField):
     def to_representation(self, value):
         return {"id": value.pk, "name": value.name, "reference": value.reference, "retired": value.retired}
 
+    def get_choices(self, cutoff=None):
+        # The browsable API's form lists the images a request may name, keyed by what is
+        # written (the id): the read form, a dict, cannot be a key.
+        queryset = self.get_queryset()
+        if queryset is None:
+            return {}
+        if cutoff is not None:
+            queryset = queryset[:cutoff]
+        return {image.pk: self.display_value(image) for image in queryset}
+
 
 class ImageSerializer(serializers.ModelSerializer):
     gpu_models = serializers.SlugRelatedField(slug_field="name", many=True, queryset=GpuModel.objects.all())

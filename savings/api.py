@@ -59,6 +59,7 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     queryset = Instance.objects.all()
     read_roles = ADMIN_ROLES
     lookup_value_regex = "[0-9]+"
+    filter_backends = ()  # its own query parameters above, no field to order by
 
     @extend_schema(responses=dict)
     def list(self, request):
@@ -179,6 +180,7 @@ class EnergyViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     ``days`` (1–31, default 7) or a calendar ``?month=YYYY-MM`` up to now: ``?team=`` (required)."""
 
     queryset = Team.objects.all()
+    filter_backends = ()  # its own query parameters above, no field to order by
 
     @extend_schema(responses=dict)
     def list(self, request):
