@@ -38,6 +38,9 @@ def _check_thresholds(values, field: str) -> list[int]:
     return sorted(set(out))
 
 
+MONTHS_AHEAD = 12  # the furthest month a budget may be set for, counted from this one
+
+
 def _check_budget(amount, currency_code: str | None, now: datetime, month: date | None = None) -> Decimal:
     amount = pricing.money(amount)
     if not amount.is_finite() or amount <= 0 or amount != amount.quantize(pricing.CENT):
@@ -47,8 +50,12 @@ def _check_budget(amount, currency_code: str | None, now: datetime, month: date 
     if month is not None:
         if month.day != 1:
             raise ValidationError({"month": "Give the month as its first day (YYYY-MM-01)."})
-        if month < pricing.month_start(now).date():
+        this_month = pricing.month_start(now).date()
+        if month < this_month:
             raise ValidationError({"month": "That month is over; budget the current month or a later one."})
+        if (month.year - this_month.year) * 12 + month.month - this_month.month > MONTHS_AHEAD:
+            raise ValidationError({"month": f"Budget a month within the next {MONTHS_AHEAD} months; "
+                                            "a recurring budget carries itself into the months after."})
     return amount
 
 

@@ -18,3 +18,13 @@ SPOT = {"H100-80GB": Decimal("0.72"), "A100-80GB": Decimal("0.36"), "H200-141GB"
 
 def at(day: int, hour: int = 0, minute: int = 0, second: int = 0, month: int = 11) -> datetime:
     return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
+
+
+def months_ahead(n: int) -> str:
+    """The month ``n`` months after this one (real time), as YYYY-MM: a month a budget may
+    still be set for whenever the suite runs."""
+    from django.utils import timezone
+
+    today = timezone.now()
+    year, month = divmod(today.year * 12 + today.month - 1 + n, 12)
+    return f"{year:04d}-{month + 1:02d}"

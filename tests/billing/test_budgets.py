@@ -2,7 +2,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
-from billing_support import at
+from billing_support import at, months_ahead
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -61,7 +61,7 @@ def test_a_forecast_threshold_alerts_before_the_money_is_spent(alice, acme, play
 
 def test_an_admin_manages_budgets_through_the_api(api, alice, acme):
     client = api(alice)
-    created = client.post("/api/v1/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "500.00"}, format="json")
+    created = client.post("/api/v1/budgets/", {"team": acme.pk, "month": months_ahead(2), "amount": "500.00"}, format="json")
     assert created.status_code == 201, created.json()
     assert created.json()["actual_thresholds"] == [50, 80, 100]
     pk = created.json()["id"]
@@ -73,7 +73,7 @@ def test_an_admin_manages_budgets_through_the_api(api, alice, acme):
 
 def test_a_member_neither_sees_nor_sets_budgets(api, bob, acme, budget):
     assert api(bob).get("/api/v1/budgets/").json()["count"] == 0
-    response = api(bob).post("/api/v1/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "5.00"}, format="json")
+    response = api(bob).post("/api/v1/budgets/", {"team": acme.pk, "month": months_ahead(2), "amount": "5.00"}, format="json")
     assert response.status_code == 403
 
 
@@ -119,3 +119,17 @@ def test_recurring_is_set_and_changed_through_the_api(api, alice, acme):
     assert made.status_code == 201 and made.json()["recurring"] is True
     changed = api(alice).patch(f"/api/v1/budgets/{made.json()['id']}/", {"recurring": False}, format="json")
     assert changed.json()["recurring"] is False
+
+
+@pytest.mark.parametrize("month", ["9999-12", "later"])
+def test_a_month_too_far_ahead_is_refused_by_name(api, alice, acme, month):
+    month = months_ahead(13) if month == "later" else month
+    response = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": month, "amount": "5.00"}, format="json")
+    assert response.status_code == 400 and "within the next 12 months" in response.json()["month"][0]
+    assert Budget.objects.count() == 0
+
+
+def test_twelve_months_ahead_is_accepted(api, alice, acme):
+    response = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": months_ahead(12), "amount": "5.00"},
+                               format="json")
+    assert response.status_code == 201, response.json()

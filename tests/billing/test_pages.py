@@ -1,5 +1,5 @@
 import pytest
-from billing_support import at
+from billing_support import at, months_ahead
 from django.test import Client
 
 from billing import meter_runs, price_changes, reservations
@@ -60,7 +60,7 @@ def test_members_have_no_invoice_or_budget_pages(november, browse, bob):
 
 
 def test_an_admin_sets_a_budget_on_the_page(browse, alice, acme):
-    response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "2030-01", "amount": "900",
+    response = browse(alice).post("/budgets/", {"team": acme.pk, "month": months_ahead(2), "amount": "900",
                                                 "actual_thresholds": "50, 100", "forecast_thresholds": ""})
     assert response.status_code == 302
     assert acme.budgets.get().actual_thresholds == [50, 100]
@@ -70,6 +70,13 @@ def test_a_bad_budget_on_the_page_names_the_field(browse, alice, acme):
     response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "2020-01", "amount": "900",
                                                 "actual_thresholds": "50", "forecast_thresholds": ""})
     assert response.status_code == 400 and "That month is over" in response.content.decode()
+
+
+def test_a_budget_for_year_9999_is_refused_and_the_page_still_lists(browse, alice, acme):
+    response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "9999-12", "amount": "900",
+                                                "actual_thresholds": "50", "forecast_thresholds": ""})
+    assert response.status_code == 400 and "within the next 12 months" in response.content.decode()
+    assert browse(alice).get("/budgets/").status_code == 200
 
 
 def test_an_admin_reserves_on_the_page(prices, browse, alice, acme):
