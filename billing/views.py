@@ -17,6 +17,7 @@ from console.models import Team
 from console.policy import may, policy_required, require
 from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES
+from console.validators import EARLIEST, LATEST
 from instances import preemption as instance_preemption
 from instances import transitions as instance_transitions
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
@@ -61,13 +62,18 @@ def _team(request, roles):
     return team, teams
 
 
-def _month(request, now) -> date:
+def _month(request, now) -> date | None:
+    """The month the page shows: ``?month=YYYY-MM``, this month when not given; None when
+    it is not a month the console can hold."""
     raw = request.GET.get("month", "")
+    if not raw:
+        return pricing.month_start(now).date()
     try:
         year, month = (int(x) for x in raw.split("-"))
-        return date(year, month, 1)
+        value = date(year, month, 1)
     except ValueError:
-        return pricing.month_start(now).date()
+        return None
+    return value if EARLIEST.year <= value.year < LATEST.year else None
 
 
 # The idle GPUs one page lists, most idle cost first; the API (costs/idle-gpus/) has all.
@@ -79,6 +85,9 @@ def cost_explorer(request):
     now = timezone.now()
     team, teams = _team(request, READ_ROLES)
     month = _month(request, now)
+    if month is None:
+        message = f"Give the month as YYYY-MM, between {EARLIEST.year} and {LATEST.year - 1}."
+        return render(request, "console/error.html", {"status": 400, "message": message}, status=400)
     start = pricing.month_start(month)
     end = pricing.next_month(start)
     charges = Charge.objects.for_user(request.user, READ_ROLES).filter(team=team)

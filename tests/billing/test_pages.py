@@ -72,6 +72,12 @@ def test_a_bad_budget_on_the_page_names_the_field(browse, alice, acme):
     assert response.status_code == 400 and "That month is over" in response.content.decode()
 
 
+@pytest.mark.parametrize("month", ["9999-12", "1999-12", "2026-13", "abc", "2026"])
+def test_the_cost_page_names_a_month_it_cannot_show(browse, alice, acme, month):
+    response = browse(alice).get("/costs/", {"month": month})
+    assert response.status_code == 400 and "Give the month as YYYY-MM, between 2000 and 2199." in response.content.decode()
+
+
 def test_a_budget_for_year_9999_is_refused_and_the_page_still_lists(browse, alice, acme):
     response = browse(alice).post("/budgets/", {"team": acme.pk, "month": "9999-12", "amount": "900",
                                                 "actual_thresholds": "50", "forecast_thresholds": ""})
