@@ -83,11 +83,19 @@ def gpu_device(gpu: Gpu, latest: GpuLatest | None, now, sliced_util: float | Non
 HOLDER_JOB = {"job_name": F("instance__job_run__job__name"), "job_priority": F("instance__job_run__job__priority")}
 
 
-def holder(gpu: Gpu) -> dict | None:
-    """Who holds a whole GPU now (None: free): its instance, team and, for a job's run, the job."""
-    if gpu.instance is None:
+def holder(gpu: Gpu, pieces: list[GpuSlice] = ()) -> dict | None:
+    """Who holds a GPU now (None: free): its instance, team and, for a job's run, the job.
+    A GPU split into MIG or vGPU slices (``pieces``, any host's; its own are picked) is
+    never free whole: it reads how many of its slices are held, and by which instances
+    (``gpu_used_q``: used once any slice is held)."""
+    if gpu.instance is not None:
+        return {"instance": gpu.instance, "team": gpu.team, "job": gpu.job_name, "priority": gpu.job_priority}
+    own = [s for s in pieces if s.gpu_id == gpu.pk]
+    if not own:
         return None
-    return {"instance": gpu.instance, "team": gpu.team, "job": gpu.job_name, "priority": gpu.job_priority}
+    held = [s for s in own if s.instance_id is not None]
+    instances = list({s.instance_id: (s.instance, s.team) for s in held}.values())
+    return {"slices": len(own), "held": len(held), "instances": instances}
 
 
 def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
@@ -391,7 +399,7 @@ def host_detail(request, pk):
         .order_by("gpu__index", "gpu_instance_id")
     )
     sliced = figures.sliced_util(now, [g.pk for g in gpus])
-    devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g, "holder": holder(g)} for g in gpus]
+    devices = [gpu_device(g, latest.get(g.uuid), now, sliced.get(g.pk)) | {"gpu": g, "holder": holder(g, pieces)} for g in gpus]
     for device in devices:  # live, a GPU in MIG mode follows its slices' readings
         if device["gpu"].pk in sliced:
             device["slices"] = {s.uuid: 1 / max(1, s.profile.slices_per_gpu) for s in pieces
@@ -430,7 +438,7 @@ def host_detail(request, pk):
 @policy_required("fleet.view")
 def gpu_detail(request, uuid):
     gpu = get_object_or_404(
-        Gpu.objects.select_related("host__region", "model", "instance", "team"), uuid=uuid
+        Gpu.objects.select_related("host__region", "model", "instance", "team").annotate(**HOLDER_JOB), uuid=uuid
     )
     now = timezone.now()
     latest = GpuLatest.objects.filter(uuid=uuid).first()
@@ -444,6 +452,7 @@ def gpu_detail(request, uuid):
         "metrics": latest.metrics if latest else {},
         "procs": process_rows(gpu.pk, device["memory_total"]),
         "slices": pieces,
+        "holder": holder(gpu, pieces),
         "events": GpuEvent.objects.filter(gpu=gpu, kind__in=HEALTH_EVENTS)[:50],
         "alerts": [] if (every := alert_hooks.alerts()) is None else every.filter(gpu=gpu).order_by("-opened_at")[:20],
         **health_pages.gpu_context(gpu),

@@ -80,3 +80,29 @@ def test_the_host_page_tells_the_browser_which_slices_make_a_gpu(client, ops, mi
     slices = dict(pair.split("=") for pair in tile.split('data-slices="')[1].split('"')[0].split(","))
     assert set(slices) == set(gpu.slices.values_list("uuid", flat=True))
     assert {round(float(share), 4) for share in slices.values()} == {round(1 / 7, 4)}
+
+
+def _tile(html: str, uuid: str) -> str:
+    """The holder line of a GPU's tile."""
+    start = html.index('<div class="tile-holder', html.index(f'data-uuid="{uuid}"'))
+    return html[start:html.index("</div>", start)]
+
+
+def test_a_gpu_whose_slice_is_held_is_not_called_free(fleet, launch, charlie, globex, logged_in_ops):
+    """GPUs of a MIG host are offered as slices, never whole: the host page's tile of a GPU
+    reads how many of its slices are held and by whom, as the GPU's page does."""
+    instance = launch(charlie, globex, name="globex-nb", model="A100-80GB", slice_profile=fleet["mig"])
+    held = instance.slices.get().gpu
+    other = fleet["hosts"]["a100-mig"].gpus.exclude(pk=held.pk).get()
+    html = logged_in_ops.get(f"/hosts/{held.host_id}/").content.decode()
+    assert "1 of 7 slices held" in _tile(html, held.uuid) and "globex-nb" in _tile(html, held.uuid)
+    assert "0 of 7 slices held" in _tile(html, other.uuid)
+    assert ">free<" not in _tile(html, held.uuid) + _tile(html, other.uuid)
+    page = logged_in_ops.get(f"/gpus/{held.uuid}/").content.decode()
+    assert "1 of 7 slices held, see below" in page
+
+
+@pytest.fixture
+def logged_in_ops(client, ops):
+    client.force_login(ops)
+    return client
