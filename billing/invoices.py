@@ -133,6 +133,9 @@ def refuse_invoice_change(*, actor, invoice: Invoice, attempted: str) -> None:
 
 def update_invoice(*, actor, invoice: Invoice, memo: str) -> Invoice:
     """Change a draft's memo (a purchase-order reference, say); an issued invoice refuses."""
+    longest = Invoice._meta.get_field("memo").max_length
+    if len(memo) > longest:
+        raise ValidationError({"memo": f"A memo is at most {longest} characters; this one has {len(memo)}."})
     try:
         return _update_draft_memo(actor=actor, invoice=invoice, memo=memo)
     except InvoiceIssued:

@@ -189,9 +189,11 @@ def invoice_memo(request, pk):
     invoice = _invoice(request, pk)
     require(request.user, "billing.manage", invoice, "Only team admins change invoices.")
     try:
-        invoices.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", "")[:200])
+        invoices.update_invoice(actor=request.user, invoice=invoice, memo=request.POST.get("memo", ""))
     except invoices.InvoiceIssued as exc:
         messages.error(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
     else:
         messages.success(request, "Memo saved.")
     return redirect("invoice-detail", pk=invoice.pk)

@@ -129,3 +129,17 @@ def test_the_prices_page_shows_the_idle_capacity_price(prices, browse, ops, bob)
     price_changes.set_price(actor=ops, sku="H100-80GB", kind="idle", hourly="0.4", effective_from=since, now=since)
     row = next(r for r in browse(bob).get("/prices/").content.decode().split("<tr>") if "H100-80GB</td>" in r)
     assert row.endswith('<td class="num mono">0.40</td></tr>')
+
+
+def test_a_memo_too_long_is_refused_on_the_page_not_cut(play, meter, bob, acme, browse, alice):
+    play(bob, acme, runs=[(at(3, 10), at(3, 12), "terminate")])
+    meter(now=at(2, month=12))
+    invoice = Invoice.objects.get(team=acme, month=at(1).date())
+    assert not invoice.is_issued
+    response = browse(alice).post(f"/invoices/{invoice.pk}/memo/", {"memo": "P" * 299}, follow=True)
+    assert "A memo is at most 200 characters; this one has 299." in response.content.decode()
+    invoice.refresh_from_db()
+    assert invoice.memo == ""
+    browse(alice).post(f"/invoices/{invoice.pk}/memo/", {"memo": "P" * 200})
+    invoice.refresh_from_db()
+    assert invoice.memo == "P" * 200
