@@ -33,7 +33,10 @@ def _utc(value):
 class AdminTeamForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"] = TeamChoice(queryset=Team.objects.for_user(user, ADMIN_ROLES))
+        teams = Team.objects.for_user(user, ADMIN_ROLES)
+        # One team to choose from: it is the choice (no empty "---------" to pick first);
+        # with several (an operator's), the form asks.
+        self.fields["team"] = TeamChoice(queryset=teams, **({"empty_label": None} if teams.count() == 1 else {}))
         self.order_fields(["team"])
 
     def apply_errors(self, exc: ValidationError) -> None:

@@ -143,3 +143,9 @@ def test_a_memo_too_long_is_refused_on_the_page_not_cut(play, meter, bob, acme, 
     browse(alice).post(f"/invoices/{invoice.pk}/memo/", {"memo": "P" * 200})
     invoice.refresh_from_db()
     assert invoice.memo == "P" * 200
+
+
+def test_the_budget_form_picks_the_only_team_and_asks_an_operator(browse, alice, acme, globex, ops):
+    alices = browse(alice).get("/budgets/").context["form"]
+    assert alices.fields["team"].empty_label is None and list(alices.fields["team"].queryset) == [acme]
+    assert browse(ops).get("/budgets/").context["form"].fields["team"].empty_label == "---------"
