@@ -17,6 +17,23 @@ def visible_events(user):
     return AuditEvent.objects.for_user(user, AUDIT_ROLES).filter(seq__isnull=False)
 
 
+def reads_whole_log(user) -> bool:
+    """Operators (and the system itself) read the whole log, so every verification's whole
+    report: its count of records, its segments, any broken record's number and reason."""
+    return not getattr(user, "is_authenticated", False) or may(user, "audit.read", FLEET)
+
+
+def broken_is_theirs(user, verdict) -> bool:
+    """Whether a verification's first broken record (``verdict``: a run or a report) is
+    one ``user`` may be shown; to anyone else the verdict says only that a record of
+    another team is broken. The one rule the page, the API and the ``audit.verify``
+    event follow."""
+    seq = verdict.first_broken_seq
+    if seq is None:
+        return False
+    return reads_whole_log(user) or visible_events(user).filter(seq=seq).exists()
+
+
 def audit_teams(user):
     return Team.objects.for_user(user, AUDIT_ROLES)
 

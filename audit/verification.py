@@ -511,6 +511,7 @@ def run_verification(*, actor, start=None, end=None) -> Verification:
             actor=actor,
             action="audit.verify",
             target=run,
+            target_name="valid" if report.valid else "INVALID",  # not the run's name, which counts the whole log
             outcome=Outcome.SUCCESS if report.valid else Outcome.FAILURE,
             details=_verify_details(actor, report, start, end),
         )
@@ -523,18 +524,16 @@ def _verify_details(actor, report: Report, start, end) -> dict:
     who may not read the whole log (a team's admin or auditor) gets what the verdict page
     tells them: no count of the whole log's records, and the broken record's number and
     reason only when that record is one they may see."""
-    from console.policy import FLEET, may  # (the policy reads the app registry's models)
-
-    from .access import visible_events
+    # (here, not above: the policy access asks reads every app's models)
+    from .access import broken_is_theirs, reads_whole_log
 
     details = {"valid": report.valid, "from": _bound_text(start), "to": _bound_text(end)}
-    whole = not getattr(actor, "is_authenticated", False) or may(actor, "audit.read", FLEET)
-    if whole:
+    if reads_whole_log(actor):
         return details | {"checked": report.checked, "first_broken_seq": report.first_broken_seq,
                           "reason": report.reason}
+    if broken_is_theirs(actor, report):
+        return details | {"first_broken_seq": report.first_broken_seq, "reason": report.reason}
     if report.first_broken_seq is not None:
-        if visible_events(actor).filter(seq=report.first_broken_seq).exists():
-            return details | {"first_broken_seq": report.first_broken_seq, "reason": report.reason}
         return details | {"broken": "a record of another team"}
     return details
 

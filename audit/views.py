@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from console.policy import FLEET, may, policy_required
+from console.policy import policy_required
 
 from . import access, verification
 from .export import FORMATS
@@ -61,10 +61,8 @@ def events(request):
         ],
         "formats": list(FORMATS),
         "verification": last_run,
-        "full_report": may(request.user, "audit.read", FLEET),
-        "broken_is_yours": last_run is not None
-        and last_run.first_broken_seq is not None
-        and access.visible_events(request.user).filter(seq=last_run.first_broken_seq).exists(),
+        "full_report": access.reads_whole_log(request.user),
+        "broken_is_yours": last_run is not None and access.broken_is_theirs(request.user, last_run),
     }
     return render(request, "audit/events.html", context, status=200 if valid else 400)
 
@@ -79,14 +77,9 @@ def event_detail(request, seq: int):
 def verify(request):
     run = verification.run_verification(actor=request.user)
     if run.valid:
-        counted = (
-            f": {run.checked} events, every segment valid" if may(request.user, "audit.read", FLEET) else ""
-        )
+        counted = f": {run.checked} events, every segment valid" if access.reads_whole_log(request.user) else ""
         messages.success(request, f"The audit log verifies{counted}.")
-    elif (
-        may(request.user, "audit.read", FLEET)
-        or access.visible_events(request.user).filter(seq=run.first_broken_seq).exists()
-    ):
+    elif access.broken_is_theirs(request.user, run):
         messages.error(
             request,
             f"The audit log does NOT verify: first broken record #{run.first_broken_seq} ({run.reason}).",

@@ -1,3 +1,5 @@
+import re
+
 from audit_support import events_after, head_seq
 from django.utils import timezone
 
@@ -94,11 +96,15 @@ def test_a_team_admin_sees_the_verdict_but_not_the_whole_logs_counts(
     response = logged_in(alice).post("/audit/verify/", follow=True)
     body = response.content.decode()
     assert "a record of another team is broken" in body
-    assert "first broken record #4" not in body and "first_broken_seq" not in body
+    assert "first broken record #4" not in body and "First broken record" not in body
+    assert 'href="/audit/4/"' not in body
     assert "segment" not in body.lower().replace("segments</summary>", "")
     # her own log keeps the verification as she saw it: no whole-log count, no other team's record
-    details = AuditEvent.objects.filter(action="audit.verify").latest("seq").details
-    assert details == {"valid": False, "from": None, "to": None, "broken": "a record of another team"}
+    event = AuditEvent.objects.filter(action="audit.verify").latest("seq")
+    assert event.details == {"valid": False, "from": None, "to": None, "broken": "a record of another team"}
+    assert event.target_name == "INVALID"
+    own_log = logged_in(alice).get("/audit/").content.decode()
+    assert "audit.verify" in own_log and not re.search(r"\(\d+ events\)", own_log)
 
 
 def test_a_team_admin_keeps_the_broken_seq_of_her_own_teams_record(logged_in, alice, acme, events, tamper):
