@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agent.protocol import LiveBudget
@@ -68,12 +68,17 @@ def create_budget(
     amount = _check_budget(amount, currency_code, now, month)
     actual = _check_thresholds(list(actual_thresholds), "actual_thresholds")
     forecast = _check_thresholds(list(forecast_thresholds), "forecast_thresholds")
+    taken = ValidationError({"month": f"{team.name} already has a budget for {month:%B %Y}; change that one."})
     if Budget.objects.filter(team=team, month=month).exists():
-        raise ValidationError({"month": f"{team.name} already has a budget for {month:%B %Y}; change that one."})
-    budget = Budget.objects.create(
-        team=team, month=month, amount=amount, currency=currency(), actual_thresholds=actual,
-        forecast_thresholds=forecast, recurring=bool(recurring), created_by=_user(actor), created_at=now,
-    )
+        raise taken
+    try:
+        with transaction.atomic():  # one made meanwhile by another request: the same answer
+            budget = Budget.objects.create(
+                team=team, month=month, amount=amount, currency=currency(), actual_thresholds=actual,
+                forecast_thresholds=forecast, recurring=bool(recurring), created_by=_user(actor), created_at=now,
+            )
+    except IntegrityError:
+        raise taken from None
     record_event(actor=actor, action="billing.budget.create", target=budget, team=team,
                  details={"month": f"{month:%Y-%m}", "amount": str(amount), "actual": actual, "forecast": forecast,
                           "recurring": bool(recurring)})

@@ -133,9 +133,6 @@ def refuse_invoice_change(*, actor, invoice: Invoice, attempted: str) -> None:
 
 def update_invoice(*, actor, invoice: Invoice, memo: str) -> Invoice:
     """Change a draft's memo (a purchase-order reference, say); an issued invoice refuses."""
-    longest = Invoice._meta.get_field("memo").max_length
-    if len(memo) > longest:
-        raise ValidationError({"memo": f"A memo is at most {longest} characters; this one has {len(memo)}."})
     try:
         return _update_draft_memo(actor=actor, invoice=invoice, memo=memo)
     except InvoiceIssued:
@@ -145,7 +142,10 @@ def update_invoice(*, actor, invoice: Invoice, memo: str) -> Invoice:
 
 @transaction.atomic
 def _update_draft_memo(*, actor, invoice: Invoice, memo: str) -> Invoice:
-    locked = _draft(invoice)
+    locked = _draft(invoice)  # an issued invoice refuses first (audited), whatever the memo
+    longest = Invoice._meta.get_field("memo").max_length
+    if len(memo) > longest:
+        raise ValidationError({"memo": f"A memo is at most {longest} characters; this one has {len(memo)}."})
     before = locked.memo
     locked.memo = memo
     locked.save(update_fields=["memo"])

@@ -1,10 +1,11 @@
-from datetime import date
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.api.fields import BoundedDateTimeField
 from console.models import Team
+from console.validators import parse_month
 from instances.models import GpuModel
 
 from . import pricing
@@ -75,17 +76,11 @@ class ReservationSerializer(serializers.ModelSerializer):
 class MonthField(serializers.Field):
     """A calendar month as YYYY-MM (or its first day, YYYY-MM-01)."""
 
-    default_error_messages = {"invalid": "Give a month as YYYY-MM."}
-
     def to_internal_value(self, data):
-        text = str(data).strip()
         try:
-            year, month = (int(x) for x in text[:7].split("-"))
-            if len(text) not in (7, 10) or (len(text) == 10 and not text.endswith("-01")):
-                raise ValueError
-            return date(year, month, 1)
-        except ValueError:
-            self.fail("invalid")
+            return parse_month(data)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
 
     def to_representation(self, value):
         return f"{value:%Y-%m}"
@@ -106,6 +101,7 @@ class BudgetSerializer(serializers.ModelSerializer):
         fields = ["id", "team", "month", "amount", "currency", "actual_thresholds", "forecast_thresholds", "recurring",
                   "created_at"]
         read_only_fields = ["created_at"]
+        validators = []  # one budget a team and month: the service says so, as on the page
 
 
 class BudgetUpdateSerializer(serializers.Serializer):
@@ -159,7 +155,7 @@ class InvoiceDetailSerializer(InvoiceSerializer):
 
 
 class InvoiceMemoSerializer(serializers.Serializer):
-    memo = serializers.CharField(max_length=200, allow_blank=True)
+    memo = serializers.CharField(allow_blank=True, help_text="at most 200 characters")
 
 
 class AdjustmentSerializer(serializers.Serializer):

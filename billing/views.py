@@ -17,7 +17,7 @@ from console.models import Team
 from console.policy import may, policy_required, require
 from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES
-from console.validators import EARLIEST, LATEST
+from console.validators import MONTH_HELP, parse_month
 from instances import preemption as instance_preemption
 from instances import transitions as instance_transitions
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
@@ -69,11 +69,9 @@ def _month(request, now) -> date | None:
     if not raw:
         return pricing.month_start(now).date()
     try:
-        year, month = (int(x) for x in raw.split("-"))
-        value = date(year, month, 1)
-    except ValueError:
+        return parse_month(raw)
+    except ValidationError:
         return None
-    return value if EARLIEST.year <= value.year < LATEST.year else None
 
 
 # The idle GPUs one page lists, most idle cost first; the API (costs/idle-gpus/) has all.
@@ -86,8 +84,7 @@ def cost_explorer(request):
     team, teams = _team(request, READ_ROLES)
     month = _month(request, now)
     if month is None:
-        message = f"Give the month as YYYY-MM, between {EARLIEST.year} and {LATEST.year - 1}."
-        return render(request, "console/error.html", {"status": 400, "message": message}, status=400)
+        return render(request, "console/error.html", {"status": 400, "message": MONTH_HELP}, status=400)
     start = pricing.month_start(month)
     end = pricing.next_month(start)
     charges = Charge.objects.for_user(request.user, READ_ROLES).filter(team=team)
@@ -237,9 +234,12 @@ def budget_list(request):
         messages.success(request, f"Budget for {made.team.name}, {made.month:%B %Y}, saved.")
         return redirect("budget-list")
     shown = list(Budget.objects.for_user(request.user, BILL_ROLES).select_related("team")[:100])
+    this_month = pricing.month_start(now).date()
     for b in shown:
-        spent = costs.total(costs.in_range(Charge.objects.filter(team=b.team), pricing.month_start(b.month),
-                                           pricing.next_month(b.month)))
+        # A month yet to come has spent nothing (and one stored before months were
+        # bounded, 9999-12, has no month after it to sum to).
+        spent = Decimal(0) if b.month > this_month else costs.total(costs.in_range(
+            Charge.objects.filter(team=b.team), pricing.month_start(b.month), pricing.next_month(b.month)))
         b.spent, b.used_pct = spent, (spent * 100 / b.amount).quantize(Decimal("0.1"))
         b.editable = may(request.user, "billing.manage", b)
     context = {"form": form, "budgets": shown, "can_edit": may(request.user, "billing.manage"), "editing": editing,

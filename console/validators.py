@@ -1,7 +1,7 @@
 """Field validators shared by forms and API serializers."""
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -31,6 +31,20 @@ def plain_name(value: str) -> None:
 # range (year 9999) or PostgreSQL's.
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})(?:-01)?\Z", re.ASCII)
+MONTH_HELP = f"Give the month as YYYY-MM, between {EARLIEST.year} and {LATEST.year - 1}."
+
+
+def parse_month(text) -> date:
+    """A calendar month given as YYYY-MM (or its first day, YYYY-MM-01), as its first
+    day; a month outside the range every time the console takes lies in is refused, so
+    the month after it always exists."""
+    found = _MONTH.match(str(text).strip())
+    if found is None or not 1 <= int(found[2]) <= 12 or not EARLIEST.year <= int(found[1]) < LATEST.year:
+        raise ValidationError(MONTH_HELP, code="invalid_month")
+    return date(int(found[1]), int(found[2]), 1)
 
 
 def moment_in_range(value: datetime) -> None:

@@ -1,8 +1,7 @@
 """/api/v1/recommendations/: rightsizing advice for a team's running instances, and
 dismiss / snooze / restore of one instance's advice; /api/v1/idle-stop-policies/."""
 
-import re
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -17,12 +16,11 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
 from console.policy import require
 from console.tenancy import ADMIN_ROLES
+from console.validators import parse_month
 from instances.models import Instance
 
 from . import energy, idle_stop, services
 from .models import IdleStopPolicy, RegionFootprint
-
-MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
 
 
 def _team_id(value) -> int | None:
@@ -163,9 +161,10 @@ def _period(params) -> tuple[datetime, datetime, int | None]:
     now = timezone.now()
     month = params.get("month")
     if month is not None:
-        if not MONTH.fullmatch(month) or not 1 <= int(month[5:]) <= 12:
-            raise ValidationError({"month": "month is YYYY-MM, e.g. 2026-12."})
-        start = pricing.month_start(date(int(month[:4]), int(month[5:]), 1))
+        try:
+            start = pricing.month_start(parse_month(month))
+        except ValidationError as exc:
+            raise ValidationError({"month": exc.messages}) from None
         if start > now:
             raise ValidationError({"month": "month has not begun."})
         return start, min(pricing.next_month(start), now), None

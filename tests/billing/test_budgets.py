@@ -3,6 +3,7 @@ from decimal import Decimal
 
 import pytest
 from billing_support import at, months_ahead
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -77,9 +78,11 @@ def test_a_member_neither_sees_nor_sets_budgets(api, bob, acme, budget):
     assert response.status_code == 403
 
 
-def test_one_budget_per_team_and_month(api, alice, acme, budget):
-    response = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": "2026-12", "amount": "5.00"}, format="json")
-    assert response.status_code in (400,)
+def test_one_budget_per_team_and_month(api, alice, acme):
+    month = {"team": acme.pk, "month": months_ahead(1), "amount": "5.00"}
+    assert api(alice).post("/api/v1/budgets/", month, format="json").status_code == 201
+    response = api(alice).post("/api/v1/budgets/", month, format="json")
+    assert response.status_code == 400 and "Acme already has a budget for" in response.json()["month"][0]
     assert Budget.objects.count() == 1
 
 
@@ -121,12 +124,30 @@ def test_recurring_is_set_and_changed_through_the_api(api, alice, acme):
     assert changed.json()["recurring"] is False
 
 
-@pytest.mark.parametrize("month", ["9999-12", "later"])
-def test_a_month_too_far_ahead_is_refused_by_name(api, alice, acme, month):
+@pytest.mark.parametrize("month, message", [("9999-12", "between 2000 and 2199"), ("later", "within the next 12 months")])
+def test_a_month_too_far_ahead_is_refused_by_name(api, alice, acme, month, message):
     month = months_ahead(13) if month == "later" else month
     response = api(alice).post("/api/v1/budgets/", {"team": acme.pk, "month": month, "amount": "5.00"}, format="json")
-    assert response.status_code == 400 and "within the next 12 months" in response.json()["month"][0]
+    assert response.status_code == 400 and message in response.json()["month"][0]
     assert Budget.objects.count() == 0
+
+
+@pytest.mark.parametrize("now, month, accepted", [
+    (datetime(2026, 12, 31, 23, 59, tzinfo=UTC), date(2027, 12, 1), True),
+    (datetime(2026, 12, 31, 23, 59, tzinfo=UTC), date(2028, 1, 1), False),
+    (datetime(2027, 1, 1, tzinfo=UTC), date(2028, 1, 1), True),
+    (datetime(2027, 1, 1, tzinfo=UTC), date(2026, 12, 1), False),
+])
+def test_the_twelve_months_count_from_the_month_of_now(alice, acme, now, month, accepted):
+    def create():
+        return budgets.create_budget(actor=alice, team=acme, month=month, amount=Decimal("10.00"),
+                                     actual_thresholds=[100], forecast_thresholds=[], now=now)
+
+    if accepted:
+        assert create().month == month
+    else:
+        with pytest.raises(ValidationError):
+            create()
 
 
 def test_twelve_months_ahead_is_accepted(api, alice, acme):

@@ -105,6 +105,21 @@ def test_an_admin_sets_a_drafts_memo(november, api, alice):
     assert (response.status_code, response.json()["memo"]) == (200, "PO-1")
 
 
+def test_a_memo_too_long_is_refused_by_the_api_as_on_the_page(november, api, alice):
+    response = api(alice).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "P" * 201})
+    assert response.status_code == 400
+    assert response.json()["memo"] == ["A memo is at most 200 characters; this one has 201."]
+    november.refresh_from_db()
+    assert november.memo == ""
+
+
+def test_a_long_memo_on_an_issued_invoice_is_refused_as_a_change(november, api, alice):
+    meter_runs.issue_due_invoices(now=at(2, month=12))
+    response = api(alice).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "P" * 300})
+    assert response.status_code == 409
+    assert AuditEvent.objects.filter(action="billing.invoice.edit", outcome="denied").exists()
+
+
 def test_a_member_may_not_change_an_invoice(november, api, bob):
     assert api(bob).patch(f"/api/v1/invoices/{november.pk}/", {"memo": "PO-1"}).status_code == 404
 

@@ -1,9 +1,12 @@
+from datetime import date
+from decimal import Decimal
+
 import pytest
 from billing_support import at, months_ahead
 from django.test import Client
 
 from billing import meter_runs, price_changes, reservations
-from billing.models import Invoice
+from billing.models import Budget, Invoice
 
 
 @pytest.fixture
@@ -83,6 +86,13 @@ def test_a_budget_for_year_9999_is_refused_and_the_page_still_lists(browse, alic
                                                 "actual_thresholds": "50", "forecast_thresholds": ""})
     assert response.status_code == 400 and "within the next 12 months" in response.content.decode()
     assert browse(alice).get("/budgets/").status_code == 200
+
+
+def test_a_budget_stored_for_9999_before_months_were_bounded_still_lists(browse, alice, acme):
+    Budget.objects.create(team=acme, month=date(9999, 12, 1), amount=Decimal("900"), currency="USD",
+                          actual_thresholds=[50], forecast_thresholds=[])
+    page = browse(alice).get("/budgets/")
+    assert page.status_code == 200 and "December 9999" in page.content.decode()
 
 
 def test_an_admin_reserves_on_the_page(prices, browse, alice, acme):

@@ -57,7 +57,7 @@ def test_charlie_sees_no_energy_of_acme(charlie, acme, metered, client, api):
 
 
 def test_a_bad_month_is_named(alice, acme, api):
-    for month in ("2026-13", "december", "2999-01"):
+    for month in ("2026-13", "december", "2999-01", "0000-05", "１２３４-05"):
         response = api(alice).get(f"/api/v1/energy/?team={acme.pk}&month={month}")
         assert response.status_code == 400 and "month" in response.json()
 
