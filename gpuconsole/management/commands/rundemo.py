@@ -38,6 +38,8 @@ class Command(BaseCommand):
             env={"SPOT_MARKET_SIMULATION": "true", **os.environ},
         )
         children = [server]
+        # Stopped by SIGTERM (kill, a service manager) as by Ctrl-C: its children stop too.
+        signal.signal(signal.SIGTERM, _interrupt)
         if settings.REDIS_URL:
             # With Redis, tasks and periodic work (rollups, audit checkpoints) need a
             # Celery worker and beat, as in production.
@@ -68,6 +70,10 @@ class Command(BaseCommand):
                     child.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     child.kill()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _wait_for(url: str, server, timeout: float = 30.0) -> bool:
