@@ -3,7 +3,7 @@ detail and action and every page that takes an id, requested by every Acme role 
 Globex's ids, answers 403 or 404 and writes nothing; no Acme list shows a Globex object."""
 
 import re
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -46,7 +46,7 @@ def _collection(path):
 @pytest.fixture
 def world(api, alice, bob, charlie, ops, acme, globex, acme_instance, globex_instance, fleet):
     auditor = _auditor(acme)
-    month = date.today().replace(day=1)
+    month = timezone.now().date().replace(day=1)  # the server's month is UTC
     for who, team in ((alice, acme), (charlie, globex)):
         client = api(who)
         assert client.post(API + "budgets/", {"team": team.pk, "month": f"{month:%Y-%m}", "amount": "1000.00"}).status_code == 201
