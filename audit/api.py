@@ -18,6 +18,7 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.api.permissions import TokenScope
 from console.policy import Policy
 from console.tenancy import AUDIT_ROLES
+from console.validators import whole_number
 
 from . import access, keys, proofs, verification
 from .export import FORMATS, async_chunks
@@ -229,9 +230,9 @@ class ConsistencyView(APIView):
         sizes = {}
         for name in ("first", "second"):
             raw = request.query_params.get(name, "")
-            if raw and not raw.isdigit():
+            sizes[name] = whole_number(raw) if raw else None
+            if raw and sizes[name] is None:
                 raise exceptions.ValidationError({name: ["A tree size (a whole number)."]})
-            sizes[name] = int(raw) if raw else None
         if sizes["first"] is None:
             raise exceptions.ValidationError({"first": ["This parameter is required."]})
         try:

@@ -18,6 +18,8 @@ from django.db import transaction
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
+from console.validators import whole_number
+
 from . import chain, headlog, merkle, signing, stream
 from .hashing import chain_hash
 from .models import AuditEvent, ChainHead, Checkpoint, Outcome, Verification
@@ -135,8 +137,8 @@ class Report:
 def parse_bound(value: str, name: str) -> int | datetime:
     """``--from``/``--to``: a sequence number, an ISO date or an ISO date-time (UTC)."""
     text = (value or "").strip()
-    if text.isdigit():
-        return int(text)
+    if (seq := whole_number(text)) is not None:
+        return seq
     moment = parse_datetime(text)
     if moment is None:
         day = parse_date(text) if len(text) == 10 else None

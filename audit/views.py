@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.policy import policy_required
+from console.validators import whole_number
 
 from . import access, verification
 from .export import FORMATS
@@ -26,7 +27,7 @@ QUICK_RANGES = [
 
 def _before(request) -> int | None:
     raw = request.GET.get("before", "")
-    return int(raw) if raw.isdigit() else None
+    return whole_number(raw)
 
 
 @policy_required("audit.read")

@@ -17,6 +17,7 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
 from console.policy import require
 from console.tenancy import AUDIT_ROLES, READ_ROLES
+from console.validators import whole_number
 from instances.models import Instance
 
 from . import (
@@ -330,10 +331,10 @@ class CostSummaryView(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("team", int, required=True)], responses=OpenApiTypes.OBJECT)
     def get(self, request):
-        raw = request.query_params.get("team", "")
-        if not raw.isdigit():
+        team_id = whole_number(request.query_params.get("team", ""))
+        if team_id is None:
             return Response({"team": ["A team id is required."]}, status=status.HTTP_400_BAD_REQUEST)
-        qs, team = _scoped_charges(request, READ_ROLES, int(raw))
+        qs, team = _scoped_charges(request, READ_ROLES, team_id)
         now = timezone.now()
         month = figures.team_month(team.pk, now=now)
         start = pricing.month_start(now)

@@ -17,7 +17,7 @@ from console.models import Team
 from console.policy import may, policy_required, require
 from console.templatetags.money import rate as rate_text
 from console.tenancy import ADMIN_ROLES, AUDIT_ROLES, READ_ROLES
-from console.validators import MONTH_HELP, parse_month
+from console.validators import MONTH_HELP, parse_month, whole_number
 from instances import preemption as instance_preemption
 from instances import transitions as instance_transitions
 from instances.models import Instance, NoticeStatus, PreemptionNotice, PricingModel, State
@@ -54,7 +54,7 @@ BILL_ROLES = AUDIT_ROLES
 def _team(request, roles):
     teams = Team.objects.for_user(request.user, roles).order_by("name")
     chosen = request.GET.get("team", "")
-    team = teams.filter(pk=chosen).first() if chosen.isdigit() else teams.first()
+    team = teams.filter(pk=pk).first() if (pk := whole_number(chosen)) is not None else teams.first()
     if team is None:
         if chosen:
             raise PermissionDenied("No such team, or not yours to see.")
@@ -209,7 +209,8 @@ def _admin_form(request, form_class, verb, **kwargs):
 def _editing(request) -> dict | None:
     """?edit=<id>: the budgets form starts from that budget (saving changes it)."""
     raw = request.GET.get("edit", "")
-    budget = Budget.objects.for_user(request.user, ADMIN_ROLES).filter(pk=raw).first() if raw.isdigit() else None
+    pk = whole_number(raw)
+    budget = Budget.objects.for_user(request.user, ADMIN_ROLES).filter(pk=pk).first() if pk is not None else None
     if budget is None:
         return None
     return {"team": budget.team_id, "month": budget.month.strftime("%Y-%m"), "amount": budget.amount,

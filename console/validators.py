@@ -47,6 +47,25 @@ def parse_month(text) -> date:
     return date(int(found[1]), int(found[2]), 1)
 
 
+MAX_ID = 2**63 - 1  # the largest id or count a bigint (PostgreSQL) or SQLite integer holds
+_WHOLE = re.compile(r"[0-9]{1,19}\Z", re.ASCII)
+
+
+def whole_number(value, maximum: int = MAX_ID) -> int | None:
+    """``value`` as a whole number when it is one — written in ASCII digits, no sign or
+    space, at most ``maximum`` — else None. Ids and counts taken from requests are read by
+    this: ``str.isdigit`` also passes "²" and other scripts' digits, which ``int`` then
+    refuses, and a number past a bigint overflows the database."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= maximum else None
+    if not isinstance(value, str) or not _WHOLE.match(value):
+        return None
+    number = int(value)
+    return number if number <= maximum else None
+
+
 def moment_in_range(value: datetime) -> None:
     if value is None:
         return

@@ -42,7 +42,7 @@ def envrate(name: str, default: str) -> str:
     """A throttle rate such as 60/min (periods: s, sec, m, min, h, hour, d, day)."""
     raw = os.environ.get(name, default)
     count, _, period = raw.partition("/")
-    if not (count.isdigit() and period[:1] in ("s", "m", "h", "d")):
+    if not (count.isascii() and count.isdigit() and period[:1] in ("s", "m", "h", "d")):
         raise ImproperlyConfigured(f"{name}={raw!r} is not a rate like 60/min")
     return raw
 

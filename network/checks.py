@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
+from console.validators import whole_number
+
 from .models import (
     Direction,
     Protocol,
@@ -102,10 +104,10 @@ class RuleSpec:
 def _port(value, field: str, errors: dict) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+    port = whole_number(value if isinstance(value, int) else str(value).strip() if isinstance(value, str) else None)
+    if port is None:
         errors[field] = f"A port is a whole number from 0 to 65535; got {value!r}."
         return None
-    port = int(value)
     if not 0 <= port <= 65535:
         errors[field] = f"A port is from 0 to 65535; got {port}."
         return None
@@ -146,7 +148,8 @@ def check_rule(values: dict, *, group: SecurityGroup) -> RuleSpec:
                                       "confirm it (API: confirm_open: true) if that is what you mean.")
     else:
         pk = getattr(peer, "pk", peer)
-        peer_group = SecurityGroup.objects.filter(pk=pk, team_id=group.team_id).first() if str(pk).isdigit() else None
+        number = whole_number(pk if isinstance(pk, int) else str(pk))
+        peer_group = SecurityGroup.objects.filter(pk=number, team_id=group.team_id).first() if number is not None else None
         if peer_group is None:
             errors["peer_group"] = (f"Security group {pk} is not one of team {group.team.name}'s groups; "
                                     "a rule may name only a group of its own team.")

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from console.forms import apply_errors
 from console.policy import may, policy_required, require
+from console.validators import whole_number
 
 from . import interfaces, security_groups, vpcs
 from .forms import GroupForm, RuleForm, SubnetForm, VpcForm
@@ -116,7 +117,7 @@ def instance_groups(request, pk):
     """Change a running instance's groups from its page."""
     interface = get_object_or_404(Interface.objects.for_user(request.user).select_related("instance"), pk=pk)
     require(request.user, "team.write", interface, "Your role does not allow you to change instances' security groups.")
-    ids = [int(v) for v in request.POST.getlist("security_groups") if v.isdigit()]
+    ids = [pk for v in request.POST.getlist("security_groups") if (pk := whole_number(v)) is not None]
     try:
         interfaces.set_groups(actor=request.user, interface=interface, groups=ids)
     except ValidationError as exc:

@@ -16,7 +16,7 @@ from console.api.mixins import TeamScopedViewSetMixin
 from console.models import Team
 from console.policy import require
 from console.tenancy import ADMIN_ROLES
-from console.validators import parse_month
+from console.validators import parse_month, whole_number
 from instances.models import Instance
 
 from . import energy, idle_stop, services
@@ -26,9 +26,10 @@ from .models import IdleStopPolicy, RegionFootprint
 def _team_id(value) -> int | None:
     if value in (None, ""):
         return None
-    if not str(value).isascii() or not str(value).isdigit():
+    team_id = whole_number(str(value))
+    if team_id is None:
         raise ValidationError({"team": "team is a team id (a whole number)."})
-    return int(value)
+    return team_id
 
 
 def as_dict(rec: services.Recommendation) -> dict:

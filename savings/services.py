@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from audit.recording import record_event
 from billing import pricing
+from console.validators import whole_number
 from instances import catalog
 from instances.models import GpuModel, Instance, PricingModel, SliceProfile, State
 
@@ -210,9 +211,9 @@ def _check_kind(kind) -> str:
 def _check_days(days) -> int | None:
     if days in (None, ""):
         return None
-    if isinstance(days, bool) or not str(days).isascii() or not str(days).isdigit():
+    days = whole_number(days if isinstance(days, int) else str(days))
+    if days is None:
         raise ValidationError({"days": "days is a whole number of days to snooze, or empty to dismiss for good."})
-    days = int(days)
     if not 1 <= days <= MAX_SNOOZE_DAYS:
         raise ValidationError({"days": f"days is between 1 and {MAX_SNOOZE_DAYS}."})
     return days

@@ -13,6 +13,7 @@ from billing.models import currency
 from console.models import Team
 from console.policy import policy_required, require
 from console.tenancy import ADMIN_ROLES
+from console.validators import whole_number
 from instances.models import Instance
 
 from . import commitments, energy, idle_stop, services, useful_work
@@ -22,7 +23,7 @@ from .models import IdleStopNotice, IdleStopPolicy
 def _team(request) -> tuple[Team, list[Team]]:
     teams = Team.objects.for_user(request.user, ADMIN_ROLES).order_by("name")
     chosen = request.GET.get("team", "")
-    team = teams.filter(pk=chosen).first() if chosen.isascii() and chosen.isdigit() else teams.first()
+    team = teams.filter(pk=pk).first() if (pk := whole_number(chosen)) is not None else teams.first()
     if team is None:
         raise PermissionDenied("Savings advice is for team admins and operators.")
     return team, list(teams)
@@ -74,9 +75,9 @@ def _idle_stop_target(request, pk: int | None) -> tuple[Team, Instance | None, s
     instance or team answers 404, a member of the team 403."""
     if pk is None:
         chosen = request.POST.get("team", "")
-        if not (chosen.isascii() and chosen.isdigit()):
+        if (team_id := whole_number(chosen)) is None:
             raise Http404("No such team.")
-        team = get_object_or_404(Team.objects.for_user(request.user), pk=int(chosen))
+        team = get_object_or_404(Team.objects.for_user(request.user), pk=team_id)
         instance, back = None, f"{reverse('savings')}?team={team.pk}"
     else:
         instance = get_object_or_404(Instance.objects.for_user(request.user).select_related("team"), pk=pk)

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from console import lockout, services, twofactor
 from console.models import ApiToken, Membership, Team
 from console.policy import may
+from console.validators import whole_number
 
 from .mixins import TeamScopedViewSetMixin
 from .serializers import (
@@ -139,9 +140,9 @@ class MembershipViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def create(self, request, *args, **kwargs):
-        team_id = str(request.data.get("team", ""))
-        if team_id.isdigit() and Team.objects.for_user(request.user).filter(pk=team_id).exists():
-            self.require("team.admin", int(team_id), "manage members")
+        team_id = whole_number(str(request.data.get("team", "")))
+        if team_id is not None and Team.objects.for_user(request.user).filter(pk=team_id).exists():
+            self.require("team.admin", team_id, "manage members")
         return super().create(request, *args, **kwargs)
 
     def perform_create(self, serializer):

@@ -30,6 +30,9 @@ def test_a_port_rule_is_added_and_audited(api, bob, group):
 @pytest.mark.parametrize("rule, field, words", [
     ({"port_from": 70000}, "port_from", "from 0 to 65535"),
     ({"port_from": -1}, "port_from", "whole number from 0 to 65535"),
+    ({"port_from": "²"}, "port_from", "whole number from 0 to 65535"),
+    ({"port_from": "9" * 30}, "port_from", "whole number from 0 to 65535"),
+    ({"peer_group": "²", "cidr": None}, "peer_group", "not one of team"),
     ({"port_from": 90, "port_to": 80}, "port_to", "ends (80) before it starts (90)"),
     ({"protocol": "sctp"}, "protocol", "one of tcp, udp, icmp or any"),
     ({"direction": "sideways"}, "direction", "inbound or outbound"),
