@@ -5,7 +5,7 @@ from django import forms
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from console.validators import no_control_characters
+from console.validators import moment_in_range, no_control_characters
 
 from .models import ActorType, AuditEvent, Outcome
 
@@ -21,9 +21,11 @@ class AuditEventFilter(django_filters.FilterSet):
         field_name="time",
         lookup_expr="gte",
         help_text="Events at or after this time (ISO 8601, UTC).",
+        validators=[moment_in_range],
     )
     until = django_filters.IsoDateTimeFilter(
-        field_name="time", lookup_expr="lt", help_text="Events before this time (ISO 8601, UTC)."
+        field_name="time", lookup_expr="lt", help_text="Events before this time (ISO 8601, UTC).",
+        validators=[moment_in_range],
     )
     actor = django_filters.CharFilter(
         field_name="actor_name",

@@ -9,6 +9,7 @@ Pure Python, no Django: the websocket consumers and the HTTP parser both call it
 from __future__ import annotations
 
 import json
+import re
 
 # Nothing this console accepts nests deeper than a handful of levels (an agent frame:
 # frame → records → GPU → metrics/processes → entry); 32 leaves room and stays far
@@ -66,21 +67,37 @@ def loads(text: str | bytes, *, max_bytes: int, parse_constant=None):
     return value
 
 
-def find_nul(value, path: str = "") -> str | None:
-    """The path (``items[2].name``) of a key or string in parsed JSON that holds a NUL
-    (U+0000), which PostgreSQL text cannot store; None when none does ("" is the
-    document itself)."""
+# Text no database column can hold: NUL (PostgreSQL text refuses U+0000) and UTF-16
+# surrogates, which JSON's ``\ud800`` escapes can carry alone (a pair is joined into one
+# character by the parser, so any surrogate left is a lone one) and which no encoder
+# writes as UTF-8 — echoed in an error message, they broke the response itself.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+NUL_MESSAGE = "A NUL character (U+0000) is not allowed."
+SURROGATE_MESSAGE = "A lone UTF-16 surrogate (U+D800 to U+DFFF) is not text and is not allowed."
+
+
+def _why(text: str) -> str | None:
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return None
+    return NUL_MESSAGE if found[0] == "\x00" else SURROGATE_MESSAGE
+
+
+def find_unstorable(value, path: str = "") -> tuple[str, str] | None:
+    """(path, why) for the first key or string in parsed JSON holding a NUL or a lone
+    surrogate — path like ``items[2].name`` ("" is the document itself), with those
+    characters taken out of it — or None when none does."""
     stack = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return where
+            if (why := _why(item)) is not None:
+                return where, why
         elif isinstance(item, dict):
             for key, child in item.items():
                 name = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and "\x00" in key:
-                    return name.replace("\x00", "")
+                if isinstance(key, str) and (why := _why(key)) is not None:
+                    return _UNSTORABLE.sub("", name), why
                 stack.append((child, name))
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.recording import record_event
+from console.validators import whole_number
 from instances.models import Instance
 
 from .models import (
@@ -30,7 +31,7 @@ def _check_groups(groups, team, errors: dict) -> list[SecurityGroup]:
     if not ids or len(ids) > MAX_GROUPS_PER_INTERFACE:
         errors["security_groups"] = f"Name 1 to {MAX_GROUPS_PER_INTERFACE} security groups."
         return []
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if not all(isinstance(i, int) and whole_number(i) is not None for i in ids):
         errors["security_groups"] = "Security groups are named by their ids (numbers)."
         return []
     found = list(SecurityGroup.objects.filter(pk__in=ids, team=team))

@@ -20,7 +20,7 @@ from console.validators import parse_month, whole_number
 from instances.models import Instance
 
 from . import energy, idle_stop, services
-from .models import IdleStopPolicy, RegionFootprint
+from .models import IdleStopPolicy, Kind, RegionFootprint
 
 
 def _team_id(value) -> int | None:
@@ -50,6 +50,22 @@ def as_dict(rec: services.Recommendation) -> dict:
     }
 
 
+class RestoreSerializer(serializers.Serializer):
+    """The body of restore: which advice to show again. It describes the body (OPTIONS,
+    the schema, the browsable API's form); ``services`` checks it, one rule for the API
+    and the savings page."""
+
+    kind = serializers.ChoiceField(choices=Kind.choices)
+
+
+class DismissSerializer(RestoreSerializer):
+    """The body of dismiss: which advice, for how long, and why."""
+
+    days = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=services.MAX_SNOOZE_DAYS,
+                                    help_text="Days to snooze; empty or absent dismisses for good.")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=services.MAX_REASON_CHARS)
+
+
 class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
     """Rightsizing advice for running instances (``?team=``, ``?days=7|14``,
     ``?dismissed=1`` to include dismissed and snoozed advice). Savings are billing's
@@ -74,8 +90,8 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
             recs = [r for r in recs if r.dismissal is None]
         return Response({"count": len(recs), "results": [as_dict(r) for r in recs]})
 
-    @extend_schema(request=dict, responses=dict)
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=DismissSerializer, responses=dict)
+    @action(detail=True, methods=["post"], serializer_class=DismissSerializer)
     def dismiss(self, request, pk=None):
         instance = self.get_object()
         self.require("savings.manage", instance, "dismiss savings advice")
@@ -84,8 +100,8 @@ class RecommendationViewSet(TeamScopedViewSetMixin, viewsets.GenericViewSet):
                              reason=str(data.get("reason", "")))
         return Response({"instance": instance.pk, "kind": d.kind, "until": d.until.isoformat() if d.until else None})
 
-    @extend_schema(request=dict, responses=dict)
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=RestoreSerializer, responses=dict)
+    @action(detail=True, methods=["post"], serializer_class=RestoreSerializer)
     def restore(self, request, pk=None):
         instance = self.get_object()
         self.require("savings.manage", instance, "restore savings advice")

@@ -24,6 +24,7 @@ from .rightsizing import GIB, HEADROOM, IDLE_PCT, MIN_MINUTES, Shape, Usage
 
 WINDOW_DAYS = (7, 14)
 MAX_SNOOZE_DAYS = 365
+MAX_REASON_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,8 @@ def dismiss(*, actor, instance: Instance, kind: str, days=None, reason: str = ""
             now: datetime | None = None) -> Dismissal:
     """Set a recommendation aside for good (``days`` None) or snooze it for ``days``."""
     kind, days = _check_kind(kind), _check_days(days)
-    if len(reason) > 200:
-        raise ValidationError({"reason": "reason is at most 200 characters."})
+    if len(reason) > MAX_REASON_CHARS:
+        raise ValidationError({"reason": f"reason is at most {MAX_REASON_CHARS} characters."})
     now = now or timezone.now()
     until = None if days is None else now + timedelta(days=days)
     dismissal, _ = Dismissal.objects.update_or_create(

@@ -1,7 +1,8 @@
 """The API's parsers: the shared size and depth limits (``console.jsonlimits``) before
 ``json.loads``, so a hostile body is a 400 with a JSON error, never a 500; and no NUL
-(U+0000) in any field of any body, JSON or form, answered 400 naming the field before a
-serializer, a lookup or a filter can take it to the database."""
+(U+0000) and no lone UTF-16 surrogate in any field of any body, JSON or form, answered 400
+naming the field before a serializer, a lookup or a filter can take it to the database
+or echo it in a message."""
 
 from django.conf import settings
 from rest_framework import parsers
@@ -11,13 +12,15 @@ from rest_framework.utils import json
 
 from console import jsonlimits
 
-NUL_MESSAGE = "A NUL character (U+0000) is not allowed."
+NUL_MESSAGE = jsonlimits.NUL_MESSAGE
 
 
-def refuse_nul(data) -> None:
-    where = jsonlimits.find_nul(data)
-    if where is not None:
-        raise ValidationError({where or "non_field_errors": [NUL_MESSAGE]}, code="nul_character")
+def refuse_unstorable(data) -> None:
+    found = jsonlimits.find_unstorable(data)
+    if found is not None:
+        where, why = found
+        code = "nul_character" if why == NUL_MESSAGE else "lone_surrogate"
+        raise ValidationError({where or "non_field_errors": [why]}, code=code)
 
 
 def _plain(data) -> dict | list:
@@ -43,19 +46,19 @@ class JSONParser(parsers.JSONParser):
             raise ParseError(f"JSON parse error - {exc.message}", code=exc.code) from None
         except ValueError as exc:  # NaN / Infinity under STRICT_JSON
             raise ParseError(f"JSON parse error - {exc}") from None
-        refuse_nul(data)
+        refuse_unstorable(data)
         return data
 
 
 class FormParser(parsers.FormParser):
     def parse(self, stream, media_type=None, parser_context=None):
         data = super().parse(stream, media_type, parser_context)
-        refuse_nul(_plain(data))
+        refuse_unstorable(_plain(data))
         return data
 
 
 class MultiPartParser(parsers.MultiPartParser):
     def parse(self, stream, media_type=None, parser_context=None):
         result = super().parse(stream, media_type, parser_context)
-        refuse_nul(_plain(result.data))  # file names: Django's parser strips unprintable characters
+        refuse_unstorable(_plain(result.data))  # file names: Django's parser strips unprintable characters
         return result

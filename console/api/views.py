@@ -140,7 +140,7 @@ class MembershipViewSet(TeamScopedViewSetMixin, viewsets.ModelViewSet):
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def create(self, request, *args, **kwargs):
-        team_id = whole_number(str(request.data.get("team", "")))
+        team_id = whole_number(str(request.data.get("team", ""))) if isinstance(request.data, dict) else None
         if team_id is not None and Team.objects.for_user(request.user).filter(pk=team_id).exists():
             self.require("team.admin", team_id, "manage members")
         return super().create(request, *args, **kwargs)

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from audit import recording
@@ -79,3 +80,16 @@ def test_newest_events_come_first(api, ops):
     second = recording.record_event(actor="system", action="x.second")
     seqs = [row["seq"] for row in api(ops).get(URL).json()["results"]]
     assert seqs.index(second.seq) < seqs.index(first.seq)
+
+
+# Year 1 at +05:00 is before datetime's range once in UTC, year 9999 at -05:00 after it:
+# each bound is refused by name, as any time outside 2000-2199 is, never a server error.
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:00:00-05:00", "1999-12-31T00:00:00Z"])
+def test_bounds_outside_the_consoles_years_are_named(api, ops, moment):
+    client = api(ops)
+    for name in ("since", "until"):
+        response = client.get(URL, {name: moment})
+        assert response.status_code == 400 and "between 2000 and 2199" in response.json()[name][0], response.content
+    for name in ("from", "to"):
+        response = client.get("/api/v1/audit/verify/", {name: moment})
+        assert response.status_code == 400 and "between 2000 and 2199" in response.json()[name][0], response.content

@@ -1,6 +1,6 @@
 """Every bad spot-price file gets one clear message and a non-zero exit, and nothing is
 written: numbers that are not ASCII decimals, a ragged CSV, a CSV with a NUL, a JSON
-file nested too deep or holding a NUL."""
+file nested too deep or holding a NUL or a lone surrogate."""
 
 import json
 import subprocess
@@ -49,7 +49,8 @@ def test_a_bad_csv_is_one_message(prices, tmp_path, text, match):
 @pytest.mark.parametrize(("text", "match"), [
     ("[" * 5000 + "]" * 5000, "deeper than"),
     ('{"prices": ' + "[" * 100 + "]" * 100 + "}", "deeper than"),
-    ('[{"sku": "H100-80GB\\u0000", "hourly": "1"}]', r"prices\[0\]\.sku: a NUL"),
+    ('[{"sku": "H100-80GB\\u0000", "hourly": "1"}]', r"prices\[0\]\.sku: A NUL character"),
+    ('[{"sku": "H100-80GB", "hourly": "1", "time\\ud800": 1}]', r"prices\[0\]\.time: A lone UTF-16 surrogate"),
     ("[1, 2", "not acceptable JSON"),
     ('"a string"', "must be a list"),
 ])

@@ -83,3 +83,16 @@ def test_an_outsider_cannot_change_an_instances_groups(api, fleet, acme, bob, ch
     interface = Interface.objects.get(instance_id=made["id"])
     r = api(charlie).patch(f"/api/v1/network-interfaces/{interface.pk}/", {"security_groups": [1]}, format="json")
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize("groups", [[2**63], [2**64], [0], [-1], [True]])
+def test_group_ids_past_a_bigint_are_refused(api, fleet, acme, bob, acme_net, groups):
+    made = api(bob).post("/api/v1/instances/", {**LAUNCH, "team": acme.pk}, format="json").json()
+    interface = Interface.objects.get(instance_id=made["id"])
+    r = api(bob).patch(f"/api/v1/network-interfaces/{interface.pk}/", {"security_groups": groups}, format="json")
+    assert r.status_code == 400, r.content
+    assert "security_groups" in r.json()
+    assert [g.name for g in interface.groups.all()] == ["default"]
+    r = api(bob).post("/api/v1/instances/", {**LAUNCH, "team": acme.pk, "name": "db", "security_groups": groups},
+                      format="json")
+    assert r.status_code == 400 and "security_groups" in r.json(), r.content

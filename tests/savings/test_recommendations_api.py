@@ -2,6 +2,7 @@
 members, other teams and bad input do not get it. Dismiss and snooze are audited."""
 
 from audit.models import AuditEvent
+from savings.models import Kind
 
 
 def test_alice_sees_her_teams_advice(alice, acme, running, telemetry, api):
@@ -46,4 +47,22 @@ def test_a_bad_dismissal_is_refused_and_writes_nothing(alice, bob, charlie, acme
     assert "days" in api(alice).post(url, {"kind": "stop", "days": "0"}, format="json").json()
     assert api(bob).post(url, {"kind": "stop"}, format="json").status_code in (403, 404)
     assert api(charlie).post(url, {"kind": "stop"}, format="json").status_code == 404
+    assert not AuditEvent.objects.filter(action__startswith="savings.").exists()
+
+
+def test_options_describe_the_bodies_of_dismiss_and_restore(alice, acme, running, api):
+    instance = running(alice, acme, "held")
+    for verb, fields in (("dismiss", {"kind", "days", "reason"}), ("restore", {"kind"})):
+        answer = api(alice).options(f"/api/v1/recommendations/{instance.pk}/{verb}/")
+        assert answer.status_code == 200, answer.content
+        assert set(answer.json()["actions"]["POST"]) == fields
+        assert [c["value"] for c in answer.json()["actions"]["POST"]["kind"]["choices"]] == Kind.values
+
+
+def test_a_lone_surrogate_in_a_reason_is_refused_by_name(alice, acme, running, api):
+    instance = running(alice, acme, "held")
+    answer = api(alice).post(f"/api/v1/recommendations/{instance.pk}/dismiss/",
+                             '{"kind": "stop", "reason": "x\\ud800"}', content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json() == {"reason": ["A lone UTF-16 surrogate (U+D800 to U+DFFF) is not text and is not allowed."]}
     assert not AuditEvent.objects.filter(action__startswith="savings.").exists()

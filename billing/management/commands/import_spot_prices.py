@@ -82,6 +82,6 @@ def _json_rows(text: str) -> list:
         data = data.get("prices")
     if not isinstance(data, list):
         raise CommandError('JSON must be a list of {"sku", "hourly", "time"} objects (or {"prices": [...]})')
-    if (where := jsonlimits.find_nul(data)) is not None:
-        raise CommandError(f"prices{where}: a NUL character is not allowed")
+    if (found := jsonlimits.find_unstorable(data)) is not None:
+        raise CommandError(f"prices{found[0]}: {found[1]}")
     return data
