@@ -5,7 +5,7 @@ from django import forms
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from console.validators import moment_in_range, no_control_characters
+from console.validators import clamp_moment, no_control_characters
 
 from .models import ActorType, AuditEvent, Outcome
 
@@ -16,16 +16,21 @@ class IdFilter(django_filters.NumberFilter):
     field_class = forms.IntegerField
 
 
+class BoundFilter(django_filters.IsoDateTimeFilter):
+    """A time bound, clamped into the years the console knows (``clamp_moment``)."""
+
+    def filter(self, qs, value):
+        return super().filter(qs, None if value is None else clamp_moment(value))
+
+
 class AuditEventFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(
+    since = BoundFilter(
         field_name="time",
         lookup_expr="gte",
         help_text="Events at or after this time (ISO 8601, UTC).",
-        validators=[moment_in_range],
     )
-    until = django_filters.IsoDateTimeFilter(
-        field_name="time", lookup_expr="lt", help_text="Events before this time (ISO 8601, UTC).",
-        validators=[moment_in_range],
+    until = BoundFilter(
+        field_name="time", lookup_expr="lt", help_text="Events before this time (ISO 8601, UTC)."
     )
     actor = django_filters.CharFilter(
         field_name="actor_name",

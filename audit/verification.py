@@ -14,12 +14,11 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from console.validators import moment_in_range, whole_number
+from console.validators import clamp_moment, whole_number
 
 from . import chain, headlog, merkle, signing, stream
 from .hashing import chain_hash
@@ -147,12 +146,7 @@ def parse_bound(value: str, name: str) -> int | datetime:
             moment = datetime(day.year, day.month, day.day)
     if moment is None:
         raise ValueError(f"{name}: {value!r} is neither a sequence number nor an ISO date/time")
-    moment = make_aware(moment) if is_naive(moment) else moment
-    try:
-        moment_in_range(moment)  # year 1 at +05:00 is before datetime's range in UTC
-    except ValidationError as exc:
-        raise ValueError(f"{name}: {exc.messages[0]}") from None
-    return moment
+    return clamp_moment(make_aware(moment) if is_naive(moment) else moment)
 
 
 def _seq_bounds(start, end) -> tuple[int | None, int | None]:

@@ -77,6 +77,16 @@ def moment_in_range(value: datetime) -> None:
         )
 
 
+def clamp_moment(value: datetime) -> datetime:
+    """A bound of a time range (``since``, ``--to``) brought into the years above: no
+    record lies outside them, so a bound before 2000 selects what 2000 does and one past
+    2199 what 2200 does — and year 1 at +05:00, which has no UTC form, no longer
+    overflows on its way to the database."""
+    if is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return EARLIEST if value < EARLIEST else LATEST if value > LATEST else value
+
+
 # Python's Decimal (and int) also read other scripts' digits ("１２" is 12), underscores
 # ("1_000"), exponents, NaN and Infinity. Money and prices are read by this instead.
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z", re.ASCII)

@@ -236,6 +236,7 @@ SPECTACULAR_SETTINGS = {
         "AlertSeverityEnum": "alerting.models.Severity",
         "NotificationChannelKindEnum": "alerting.models.ChannelKind",
         "JobStateEnum": "jobs.models.JobState",
+        "RecommendationKindEnum": "savings.models.Kind",
     },
 }
 
