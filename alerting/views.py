@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count
+from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -56,10 +57,11 @@ def _owner_team(form) -> Team | None:
 
 def _back(request, default: str):
     target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                           require_https=request.is_secure()):
+    # A path on this site only; redirect() would take any other word for a view's name.
+    if not (target.startswith("/") and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure())):
         target = reverse(default)
-    return redirect(target)
+    return HttpResponseRedirect(target)
 
 
 def _say_invalid(request, exc: ValidationError) -> None:

@@ -8,7 +8,20 @@ from django.utils import timezone
 
 from .models import Role, Scope, Team
 from .services import scopes_for
-from .validators import plain_name
+from .validators import plain_name, whole_number
+
+
+class ModelIdsField(forms.ModelMultipleChoiceField):
+    """Rows chosen by id (teams, security groups). Each value must be a whole number up to
+    a bigint before the ``pk__in`` lookup runs: a larger one overflows SQLite's integer
+    there (a single choice's lookup has no such trouble)."""
+
+    def _check_values(self, value):
+        for pk in value if isinstance(value, list | tuple) else ():
+            if whole_number(getattr(pk, "pk", pk)) is None:
+                raise ValidationError(self.error_messages["invalid_pk_value"], code="invalid_pk_value",
+                                      params={"pk": pk})
+        return super()._check_values(value)
 
 
 def apply_errors(form: forms.Form, exc: ValidationError) -> None:
@@ -26,7 +39,7 @@ class TokenForm(forms.Form):
     )
     days = forms.IntegerField(
         label="Expires in (days)", min_value=1)
-    teams = forms.ModelMultipleChoiceField(
+    teams = ModelIdsField(
         queryset=Team.objects.none(), required=False, widget=forms.CheckboxSelectMultiple,
         help_text="Limit the token to these teams; none ticked means all of yours.",
     )

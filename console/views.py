@@ -8,7 +8,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_otp import login as otp_login
@@ -29,6 +29,7 @@ from .models import ApiToken, Invitation, Membership, Role, Team, UserSession
 from .policy import policy_required
 from .signin import PENDING, PENDING_SECONDS, begin_second_factor
 from .tenancy import ADMIN_ROLES
+from .validators import whole_number
 
 # Between the password and the second factor: who, how, where to, since when.
 PENDING_TRIES = 5
@@ -97,7 +98,7 @@ def login_verify(request):
             left = twofactor.recovery_codes_left(user)
             if device.persistent_id.startswith("otp_static"):
                 messages.warning(request, f"You signed in with a recovery code; {left} left. Make new ones on your account page.")
-            return redirect(pending["next"])
+            return HttpResponseRedirect(pending["next"])  # checked by LoginView; a URL, not a view's name
         pending["tries"] += 1
         request.session[PENDING] = pending
         if pending["tries"] >= PENDING_TRIES:
@@ -258,10 +259,8 @@ def _tokens_page(request, form, raw, status=200):
 
 def _token_id(value: str) -> int | None:
     """A token id from a form: a positive integer that fits the id column, else None."""
-    value = value.strip()
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) < 2**63:
-        return None
-    return int(value)
+    number = whole_number(value.strip())
+    return number if number else None
 
 
 INVITE_LINK = "_invite_link"
@@ -339,10 +338,10 @@ def _team_action(request, managed):
 
 
 def _pk(post, name: str) -> int:
-    value = post.get(name, "")
-    if not (value.isdigit() and len(value) < 19):
+    number = whole_number(post.get(name, ""))
+    if number is None:
         raise Http404(f"No such {name}.")
-    return int(value)
+    return number
 
 
 def accept_invite(request, key):

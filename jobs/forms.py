@@ -1,7 +1,7 @@
 from django import forms
 
 from console.models import Team
-from console.validators import plain_name
+from console.validators import moment_in_range, plain_name
 from instances.forms import offer_launch_choices
 from instances.models import GpuModel, Image
 from network.forms import network_fields, offer_network_choices
@@ -22,7 +22,7 @@ class SubmitForm(forms.Form):
         error_messages={"invalid_choice": "No such image, or it is private to another team."},
     )
     priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.LOW)
-    deadline = forms.DateTimeField(required=False, label="Start by (UTC, optional)",
+    deadline = forms.DateTimeField(required=False, label="Start by (UTC, optional)", validators=[moment_in_range],
                                    help_text="A job still queued then is not started.",
                                    widget=forms.DateTimeInput(attrs={"placeholder": "2026-12-31 18:00"}))
     subnet, security_groups = network_fields()

@@ -3,6 +3,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.models import currency
+from console.api.fields import BoundedDateTimeField
 from console.models import Team
 from console.validators import no_control_characters, plain_name
 from instances.models import GpuModel, Image
@@ -34,7 +35,7 @@ class JobSerializer(OwnTeamAndImageChoices, serializers.ModelSerializer):
     )
     gpu_count = serializers.IntegerField(min_value=1, max_value=10_000)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.LOW)
-    deadline = serializers.DateTimeField(required=False, allow_null=True,
+    deadline = BoundedDateTimeField(required=False, allow_null=True,
                                          help_text="A job still queued at its deadline is not started.")
     subnet = serializers.IntegerField(
         required=False, allow_null=True, write_only=True,

@@ -3,7 +3,7 @@ operator issues and revokes a host's agent tokens."""
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from rest_framework import exceptions
 
@@ -12,7 +12,7 @@ from audit.recording import record_event
 from console.auth import ApiTokenAuthentication
 from console.policy import may, policy_required
 from console.tenancy import token_teams
-from console.validators import plain_name
+from console.validators import plain_name, whole_number
 from instances.models import Host
 
 from . import exposition, services
@@ -53,6 +53,13 @@ class HostTokenForm(forms.Form):
                            help_text="A label, e.g. where the agent runs. Optional.")
 
 
+def _token_id(post, name: str) -> int:
+    number = whole_number(post.get(name, ""))
+    if number is None:
+        raise Http404("No such agent token.")
+    return number
+
+
 @policy_required("fleet.operate", message="Only operators manage agent tokens.")
 def host_tokens(request, pk):
     host = get_object_or_404(Host.objects.select_related("region"), pk=pk)
@@ -60,12 +67,12 @@ def host_tokens(request, pk):
     form = HostTokenForm()
     if request.method == "POST":
         if "revoke" in request.POST:
-            token = get_object_or_404(HostToken.objects.live(), pk=request.POST.get("revoke"), host=host)
+            token = get_object_or_404(HostToken.objects.live(), pk=_token_id(request.POST, "revoke"), host=host)
             services.revoke_host_token(actor=request.user, token=token)
             messages.success(request, f"Token {token.prefix}… revoked; its agent is refused from now on.")
             return redirect("host-tokens", pk=host.pk)
         if "rotate" in request.POST:
-            token = get_object_or_404(HostToken.objects.live(), pk=request.POST.get("rotate"), host=host)
+            token = get_object_or_404(HostToken.objects.live(), pk=_token_id(request.POST, "rotate"), host=host)
             try:
                 new, raw = services.rotate_host_token(actor=request.user, token=token)
             except services.TokenError as exc:

@@ -8,12 +8,14 @@ from datetime import timedelta
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Outcome
 from audit.recording import record_event
 from audit.refusals import record_refusal
+from console.validators import plain_name
 from instances import inventory as instance_inventory
 from instances.models import Host, HostKind, Region
 
@@ -29,7 +31,17 @@ class TokenError(ValueError):
 
 @transaction.atomic
 def create_host_token(*, actor, host: Host, name: str = "") -> tuple[HostToken, str]:
-    """The token row and the raw token, which is never stored and shown once."""
+    """The token row and the raw token, which is never stored and shown once. ``name`` is
+    an optional label: a plain name of at most 80 characters (the page and the command
+    both come here)."""
+    limit = HostToken._meta.get_field("name").max_length
+    if len(name) > limit:
+        raise ValidationError({"name": f"A token's name is at most {limit} characters."})
+    if name:
+        try:
+            plain_name(name)
+        except ValidationError as exc:
+            raise ValidationError({"name": exc.messages}) from None
     raw = HostToken.generate()
     token = HostToken.objects.create(
         host=host,

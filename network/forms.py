@@ -1,5 +1,6 @@
 from django import forms
 
+from console.forms import ModelIdsField
 from console.models import Team
 from console.tenancy import WRITE_ROLES
 from console.validators import plain_name
@@ -55,7 +56,7 @@ class RuleForm(forms.Form):
 
 def network_fields(
     subnet_help: str = "Each instance's private address is taken from this subnet.",
-) -> tuple[forms.ModelChoiceField, forms.ModelMultipleChoiceField]:
+) -> tuple[forms.ModelChoiceField, ModelIdsField]:
     """The subnet and security groups of a form that launches instances (now, or later for
     a job or a scaling group); ``offer_network_choices`` fills them for the user."""
     subnet = forms.ModelChoiceField(
@@ -63,7 +64,7 @@ def network_fields(
         help_text=subnet_help,
         error_messages={"invalid_choice": "No such subnet, or it belongs to another team."},
     )
-    groups = forms.ModelMultipleChoiceField(
+    groups = ModelIdsField(
         queryset=SecurityGroup.objects.none(), required=False, label="Security groups",
         help_text="None chosen: the team's default group (members reach each other, no other inbound).",
         error_messages={"invalid_choice": "No such security group, or it belongs to another team."},

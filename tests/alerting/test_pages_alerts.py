@@ -108,3 +108,10 @@ def test_an_outside_redirect_target_is_ignored(client, bob, acme_alert):
         f"/alerts/{acme_alert.pk}/acknowledge/", {"next": "https://evil.example/"}
     )
     assert response.url == "/alerts/"
+
+
+@pytest.mark.parametrize("target", ["foo", "0", "²", "2024-01-01T00:00", "operators", "//evil.example/", ""])
+def test_a_redirect_target_that_is_not_a_path_here_is_ignored(client, bob, acme_alert, target):
+    client.force_login(bob)
+    response = client.post(f"/alerts/{acme_alert.pk}/acknowledge/", {"next": target})
+    assert response.status_code == 302 and response.url == "/alerts/"

@@ -65,3 +65,9 @@ def submit_job_with_run(bob, acme, fleet):
 
     return submission.submit_job(actor=bob, team=acme, name="sweep", command="python sweep.py", gpu_model=fleet["h100"],
                                gpu_count=1, priority="normal", now=at(1))
+
+
+@pytest.mark.parametrize("month", ["9999-12", "0001-01", "1999-12", "２０２４-01", "2026-13", "2026"])
+def test_a_month_outside_the_consoles_years_is_named(db, month):
+    with pytest.raises(CommandError, match="Give the month as YYYY-MM, between 2000 and 2199"):
+        call_command("reconcile_costs", "--month", month, stdout=io.StringIO())

@@ -148,3 +148,14 @@ def test_the_api_refuses_a_required_role_without_a_device(api, ops):
     response = api().post("/api/v1/auth/token/", {"username": "ops", "password": "demo-password"})
     assert response.status_code == 403
     assert "enrol" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("target, location", [("foo", "foo"), ("/alerts/?state=all", "/alerts/?state=all"),
+                                              ("https://evil.example/", "/")])
+def test_the_second_step_goes_where_the_first_was_sent_as_a_url(client, alice, target, location):
+    """``next`` is a URL once the login page has checked it: a bare word is a relative
+    path, never taken for the name of a view."""
+    device, _ = enrol(alice)
+    client.post(f"/login/?next={target}", {"username": "alice", "password": "demo-password"})
+    response = client.post("/login/verify/", {"code": code(device, 1)})
+    assert response.status_code == 302 and response.url == location

@@ -3,6 +3,7 @@ figures as the API; a form to submit; other teams' jobs absent."""
 
 import re
 
+import pytest
 from django.test import Client
 
 from jobs import scheduler
@@ -67,3 +68,20 @@ def test_the_job_page_shows_runs_events_and_cancels(submit, acme, bob):
     assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 302
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.instance.state == "terminated"
+
+
+@pytest.mark.parametrize("field, value", [("deadline", "9999-12-31T23:00:00-05:00"), ("deadline", "1999-01-01 00:00"),
+                                          ("security_groups", str(2**64)), ("security_groups", str(2**63))])
+def test_a_deadline_or_group_out_of_range_is_named_on_the_form(idle_price, acme, bob, field, value):
+    form = {"team": acme.pk, "name": "sweep", "command": "python sweep.py", "gpu_model": "H100-80GB",
+            "gpu_count": 2, "priority": "low", field: value}
+    refused = _client(bob).post("/jobs/", form)
+    assert refused.status_code == 400 and refused.context["form"].errors[field]
+    assert not Job.objects.exists()
+
+
+def test_the_api_refuses_a_deadline_out_of_range(api, idle_price, acme, bob):
+    body = {"team": acme.pk, "name": "sweep", "command": "python sweep.py", "gpu_model": "H100-80GB", "gpu_count": 2,
+            "deadline": "9999-12-31T23:59:00Z"}
+    response = api(bob).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400 and "between 2000 and 2199" in response.json()["deadline"][0]

@@ -1,5 +1,7 @@
 """/hosts/<id>/tokens/: operators issue (shown once) and revoke a host's agent tokens."""
 
+import pytest
+
 from monitoring.models import HostToken
 
 
@@ -33,3 +35,12 @@ def test_a_bad_name_is_explained(client, ops, fleet):
 def test_members_are_refused(client, alice, fleet):
     client.force_login(alice)
     assert client.get(f"/hosts/{fleet['hosts']['h100-a'].pk}/tokens/").status_code == 403
+
+
+@pytest.mark.parametrize("action", ["revoke", "rotate"])
+@pytest.mark.parametrize("value", ["", "abc", "²", "1e999", "9" * 20, "1" * 5000])
+def test_a_token_named_by_anything_but_its_id_is_not_found(client, ops, tokens, fleet, action, value):
+    client.force_login(ops)
+    host = fleet["hosts"]["h100-a"]
+    assert client.post(f"/hosts/{host.pk}/tokens/", {action: value}).status_code == 404
+    assert not HostToken.objects.filter(revoked_at__isnull=False).exists()

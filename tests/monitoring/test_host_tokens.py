@@ -63,7 +63,12 @@ def test_the_command_reuses_a_known_host(fleet):
     assert "Registered" not in out.getvalue()
 
 
-@pytest.mark.parametrize(("args", "message"), [(["bad host!"], "HOST"), (["x1", "--region", "mars"], "Unknown region")])
+@pytest.mark.parametrize(("args", "message"), [
+    (["bad host!"], "HOST"), (["x1", "--region", "mars"], "Unknown region"),
+    (["use1-new-08", "--name", "x" * 81], "--name: A token's name is at most 80 characters"),
+    (["use1-new-08", "--name", "rack\x014"], "--name: Control characters"),
+])
 def test_the_command_explains_bad_input(fleet, args, message):
     with pytest.raises(CommandError, match=message):
         call_command("create_host_token", *args, stdout=StringIO())
+    assert not Host.objects.filter(name__in=["x1", "use1-new-08"]).exists() and not HostToken.objects.exists()

@@ -6,11 +6,13 @@ Exits non-zero on any cent of difference, naming each."""
 
 from datetime import date
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from billing import reconcile
 from console.models import Team
+from console.validators import parse_month
 
 
 class Command(BaseCommand):
@@ -55,7 +57,6 @@ class Command(BaseCommand):
 
 def _month(text: str) -> date:
     try:
-        year, month = (int(x) for x in text.split("-"))
-        return date(year, month, 1)
-    except ValueError:
-        raise CommandError(f"--month {text!r} is not YYYY-MM") from None
+        return parse_month(text)
+    except ValidationError as exc:
+        raise CommandError(f"--month {text[:40]!r}: {exc.messages[0]}") from None

@@ -34,6 +34,8 @@ class Command(BaseCommand):
                 token, raw = services.create_host_token(actor="cli", host=found, name=name)
         except services.TokenError as exc:
             raise CommandError(str(exc)) from None
+        except ValidationError as exc:
+            raise CommandError(f"--name: {' '.join(exc.messages)}") from None
         if created:
             self.stdout.write(f"Registered host {found.name} in {found.region.name}.")
         live = HostToken.objects.live().filter(host=found).count()
