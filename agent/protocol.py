@@ -232,6 +232,8 @@ def frame_rules(frame: Samples, *, latest_t: float) -> tuple[str, str, int] | No
         if record.event is not UNSET:
             if m is not UNSET or record.procs is not UNSET:
                 return "bad_frame", f"records[{i}] has both an event and metrics", CLOSE_BAD_FRAME
+            if record.event.kind == "xid" and record.event.code is None:
+                return "bad_field", f"records[{i}].event.code is required for an xid event", CLOSE_BAD_FRAME
             record.m, record.procs = NO_METRICS, None
             continue
         if m is UNSET:
@@ -352,8 +354,8 @@ def to_record(raw: dict, seq: int) -> Record | None:
     order read."""
     event = raw.get("event")
     if event is not None:
-        if event.get("kind") not in EVENT_KINDS:
-            return None
+        if event.get("kind") not in EVENT_KINDS or (event["kind"] == "xid" and event.get("code") is None):
+            return None  # the server refuses an xid without its code
         if "message" in event:
             event = dict(event, message=str(event["message"]).replace("\x00", "")[:MAX_MESSAGE])  # the server refuses NUL
         return Record(seq=seq, t=raw["t"], gpu=raw["gpu"], slice=raw.get("slice"), event=Event(**event))

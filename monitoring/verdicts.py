@@ -50,8 +50,8 @@ def evaluate(*, now: datetime | None = None) -> list[GpuHealth]:
     rows = {r.gpu_id: r for r in GpuHealth.objects.all()}
     latest = dict(GpuLatest.objects.filter(slice__isnull=True).values_list("gpu_id", "metrics"))
     xids: dict[int, list[int]] = {}
-    for gpu_id, code in GpuEvent.objects.filter(kind=EventKind.XID, time__gte=now - xid_window(),
-                                                gpu__isnull=False).values_list("gpu_id", "code"):
+    for gpu_id, code in GpuEvent.objects.filter(kind=EventKind.XID, time__gte=now - xid_window(), gpu__isnull=False,
+                                                code__isnull=False).values_list("gpu_id", "code"):
         xids.setdefault(gpu_id, []).append(code)
     active = alert_hooks.active()
     lost = set() if active is None else set(active.filter(kind="gpu_lost").values_list("gpu_id", flat=True))

@@ -104,6 +104,12 @@ def test_records_are_encoded_from_the_wire_schema_and_decode_with_it():
     assert frame.records[2].event == protocol.Event(kind="xid", code=79, message="fell off the bus")
 
 
+def test_events_the_server_would_refuse_are_not_sent():
+    for event in ({"kind": "xid", "message": "no code"}, {"kind": "reboot"}):
+        assert protocol.to_record({"t": 1796226413.0, "gpu": "GPU-a-0", "event": event}, 1) is None
+    assert protocol.to_record({"t": 1796226413.0, "gpu": "GPU-a-0", "event": {"kind": "gpu_lost"}}, 1) is not None
+
+
 def test_the_hello_is_encoded_from_the_wire_schema():
     gpu = {"uuid": "GPU-a-0", "index": 0, "name": "NVIDIA H200", "memory_total": 5, "mig_mode": False, "slices": [],
            "virtualization": "passthrough"}
@@ -122,5 +128,5 @@ def test_the_frame_envelope_is_the_schema_s():
 
 
 def test_the_agent_sends_event_messages_without_nul():
-    record = protocol.clean_record({"seq": 1, "t": 1.0, "gpu": "GPU-1", "event": {"kind": "xid", "message": "a\x00b"}})
+    record = protocol.clean_record({"seq": 1, "t": 1.0, "gpu": "GPU-1", "event": {"kind": "xid", "code": 13, "message": "a\x00b"}})
     assert record["event"]["message"] == "ab"

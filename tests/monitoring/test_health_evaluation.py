@@ -10,7 +10,7 @@ from audit.models import AuditEvent
 from instances import placement
 from instances.models import Gpu
 from monitoring import verdicts
-from monitoring.models import GpuHealth
+from monitoring.models import GpuEvent, GpuHealth
 
 
 def _h200():
@@ -103,3 +103,13 @@ def test_an_operator_may_uncordon_a_failed_gpu_and_it_stays_so(fleet, ops):
     verdicts.evaluate()
     assert "2 times" in GpuHealth.objects.get(gpu=gpu).summary
     assert _h200().cordoned_at is None
+
+
+def test_a_stored_xid_without_its_code_does_not_stop_the_fleets_evaluation(fleet):
+    """Agents must send an XID's code (the server now refuses one without); a row stored
+    without one before is left out of the verdict rather than breaking every evaluation."""
+    gpu = _h200()
+    GpuEvent.objects.create(kind="xid", host=gpu.host, gpu=gpu, uuid=gpu.uuid, code=None, message="no code")
+    tick(gpu, sim_of(gpu, "xid:79"))
+    verdicts.evaluate()
+    assert GpuHealth.objects.get(gpu=gpu).state == "failed"
