@@ -363,7 +363,11 @@ def check_target(url: str) -> tuple[str, str, int, str, str]:
     """(scheme, host, port, address to connect to, path) for ``url``, or Refused. The
     name is resolved once, here; every address it resolves to must be allowed, and the
     caller connects to the one returned (never resolving the name again)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018 (a bracketed host that is no IPv6 address raises here)
+    except ValueError:
+        raise Refused("The target is not a valid URL.") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Refused("The target must be an http:// or https:// URL with a host.")
     if parts.username or parts.password:

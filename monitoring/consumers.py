@@ -489,13 +489,14 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     async def connect(self):
+        self.closing = False
         self.joined: set[str] = set()
         self.own_groups: list[str] = []
         self.gpus = fanout.SocketMerge(fanout.interval_s(), lambda text: self.send(text_data=text))
         await self.accept()
         user = self.scope.get("user")
         if not await self.may("signed_in"):
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self.close_once(CLOSE_UNAUTHENTICATED)
             return
         # console.live.end_user_sockets reaches this socket through its user's group.
         self.own_groups = [user_group(user.pk)]
@@ -512,6 +513,8 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         self.joined.clear()
 
     async def receive(self, text_data=None, bytes_data=None):
+        if self.closing:  # messages queued behind the one that closed the socket
+            return
         try:
             message = jsonlimits.loads(text_data or "", max_bytes=jsonlimits.MAX_LIVE_MESSAGE_BYTES)
         except jsonlimits.JsonRefused as exc:
@@ -536,7 +539,7 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         user = self.scope["user"]
         if not await database_sync_to_async(_allowed)(user, kind, ident):
             await database_sync_to_async(_deny)(user, kind, ident)
-            await self.close(code=CLOSE_DENIED)
+            await self.close_once(CLOSE_DENIED)
             return
         if group not in self.joined:
             if len(self.joined) >= MAX_SUBSCRIPTIONS:
@@ -548,23 +551,34 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
 
     async def fail(self, message: str):
         await self.send_event("error", p.LiveError(message))
-        await self.close(code=CLOSE_BAD_MESSAGE)
+        await self.close_once(CLOSE_BAD_MESSAGE)
+
+    async def close_once(self, code: int) -> None:
+        """Close, and send nothing more: neither an answer to a message already queued nor
+        readings or events heard before the socket is gone."""
+        if self.closing:
+            return
+        self.closing = True
+        self.gpus.close()
+        await self.close(code=code)
 
     async def send_event(self, event: str, data: p.Subscription | p.LiveError):
         await self.send(text_data=encode(event, data))
 
     async def live_end(self, message):
         # The user logged out or lost a role: what this socket was allowed may be gone.
-        await self.close(code=CLOSE_UNAUTHENTICATED)
+        await self.close_once(CLOSE_UNAUTHENTICATED)
 
     async def live_gpus(self, message):
         # From every server process's coalescer and every group this socket joined:
         # merged here so the browser gets each reading once, a few messages a second.
-        self.gpus.add(fanout.readings_of(message))
+        if not self.closing:
+            self.gpus.add(fanout.readings_of(message))
 
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.
         text = message.get("text")
         if text is None:  # {"event", "data"} from a worker of an older release: data is a dict
             text = p.encode({"event": message["event"], "data": message["data"]})
-        await self.send(text_data=text)
+        if not self.closing:
+            await self.send(text_data=text)

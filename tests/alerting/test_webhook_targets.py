@@ -80,6 +80,12 @@ def test_a_literal_embedded_address_is_refused(alice, acme, url):
         services.create_channel(actor=alice, team=acme, name="hook", kind="webhook", target=url)
 
 
+@pytest.mark.parametrize("url", ["http://[zz]/", "https://[::1", "http://[1.2.3.4]/x"])
+def test_a_bracketed_host_that_is_no_address_is_named(alice, acme, url):
+    with pytest.raises(ValidationError, match="not a valid URL"):
+        services.create_channel(actor=alice, team=acme, name="hook", kind="webhook", target=url)
+
+
 class Resolver:
     """A public address first, loopback after: the rebinding a second lookup would see."""
 

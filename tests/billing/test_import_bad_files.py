@@ -69,3 +69,9 @@ def test_the_command_exits_non_zero_without_a_traceback(tmp_path):
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert "line 2: 3 fields, but the header has 2" in done.stderr
+
+
+def test_a_file_name_the_system_cannot_open_is_one_message(prices):
+    with pytest.raises(CommandError, match="File name too long"):
+        call_command("import_spot_prices", "x" * 300)
+

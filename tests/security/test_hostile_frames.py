@@ -133,3 +133,20 @@ async def test_a_path_with_no_route_is_refused_at_the_handshake(agent_socket, pa
     connected, _ = await ws.open()
     assert not connected
     await ws.disconnect()
+
+
+async def test_messages_queued_behind_the_one_that_closed_the_socket_get_no_answer(live_socket, ops, fleet):
+    """A burst past the subscription limit: the first message over it is answered with an
+    error and close 4400; the ones already queued behind it are dropped, not answered on
+    a closed socket."""
+    from monitoring.consumers import MAX_SUBSCRIPTIONS
+
+    ws = await live_socket(ops)
+    assert (await ws.open())[0]
+    for n in range(1, MAX_SUBSCRIPTIONS + 6):
+        await ws.send({"subscribe": {"kind": "host", "id": n}})
+    closed, sent = await ws.closed()
+    assert closed == 4400
+    assert [f.get("event") for f in sent].count("error") == 1
+    assert await ws.ws.receive_nothing(timeout=0.5)
+    await ws.disconnect()

@@ -41,14 +41,16 @@ class Command(BaseCommand):
 
             return sys.stdin.read(MAX_BYTES + 1), "stdin"
         path = Path(file)
-        if not path.is_file():
-            raise CommandError(f"{file}: no such file")
-        if path.stat().st_size > MAX_BYTES:
-            raise CommandError(f"{file}: larger than {MAX_BYTES // 2**20} MiB")
         try:
+            if not path.is_file():
+                raise CommandError(f"{file[:200]}: no such file")
+            if path.stat().st_size > MAX_BYTES:
+                raise CommandError(f"{file}: larger than {MAX_BYTES // 2**20} MiB")
             return path.read_text(encoding="utf-8"), path.name
         except UnicodeDecodeError:
             raise CommandError(f"{file}: not UTF-8 text") from None
+        except OSError as exc:  # a name too long, a directory that cannot be read
+            raise CommandError(f"{file[:200]}: {exc.strerror}") from None
 
 
 def _csv_rows(text: str) -> list[dict]:
