@@ -72,31 +72,32 @@ def loads(text: str | bytes, *, max_bytes: int, parse_constant=None):
 # character by the parser, so any surrogate left is a lone one) and which no encoder
 # writes as UTF-8 — echoed in an error message, they broke the response itself.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+SURROGATES = re.compile("[\ud800-\udfff]")
 NUL_MESSAGE = "A NUL character (U+0000) is not allowed."
 SURROGATE_MESSAGE = "A lone UTF-16 surrogate (U+D800 to U+DFFF) is not text and is not allowed."
 
 
-def _why(text: str) -> str | None:
-    found = _UNSTORABLE.search(text)
+def _why(text: str, refuse: re.Pattern) -> str | None:
+    found = refuse.search(text)
     if found is None:
         return None
     return NUL_MESSAGE if found[0] == "\x00" else SURROGATE_MESSAGE
 
 
-def find_unstorable(value, path: str = "") -> tuple[str, str] | None:
+def find_unstorable(value, path: str = "", *, refuse: re.Pattern = _UNSTORABLE) -> tuple[str, str] | None:
     """(path, why) for the first key or string in parsed JSON holding a NUL or a lone
-    surrogate — path like ``items[2].name`` ("" is the document itself), with those
-    characters taken out of it — or None when none does."""
+    surrogate (``refuse``: only those it matches) — path like ``items[2].name`` ("" is
+    the document itself), with those characters taken out of it — or None when none does."""
     stack = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if (why := _why(item)) is not None:
+            if (why := _why(item, refuse)) is not None:
                 return where, why
         elif isinstance(item, dict):
             for key, child in item.items():
                 name = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and (why := _why(key)) is not None:
+                if isinstance(key, str) and (why := _why(key, refuse)) is not None:
                     return _UNSTORABLE.sub("", name), why
                 stack.append((child, name))
         elif isinstance(item, list | tuple):

@@ -173,8 +173,9 @@ def _read_general(text: str, kind: type, limit: int) -> Hello | Samples:
     if not isinstance(frame, dict):
         raise bad("a frame must be a JSON object", "bad_json")
     # msgspec's decoder refuses a lone surrogate escape, the json module does not: only
-    # here can one reach a struct (and the database, which cannot store it).
-    if (found := jsonlimits.find_unstorable(frame)) is not None:
+    # here can one reach a struct (and the database, which cannot store it). NUL is the
+    # schema's to refuse, with its own message.
+    if (found := jsonlimits.find_unstorable(frame, refuse=jsonlimits.SURROGATES)) is not None:
         raise bad(f"{found[0] or 'the frame'}: {found[1]}")
     if not isinstance(frame.get("type"), str):
         raise bad("type is missing or not a string", "bad_frame")
