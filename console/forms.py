@@ -16,9 +16,9 @@ class ModelIdsField(forms.ModelMultipleChoiceField):
     a bigint before the ``pk__in`` lookup runs: a larger one overflows SQLite's integer
     there (a single choice's lookup has no such trouble)."""
 
-    def _check_values(self, value):
-        for pk in value if isinstance(value, list | tuple) else ():
-            if whole_number(getattr(pk, "pk", pk)) is None:
+    def _check_values(self, value):  # after clean's list check and prepare_value: a list of ids
+        for pk in value:
+            if whole_number(pk) is None:
                 raise ValidationError(self.error_messages["invalid_pk_value"], code="invalid_pk_value",
                                       params={"pk": pk})
         return super()._check_values(value)

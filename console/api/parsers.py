@@ -12,14 +12,12 @@ from rest_framework.utils import json
 
 from console import jsonlimits
 
-NUL_MESSAGE = jsonlimits.NUL_MESSAGE
-
 
 def refuse_unstorable(data) -> None:
     found = jsonlimits.find_unstorable(data)
     if found is not None:
         where, why = found
-        code = "nul_character" if why == NUL_MESSAGE else "lone_surrogate"
+        code = "nul_character" if why == jsonlimits.NUL_MESSAGE else "lone_surrogate"
         raise ValidationError({where or "non_field_errors": [why]}, code=code)
 
 

@@ -40,17 +40,17 @@ class Command(BaseCommand):
             import sys
 
             return sys.stdin.read(MAX_BYTES + 1), "stdin"
-        path = Path(file)
+        path, shown = Path(file), file[:200]
         try:
             if not path.is_file():
-                raise CommandError(f"{file[:200]}: no such file")
+                raise CommandError(f"{shown}: no such file")
             if path.stat().st_size > MAX_BYTES:
-                raise CommandError(f"{file}: larger than {MAX_BYTES // 2**20} MiB")
+                raise CommandError(f"{shown}: larger than {MAX_BYTES // 2**20} MiB")
             return path.read_text(encoding="utf-8"), path.name
         except UnicodeDecodeError:
-            raise CommandError(f"{file}: not UTF-8 text") from None
+            raise CommandError(f"{shown}: not UTF-8 text") from None
         except OSError as exc:  # a name too long, a directory that cannot be read
-            raise CommandError(f"{file[:200]}: {exc.strerror}") from None
+            raise CommandError(f"{shown}: {exc.strerror}") from None
 
 
 def _csv_rows(text: str) -> list[dict]:
