@@ -36,9 +36,10 @@ from console.live import (
     team_group,
     user_group,
 )
+from console.models import Team
 from console.policy import PolicyConsumer, may
 from console.request_context import bind_scope
-from instances.models import Instance
+from instances.models import Host, Instance
 
 from . import agent_links, diagnostics, fanout, frames, ingest, inventory, services
 
@@ -448,6 +449,7 @@ def _note_refusal(host, code: str, message: str, bad_frame: bool) -> None:
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_DENIED = 4403
 CLOSE_BAD_MESSAGE = 4400
+CLOSE_NOT_FOUND = 4404
 MAX_SUBSCRIPTIONS = 64
 KINDS = p.LIVE_KINDS
 
@@ -459,6 +461,18 @@ def _allowed(user, kind: str, ident: int | None) -> bool:
         return may(user, "team.read", ident)
     # an instance: whoever sees it (tenancy) may watch it
     return Instance.objects.for_user(user).filter(pk=ident).exists()
+
+
+def _missing(kind: str, ident: int | None) -> bool:
+    """Whether an allowed subscription names a host or team that does not exist. Asked
+    only once ``_allowed`` said yes, so it tells nothing to anyone who may not know: a
+    team's members are denied any other team, existing or not, and an instance someone
+    may not see is denied whether it exists or not."""
+    if kind == "host":
+        return not Host.objects.filter(pk=ident).exists()
+    if kind == "team":
+        return not Team.objects.filter(pk=ident).exists()
+    return False
 
 
 def _group(kind: str, ident: int | None) -> str:
@@ -540,6 +554,10 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         if not await database_sync_to_async(_allowed)(user, kind, ident):
             await database_sync_to_async(_deny)(user, kind, ident)
             await self.close_once(CLOSE_DENIED)
+            return
+        if await database_sync_to_async(_missing)(kind, ident):
+            await self.send_event("error", p.LiveError(f"there is no {kind} {ident}"))
+            await self.close_once(CLOSE_NOT_FOUND)
             return
         if group not in self.joined:
             if len(self.joined) >= MAX_SUBSCRIPTIONS:

@@ -73,6 +73,22 @@ async def test_only_operators_watch_the_fleet(browser, bob, ops, fleet, kind):
     await ws.disconnect()
 
 
+@pytest.mark.parametrize("kind", ["host", "team"])
+async def test_an_operator_naming_no_such_host_or_team_is_told_and_closed(browser, ops, fleet, kind):
+    ws, _, _ = await browser(ops)
+    assert await subscribe(ws, kind, 987654) == {"event": "error", "data": {"message": f"there is no {kind} 987654"}}
+    assert (await ws.receive_output())["code"] == 4404
+    await ws.disconnect()
+    assert not await AuditEvent.objects.filter(action="live.denied").aexists()
+
+
+async def test_a_member_naming_no_such_team_is_denied_as_for_any_other_team(browser, bob):
+    ws, _, _ = await browser(bob)
+    await ws.send_to(text_data=json.dumps({"subscribe": {"kind": "team", "id": 987654}}))
+    assert (await ws.receive_output())["code"] == 4403
+    await ws.disconnect()
+
+
 async def test_anonymous_is_closed(browser, fleet):
     ws, connected, _ = await browser(None)
     assert (await ws.receive_output())["code"] == 4401
