@@ -110,13 +110,16 @@ def _unrated_conditions(rule) -> list:
 
 
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
-    """Refresh the drafts of the (team, month) pairs the window touched, and the current
-    month's draft of each such team (where corrections to issued months land)."""
+    """Refresh the drafts of the (team, month) pairs the window touched, and every other
+    open draft of each such team: the current month's, and an earlier one not issued
+    yet (corrections to issued months land on a team's earliest draft)."""
     months = {date(d.year, d.month, 1) for d, _, _ in pricing.day_segments(result.start, result.end)}
     pairs = set(result.months)
     pairs |= set(Invoice.objects.filter(month__in=months, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
     current = pricing.month_start(now).date()
     teams = {t for t, _ in pairs}
+    pairs |= set(Invoice.objects.filter(team_id__in=teams, month__lt=current, status=InvoiceStatus.DRAFT)
+                 .values_list("team_id", "month"))
     touched = {}
     for month in sorted({m for _, m in pairs} | ({current} if teams else set())):
         wanted = teams if month == current else {t for t, m in pairs if m == month}

@@ -65,6 +65,23 @@ def test_an_issued_invoice_never_changes_when_usage_is_re_metered(november, play
     assert late.pk
 
 
+def test_a_correction_reaches_the_earliest_draft_as_soon_as_it_is_metered(november, play, bob, acme, meter):
+    """Just after a month ends two drafts are open (the month before it issued, the month
+    just over not yet): re-metering the issued month shows its correction at once on the
+    draft that will carry it, not only when that draft is issued."""
+    meter_runs.issue_due_invoices(now=at(2, month=12))
+    play(bob, acme, "december", runs=[(at(5, 10, month=12), at(5, 11, month=12), "terminate")])
+    january = at(2, month=1).replace(year=2027)
+    meter(start=DEC, end=at(1, month=1).replace(year=2027), now=january)
+    play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
+    meter(start=NOV, end=DEC, now=january)
+    december = Invoice.objects.get(team=acme, month=DEC.date())
+    assert december.status == "draft"
+    correction = december.lines.get(kind="correction")
+    assert (correction.amount, correction.refers_to_id) == (Decimal("2.00"), november.pk)
+    assert december.total == Decimal("4.00")
+
+
 def test_a_correction_is_made_once(november, play, bob, acme, meter):
     meter_runs.issue_due_invoices(now=at(2, month=12))
     play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
