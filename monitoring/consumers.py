@@ -449,7 +449,6 @@ def _note_refusal(host, code: str, message: str, bad_frame: bool) -> None:
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_DENIED = 4403
 CLOSE_BAD_MESSAGE = 4400
-CLOSE_NOT_FOUND = 4404
 MAX_SUBSCRIPTIONS = 64
 KINDS = p.LIVE_KINDS
 
@@ -556,8 +555,9 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
             await self.close_once(CLOSE_DENIED)
             return
         if await database_sync_to_async(_missing)(kind, ident):
+            # Said, not closed: a page's subscriptions share one socket, and one of them
+            # naming a host or team deleted since must not stop the others.
             await self.send_event("error", p.LiveError(f"there is no {kind} {ident}"))
-            await self.close_once(CLOSE_NOT_FOUND)
             return
         if group not in self.joined:
             if len(self.joined) >= MAX_SUBSCRIPTIONS:

@@ -75,11 +75,9 @@
       ws.onclose = (e) => {
         this.ws = null;
         this.emit("close", { code: e.code });
-        if (e.code === 4403 || e.code === 4401 || e.code === 4400 || e.code === 4404) {
-          // Refused: reconnecting would be refused again.
+        if (e.code === 4403 || e.code === 4401 || e.code === 4400) {
           this.stopped = true;
-          const why = { 4403: "not allowed to watch this", 4404: "no longer exists" }[e.code];
-          this.status("denied", why || "refused (" + e.code + ")");
+          this.status("denied", e.code === 4403 ? "not allowed to watch this" : "refused (" + e.code + ")");
           return;
         }
         this.retry();

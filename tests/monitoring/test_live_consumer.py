@@ -74,19 +74,24 @@ async def test_only_operators_watch_the_fleet(browser, bob, ops, fleet, kind):
 
 
 @pytest.mark.parametrize("kind", ["host", "team"])
-async def test_an_operator_naming_no_such_host_or_team_is_told_and_closed(browser, ops, fleet, kind):
+async def test_an_operator_naming_no_such_host_or_team_is_told_and_the_socket_carries_on(browser, ops, acme, fleet,
+                                                                                          kind):
     ws, _, _ = await browser(ops)
     assert await subscribe(ws, kind, 987654) == {"event": "error", "data": {"message": f"there is no {kind} 987654"}}
-    assert (await ws.receive_output())["code"] == 4404
+    assert (await subscribe(ws, "team", acme.pk))["event"] == "subscribed"
     await ws.disconnect()
     assert not await AuditEvent.objects.filter(action="live.denied").aexists()
 
 
-async def test_a_member_naming_no_such_team_is_denied_as_for_any_other_team(browser, bob):
+@pytest.mark.parametrize("existing", [True, False])
+async def test_a_member_is_denied_another_team_alike_whether_it_exists_or_not(browser, bob, globex, existing):
+    ident = globex.pk if existing else 987654
     ws, _, _ = await browser(bob)
-    await ws.send_to(text_data=json.dumps({"subscribe": {"kind": "team", "id": 987654}}))
+    await ws.send_to(text_data=json.dumps({"subscribe": {"kind": "team", "id": ident}}))
     assert (await ws.receive_output())["code"] == 4403
     await ws.disconnect()
+    event = await AuditEvent.objects.aget(action="live.denied")
+    assert event.details == {"kind": "team", "id": ident}
 
 
 async def test_anonymous_is_closed(browser, fleet):

@@ -139,12 +139,15 @@ async def test_messages_queued_behind_the_one_that_closed_the_socket_get_no_answ
     """A burst past the subscription limit: the first message over it is answered with an
     error and close 4400; the ones already queued behind it are dropped, not answered on
     a closed socket."""
+    from console.models import Team
     from monitoring.consumers import MAX_SUBSCRIPTIONS
 
+    teams = await Team.objects.abulk_create(Team(name=f"Burst {n}", slug=f"burst-{n}")
+                                            for n in range(MAX_SUBSCRIPTIONS + 5))
     ws = await live_socket(ops)
     assert (await ws.open())[0]
-    for n in range(1, MAX_SUBSCRIPTIONS + 6):
-        await ws.send({"subscribe": {"kind": "host", "id": n}})
+    for team in teams:
+        await ws.send({"subscribe": {"kind": "team", "id": team.pk}})
     closed, sent = await ws.closed()
     assert closed == 4400
     assert [f.get("event") for f in sent].count("error") == 1
