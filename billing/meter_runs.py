@@ -110,15 +110,19 @@ def _unrated_conditions(rule) -> list:
 
 
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
-    """Refresh the drafts of the (team, month) pairs the window touched, and every other
-    open draft of each such team: the current month's, and an earlier one not issued
-    yet (corrections to issued months land on a team's earliest draft)."""
+    """Refresh the drafts of the (team, month) pairs the window touched and the current
+    month's draft of each such team. Where the window reached into a team's issued
+    month, the correction lands on the team's earliest draft, which may be a month
+    just over and not issued yet: every open draft of those teams is refreshed too."""
     months = {date(d.year, d.month, 1) for d, _, _ in pricing.day_segments(result.start, result.end)}
-    pairs = set(result.months)
-    pairs |= set(Invoice.objects.filter(month__in=months, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
+    invoiced = set(Invoice.objects.filter(month__in=months).values_list("team_id", "month", "status"))
+    pairs = set(result.months) | {(t, m) for t, m, status in invoiced if status == InvoiceStatus.DRAFT}
+    # Teams with an issued month in the window, charges left in it or not (one whose
+    # usage can no longer be priced has none, and owes a correction all the same).
+    corrected = {t for t, _, status in invoiced if status == InvoiceStatus.ISSUED}
     current = pricing.month_start(now).date()
-    teams = {t for t, _ in pairs}
-    pairs |= set(Invoice.objects.filter(team_id__in=teams, month__lt=current, status=InvoiceStatus.DRAFT)
+    teams = {t for t, _ in pairs} | corrected
+    pairs |= set(Invoice.objects.filter(team_id__in=corrected, month__lt=current, status=InvoiceStatus.DRAFT)
                  .values_list("team_id", "month"))
     touched = {}
     for month in sorted({m for _, m in pairs} | ({current} if teams else set())):

@@ -5,7 +5,7 @@ from billing_support import DEC, NOV, at
 
 from audit.models import AuditEvent
 from billing import invoices, meter_runs
-from billing.models import Invoice, InvoiceLine
+from billing.models import Invoice, InvoiceLine, Price, UnratedUsage
 
 
 @pytest.fixture
@@ -80,6 +80,21 @@ def test_a_correction_reaches_the_earliest_draft_as_soon_as_it_is_metered(novemb
     correction = december.lines.get(kind="correction")
     assert (correction.amount, correction.refers_to_id) == (Decimal("2.00"), november.pk)
     assert december.total == Decimal("4.00")
+    assert InvoiceLine.objects.filter(kind="correction").count() == 1
+    assert not Invoice.objects.filter(team=acme, month__year=2027).exists()
+
+
+def test_an_issued_month_whose_usage_can_no_longer_be_priced_is_corrected(november, acme, meter):
+    """Re-metered without a price, the month's usage is held unrated and it has no
+    charges left: its correction (all of it back) still reaches the current draft."""
+    meter_runs.issue_due_invoices(now=at(2, month=12))
+    Price.objects.filter(sku="H100-80GB").delete()
+    meter(start=NOV, end=DEC, now=at(3, month=12))
+    assert UnratedUsage.objects.filter(team=acme).exists()
+    december = Invoice.objects.get(team=acme, month=DEC.date())
+    correction = december.lines.get(kind="correction")
+    assert (correction.amount, correction.refers_to_id, december.total) == (Decimal("-10.00"), november.pk,
+                                                                          Decimal("-10.00"))
 
 
 def test_a_correction_is_made_once(november, play, bob, acme, meter):
