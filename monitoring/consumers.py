@@ -474,12 +474,20 @@ def _missing(kind: str, ident: int | None) -> bool:
     return False
 
 
+DENIED, MISSING = "denied", "missing"
+
+
+def _refusal(user, kind: str, ident: int | None) -> str | None:
+    """Why a subscription is refused (DENIED, recorded in the audit log; MISSING), or
+    None: the whole question in one hop to the database thread."""
+    if not _allowed(user, kind, ident):
+        record_event(actor=user, action="live.denied", outcome=Outcome.DENIED, details={"kind": kind, "id": ident})
+        return DENIED
+    return MISSING if _missing(kind, ident) else None
+
+
 def _group(kind: str, ident: int | None) -> str:
     return {"team": team_group, "instance": instance_group, "host": host_group}[kind](ident) if ident is not None else FLEET_GROUP
-
-
-def _deny(user, kind: str, ident) -> None:
-    record_event(actor=user, action="live.denied", outcome=Outcome.DENIED, details={"kind": kind, "id": ident})
 
 
 def _target(target) -> tuple[str, int | None] | str:
@@ -550,11 +558,11 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
             await self.send_event("unsubscribed", p.Subscription(kind, ident))
             return
         user = self.scope["user"]
-        if not await database_sync_to_async(_allowed)(user, kind, ident):
-            await database_sync_to_async(_deny)(user, kind, ident)
+        refusal = await database_sync_to_async(_refusal)(user, kind, ident)
+        if refusal == DENIED:
             await self.close_once(CLOSE_DENIED)
             return
-        if await database_sync_to_async(_missing)(kind, ident):
+        if refusal == MISSING:
             # Said, not closed: a page's subscriptions share one socket, and one of them
             # naming a host or team deleted since must not stop the others.
             await self.send_event("error", p.LiveError(f"there is no {kind} {ident}"))
