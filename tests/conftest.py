@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from channels.layers import channel_layers
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
@@ -81,6 +82,24 @@ def _fresh_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+def forget_channel_layers() -> None:
+    """Drop the process's channel layers: the next ``get_channel_layer()`` makes a new one.
+
+    A layer outlives event loops while each test runs in a loop of its own, and
+    channels-redis keeps per-channel ``asyncio`` locks on the layer. A receive cancelled
+    while it waited for one (its test's loop ending) never gives its count back, so the
+    lock stays, bound to that dead loop, and the next test whose receives contend for it
+    fails with "bound to a different event loop". One layer per test, as each server
+    process has one loop for its layer's life."""
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+def _own_channel_layer():
+    yield
+    forget_channel_layers()
 
 
 @pytest.fixture(scope="module")
