@@ -8,6 +8,7 @@ from datetime import date, datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from audit.models import Outcome
@@ -44,11 +45,13 @@ def refresh_invoices(*, month: date, team_ids, now: datetime) -> list[Invoice]:
     existing = {i.team_id: i for i in Invoice.objects.select_for_update().filter(month=month, team_id__in=team_ids)}
     teams = [t for t in team_ids if not (t in existing and existing[t].is_issued)]
     usage = invoicing.usage_lines(month, teams)
-    # Corrections to issued months land on the team's earliest draft only, so that two
-    # drafts open at once (just after a month ends) never both carry one.
-    earlier = set(Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.DRAFT, month__lt=month)
-                  .values_list("team_id", flat=True))
-    fixes = invoicing.correction_lines(month, [t for t in teams if t not in earlier])
+    # A correction to an issued month lands on the team's earliest draft after that
+    # month only, so that two drafts open at once (just after a month ends, or an old
+    # month metered late) never both carry it: this draft carries the issued months
+    # after the team's latest earlier draft.
+    earlier = dict(Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.DRAFT, month__lt=month)
+                   .values("team_id").annotate(latest=Max("month")).values_list("team_id", "latest"))
+    fixes = invoicing.correction_lines(month, teams, after=earlier)
     start = pricing.month_start(month)
     new = [Invoice(team_id=t, month=month, period_start=start, period_end=pricing.next_month(start), currency=currency())
            for t in teams if t not in existing and (usage.get(t) or fixes.get(t))]

@@ -131,13 +131,16 @@ def _line(row: dict) -> Line:
     return Line(kind=LineKind.USAGE, description=text, sort=(0, row["instance__name"], category, text, *tie), **common)
 
 
-def correction_lines(month: date, team_ids) -> dict[int, list[Line]]:
-    """For each issued invoice of an earlier month: what its month costs now, less what
-    was billed and already corrected, as one line (when not zero)."""
-    issued = list(
-        Invoice.objects.filter(team_id__in=list(team_ids), status=InvoiceStatus.ISSUED, month__lt=month)
+def correction_lines(month: date, team_ids, *, after: dict[int, date] | None = None) -> dict[int, list[Line]]:
+    """For each issued invoice of an earlier month (and, for a team in ``after``, later
+    than the month given there): what its month costs now, less what was billed and
+    already corrected, as one line (when not zero)."""
+    after = after or {}
+    issued = [
+        i for i in Invoice.objects.filter(team_id__in=list(team_ids), status=InvoiceStatus.ISSUED, month__lt=month)
         .order_by("team_id", "month")
-    )
+        if i.team_id not in after or i.month > after[i.team_id]
+    ]
     if not issued:
         return {}
     now_cents = {

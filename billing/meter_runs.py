@@ -112,8 +112,8 @@ def _unrated_conditions(rule) -> list:
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
     """Refresh the drafts of the (team, month) pairs the window touched and the current
     month's draft of each such team. Where the window reached into a team's issued
-    month, the correction lands on the team's earliest draft, which may be a month
-    just over and not issued yet: every open draft of those teams is refreshed too."""
+    month, the correction lands on the team's earliest draft after it, which may be a
+    month just over and not issued yet: every open draft of those teams is refreshed too."""
     months = {date(d.year, d.month, 1) for d, _, _ in pricing.day_segments(result.start, result.end)}
     invoiced = set(Invoice.objects.filter(month__in=months).values_list("team_id", "month", "status"))
     pairs = set(result.months) | {(t, m) for t, m, status in invoiced if status == InvoiceStatus.DRAFT}

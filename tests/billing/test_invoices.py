@@ -84,6 +84,26 @@ def test_a_correction_reaches_the_earliest_draft_as_soon_as_it_is_metered(novemb
     assert not Invoice.objects.filter(team=acme, month__year=2027).exists()
 
 
+def test_a_correction_skips_a_draft_of_a_month_before_the_issued_one(november, play, bob, acme, meter):
+    """An old month metered late opens a draft earlier than the issued month: the issued
+    month's correction still lands on the earliest draft after it, at once, and once."""
+    meter_runs.issue_due_invoices(now=at(2, month=12))
+    play(bob, acme, "october", runs=[(at(20, 10, month=10), at(20, 11, month=10), "terminate")])
+    play(bob, acme, "late", runs=[(at(20, 10), at(20, 11), "terminate")])
+    meter(start=at(1, month=10), end=DEC, now=at(3, month=12))
+    october = Invoice.objects.get(team=acme, month=at(1, month=10).date())
+    december = Invoice.objects.get(team=acme, month=DEC.date())
+    assert (october.status, october.total, october.lines.filter(kind="correction").count()) == ("draft", Decimal("2.00"), 0)
+    correction = december.lines.get(kind="correction")
+    assert (correction.amount, correction.refers_to_id, december.total) == (Decimal("2.00"), november.pk, Decimal("2.00"))
+    meter_runs.issue_due_invoices(now=at(3, 1, month=12))  # October is issued in turn
+    october.refresh_from_db()
+    december.refresh_from_db()
+    assert (october.status, october.total) == ("issued", Decimal("2.00"))
+    assert december.total == Decimal("2.00")
+    assert InvoiceLine.objects.filter(kind="correction").count() == 1
+
+
 def test_an_issued_month_whose_usage_can_no_longer_be_priced_is_corrected(november, acme, meter):
     """Re-metered without a price, the month's usage is held unrated and it has no
     charges left: its correction (all of it back) still reaches the current draft."""
