@@ -238,8 +238,9 @@ def client_floor() -> tuple[float, float]:
     (rolled back). What any client that meters in Python pays before it computes a cent."""
     from django.db import transaction
 
-    from billing import bulk, metering
+    from billing import metering
     from billing.models import Charge, UsageRecord
+    from console import bulk
 
     written = {model: (names, bulk.fetch(model.objects.filter(period_start__gte=MONTH, period_start__lt=NEXT)
                                          .order_by("id").values_list(*names)))

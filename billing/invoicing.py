@@ -11,9 +11,10 @@ from decimal import Decimal
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Sum
 
+from console import bulk
 from instances.models import GpuModel, Instance
 
-from . import bulk, pricing
+from . import pricing
 from .models import (
     Charge,
     ChargeType,

@@ -24,10 +24,11 @@ from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
+from console import bulk
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
 from instances.transitions import stopping_grace
 
-from . import bulk, prices, pricing
+from . import prices, pricing
 from .models import (
     Charge,
     ChargeType,
