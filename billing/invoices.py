@@ -46,9 +46,10 @@ def refresh_invoices(*, month: date, team_ids, now: datetime) -> list[Invoice]:
     teams = [t for t in team_ids if not (t in existing and existing[t].is_issued)]
     usage = invoicing.usage_lines(month, teams)
     # A correction to an issued month lands on the team's earliest draft after that
-    # month only, so that two drafts open at once (just after a month ends, or an old
-    # month metered late) never both carry it: this draft carries the issued months
-    # after the team's latest earlier draft.
+    # month only (two drafts are open at once just after a month ends, or when an old
+    # month is metered late): this draft carries the issued months after the team's
+    # latest earlier draft. A draft created for an older month takes corrections over
+    # from a later one, which is refreshed after it (billing.meter_runs).
     earlier = dict(Invoice.objects.filter(team_id__in=teams, status=InvoiceStatus.DRAFT, month__lt=month)
                    .values("team_id").annotate(latest=Max("month")).values_list("team_id", "latest"))
     fixes = invoicing.correction_lines(month, teams, after=earlier)

@@ -110,10 +110,12 @@ def _unrated_conditions(rule) -> list:
 
 
 def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decimal]:
-    """Refresh the drafts of the (team, month) pairs the window touched and the current
-    month's draft of each such team. Where the window reached into a team's issued
-    month, the correction lands on the team's earliest draft after it, which may be a
-    month just over and not issued yet: every open draft of those teams is refreshed too."""
+    """Refresh the drafts of the (team, month) pairs the window touched, and every later
+    open draft of each such team up to the current month's. A correction to an issued
+    month lands on the team's earliest draft after it: re-metering the issued month
+    changes it, and a draft opened for an older month can take it over from a later
+    draft (a month just over and not issued yet), so those later drafts are refreshed
+    too, oldest first."""
     months = {date(d.year, d.month, 1) for d, _, _ in pricing.day_segments(result.start, result.end)}
     invoiced = set(Invoice.objects.filter(month__in=months).values_list("team_id", "month", "status"))
     pairs = set(result.months) | {(t, m) for t, m, status in invoiced if status == InvoiceStatus.DRAFT}
@@ -122,8 +124,9 @@ def _refresh_affected(result: metering.Result, now: datetime) -> dict[int, Decim
     corrected = {t for t, _, status in invoiced if status == InvoiceStatus.ISSUED}
     current = pricing.month_start(now).date()
     teams = {t for t, _ in pairs} | corrected
-    pairs |= set(Invoice.objects.filter(team_id__in=corrected, month__lt=current, status=InvoiceStatus.DRAFT)
-                 .values_list("team_id", "month"))
+    if teams:
+        pairs |= set(Invoice.objects.filter(team_id__in=teams, month__gt=min(months), status=InvoiceStatus.DRAFT)
+                     .values_list("team_id", "month"))
     touched = {}
     for month in sorted({m for _, m in pairs} | ({current} if teams else set())):
         wanted = teams if month == current else {t for t, m in pairs if m == month}

@@ -4,7 +4,7 @@ import pytest
 from billing_support import DEC, NOV, at
 
 from audit.models import AuditEvent
-from billing import invoices, meter_runs
+from billing import invoices, meter_runs, reconcile
 from billing.models import Invoice, InvoiceLine, Price, UnratedUsage
 
 
@@ -102,6 +102,31 @@ def test_a_correction_skips_a_draft_of_a_month_before_the_issued_one(november, p
     assert (october.status, october.total) == ("issued", Decimal("2.00"))
     assert december.total == Decimal("2.00")
     assert InvoiceLine.objects.filter(kind="correction").count() == 1
+
+
+def test_a_draft_opened_for_an_older_month_takes_the_correction_over_from_a_later_one(play, bob, acme, meter):
+    """September issued; November over but not issued yet, carrying September's
+    correction; then October metered late opens a draft: the correction moves to it and
+    leaves November, so that it is on one draft only, and every figure of September agrees."""
+    sep, october = at(1, month=9), at(1, month=10)
+    play(bob, acme, "sep", runs=[(at(3, 10, month=9), at(3, 12, month=9), "stop")])
+    meter(start=sep, end=october, now=at(2, month=10))
+    invoices.issue_months(actor="system", before=october.date(), now=at(2, month=10))
+    play(bob, acme, "nov", runs=[(at(3, 10), at(3, 11), "stop")])
+    just_over = DEC.replace(minute=30)
+    meter(start=NOV, end=DEC, now=just_over)
+    play(bob, acme, "late-sep", runs=[(at(20, 10, month=9), at(20, 11, month=9), "terminate")])
+    meter(start=sep, end=october, now=just_over)
+    issued = Invoice.objects.get(team=acme, month=sep.date())
+    november = Invoice.objects.get(team=acme, month=NOV.date())
+    assert november.lines.get(kind="correction").refers_to_id == issued.pk
+    play(bob, acme, "late-oct", runs=[(at(20, 10, month=10), at(20, 11, month=10), "terminate")])
+    meter(start=october, end=NOV, now=just_over)
+    carrying = InvoiceLine.objects.filter(kind="correction", refers_to=issued)
+    assert [(line.invoice.month, line.amount) for line in carrying] == [(october.date(), Decimal("2.00"))]
+    november.refresh_from_db()
+    assert november.total == Decimal("2.00") == sum(line.amount for line in november.lines.all())
+    assert reconcile.check_month(acme, sep.date(), now=just_over).differences == []
 
 
 def test_an_issued_month_whose_usage_can_no_longer_be_priced_is_corrected(november, acme, meter):
