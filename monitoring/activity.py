@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db.models import Case, DateTimeField, F, FloatField, Func, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from instances.models import Gpu
@@ -44,29 +46,86 @@ def activity_by_instance(
     part inside. Instances with no telemetry answer (0, 0).
     """
     totals = {iid: [0.0, 0.0] for iid in instance_ids}
-    for iid, _gpu, seconds, activity in _observed(instance_ids, start, end):
+    for iid, _gpu, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
         totals[iid][0] += seconds
-        if activity is not None and activity < threshold_pct:
-            totals[iid][1] += seconds
+        totals[iid][1] += idle
     return {iid: (round(observed), round(idle)) for iid, (observed, idle) in totals.items()}
 
 
-def _observed(instance_ids, start: datetime, end: datetime):
-    """(instance id, GPU id, seconds observed inside [start, end), real activity) per
-    1-minute rollup, and per 1-hour rollup of a device-hour that has no minute rollups."""
-    covered = set()
-    for tier, width in ((Rollup1m, BUCKET), (Rollup1h, HOUR)):
-        rows = tier.objects.filter(
-            instance_id__in=list(instance_ids), bucket__gt=start - width, bucket__lt=end
-        ).values_list("instance_id", "gpu_id", "slice_id", "bucket", "observed_s", *_ACTIVITY)
-        for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.iterator(chunk_size=5000):
-            key = (iid, gpu_id, slice_id, bucket.replace(minute=0, second=0, microsecond=0))
-            if tier is Rollup1m:
-                covered.add(key)
-            elif key in covered:
-                continue
-            inside = (min(end, bucket + width) - max(start, bucket)) / width
-            yield iid, gpu_id, observed * inside, real_activity(*metrics)
+# Real activity in SQL (``real_activity``): the largest GPM metric reported, else
+# utilization. A missing GPM metric reads -1, below any percentage, so the largest of
+# the three is negative only when none was reported (the same on every database).
+_NONE = Value(-1.0)
+_GPM = Greatest(*(Coalesce(name, _NONE) for name in _ACTIVITY[1:]))
+
+
+def _idle_seconds(threshold_pct: float) -> Case:
+    below = Value(float(threshold_pct))
+    return Case(
+        When(Q(gpm__gte=0, gpm__lt=below) | Q(gpm__lt=0, gpu_util_avg__lt=below), then=F("observed_s")),
+        default=Value(0.0), output_field=FloatField(),
+    )
+
+
+class _Hour(Func):
+    """The hour a bucket falls in, by the database's own function: Django's
+    ``TruncHour`` is a Python function called per row on SQLite."""
+
+    output_field = DateTimeField()
+
+    def as_sql(self, compiler, connection, **extra):
+        return super().as_sql(compiler, connection, template="date_trunc('hour', %(expressions)s)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):  # buckets are stored as UTC text there
+        return super().as_sql(compiler, connection, template="strftime('%%%%Y-%%%%m-%%%%d %%%%H:00:00', %(expressions)s)",
+                              **extra)
+
+
+def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float):
+    """(instance id, GPU id, seconds observed inside [start, end), of which idle), summed
+    over the 1-minute rollups, and over the 1-hour rollups of device-hours that have no
+    minute rollups. Whole buckets are summed by the database, per device-hour; the few
+    cut by ``start`` or ``end`` count in part, here."""
+    ids = list(instance_ids)
+    covered: set[tuple] = set()
+    for iid, gpu_id, slice_id, hour, observed, idle in _sums(Rollup1m, BUCKET, ids, start, end, threshold_pct, by_hour=True):
+        covered.add((iid, gpu_id, slice_id, hour))
+        yield iid, gpu_id, observed, idle
+    # Minute rollups exist from some hour on (retention): hours before the first
+    # covered one need no check, so they are summed per device, not per hour.
+    horizon = min((key[3] for key in covered), default=None)
+    hours = Rollup1h.objects.filter(instance_id__in=ids)
+    before = hours if horizon is None else hours.filter(bucket__lt=horizon)
+    for iid, gpu_id, _slice, _hour, observed, idle in _sums(Rollup1h, HOUR, ids, start, end, threshold_pct,
+                                                           rows=before, by_hour=False):
+        yield iid, gpu_id, observed, idle
+    if horizon is not None:
+        for iid, gpu_id, slice_id, hour, observed, idle in _sums(Rollup1h, HOUR, ids, start, end, threshold_pct,
+                                                                rows=hours.filter(bucket__gte=horizon), by_hour=True):
+            if (iid, gpu_id, slice_id, hour) not in covered:
+                yield iid, gpu_id, observed, idle
+
+
+def _sums(tier, width: timedelta, ids: list[int], start: datetime, end: datetime, threshold_pct: float, *,
+          rows=None, by_hour: bool):
+    """(instance id, GPU id, slice id, hour or None, observed seconds, idle seconds) of
+    ``tier``'s buckets overlapping [start, end), grouped by device (and by hour)."""
+    rows = (tier.objects.filter(instance_id__in=ids) if rows is None else rows).filter(
+        bucket__gt=start - width, bucket__lt=end).alias(gpm=_GPM)
+    whole = Q(bucket__gte=start, bucket__lte=end - width)
+    keys = ["instance_id", "gpu_id", "slice_id"]
+    grouped = rows.filter(whole).annotate(hour=_Hour("bucket")) if by_hour else rows.filter(whole)
+    for row in (grouped.values(*keys, *(["hour"] if by_hour else []))
+                .annotate(observed=Sum("observed_s"), idle=Sum(_idle_seconds(threshold_pct))).order_by()):
+        yield row["instance_id"], row["gpu_id"], row["slice_id"], row.get("hour"), row["observed"] or 0.0, row["idle"]
+    for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.exclude(whole).values_list(
+        *keys, "bucket", "observed_s", *_ACTIVITY
+    ):
+        inside = (min(end, bucket + width) - max(start, bucket)) / width
+        seconds = (observed or 0.0) * inside
+        activity = real_activity(*metrics)
+        hour = bucket.replace(minute=0, second=0, microsecond=0) if by_hour else None
+        yield iid, gpu_id, slice_id, hour, seconds, seconds if activity is not None and activity < threshold_pct else 0.0
 
 
 def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
@@ -90,11 +149,10 @@ def activity_by_gpu(
     GPU the instance held: billing's idle cost per GPU (a busy instance can hold an idle
     GPU). Same rules as ``activity_by_instance``."""
     totals: dict[tuple[int, int], list[float]] = {}
-    for iid, gpu_id, seconds, activity in _observed(instance_ids, start, end):
+    for iid, gpu_id, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
         entry = totals.setdefault((iid, gpu_id), [0.0, 0.0])
         entry[0] += seconds
-        if activity is not None and activity < threshold_pct:
-            entry[1] += seconds
+        entry[1] += idle
     uuids = dict(Gpu.objects.filter(pk__in={gpu_id for _, gpu_id in totals}).values_list("pk", "uuid"))
     return {(iid, uuids[gpu_id]): (round(observed), round(idle)) for (iid, gpu_id), (observed, idle) in totals.items()}
 
