@@ -74,7 +74,7 @@ class _Hour(Func):
     output_field = DateTimeField()
 
     def as_sql(self, compiler, connection, **extra):
-        return super().as_sql(compiler, connection, template="date_trunc('hour', %(expressions)s)", **extra)
+        return super().as_sql(compiler, connection, template="date_trunc('hour', %(expressions)s, 'UTC')", **extra)
 
     def as_sqlite(self, compiler, connection, **extra):  # buckets are stored as UTC text there
         return super().as_sql(compiler, connection, template="strftime('%%%%Y-%%%%m-%%%%d %%%%H:00:00', %(expressions)s)",
