@@ -225,6 +225,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Instances, GPUs, telemetry, billing and audit of a GPU cloud.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "DEFAULT_GENERATOR_CLASS": "console.schema.OnceSchemaGenerator",
     # Swagger UI from the installed drf-spectacular-sidecar: /api/docs/ works offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -1,5 +1,5 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import views
 
@@ -7,7 +7,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("", include("console.urls")),
     path("api/v1/", include("gpuconsole.api_urls")),
-    path("api/schema/", views.SchemaView.as_view(), name="schema"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
 

@@ -2,11 +2,11 @@
 
 from drf_spectacular.generators import SchemaGenerator
 
-from gpuconsole.views import SchemaView
+from console.schema import OnceSchemaGenerator
 
 
 def test_the_schema_is_generated_once_and_served_alike_to_everyone(client, alice, monkeypatch):
-    monkeypatch.setattr(SchemaView, "_schemas", {})
+    monkeypatch.setattr(OnceSchemaGenerator, "_schemas", {})
     calls = []
     real = SchemaGenerator.get_schema
 

@@ -24,7 +24,7 @@ PUBLIC_VIEWS = {
     "monitoring.api.agent_allocations": "host agents, authenticated by their host token",
     "monitoring.health_api.agent_upload": "host agents upload diagnostics, authenticated by their host token",
     "audit.api.PublicKeyView": "the audit log's public key, published for offline verification",
-    "gpuconsole.views.SchemaView": "the OpenAPI schema is public documentation",
+    "drf_spectacular.views.SpectacularAPIView": "the OpenAPI schema is public documentation",
     "drf_spectacular.views.SpectacularSwaggerView": "the API docs page is public documentation",
 }
 
