@@ -88,7 +88,9 @@ def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float
     cut by ``start`` or ``end`` count in part, here."""
     ids = list(instance_ids)
     covered: set[tuple] = set()
-    for iid, gpu_id, slice_id, hour, observed, idle in _sums(Rollup1m, BUCKET, ids, start, end, threshold_pct, by_hour=True):
+    for iid, gpu_id, slice_id, hour, observed, idle in _sums(
+        Rollup1m.objects.filter(instance_id__in=ids), BUCKET, start, end, threshold_pct, by_hour=True
+    ):
         covered.add((iid, gpu_id, slice_id, hour))
         yield iid, gpu_id, observed, idle
     # Minute rollups exist from some hour on (retention): hours before the first
@@ -96,22 +98,21 @@ def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float
     horizon = min((key[3] for key in covered), default=None)
     hours = Rollup1h.objects.filter(instance_id__in=ids)
     before = hours if horizon is None else hours.filter(bucket__lt=horizon)
-    for iid, gpu_id, _slice, _hour, observed, idle in _sums(Rollup1h, HOUR, ids, start, end, threshold_pct,
-                                                           rows=before, by_hour=False):
+    for iid, gpu_id, _slice, _hour, observed, idle in _sums(before, HOUR, start, end, threshold_pct, by_hour=False):
         yield iid, gpu_id, observed, idle
     if horizon is not None:
-        for iid, gpu_id, slice_id, hour, observed, idle in _sums(Rollup1h, HOUR, ids, start, end, threshold_pct,
-                                                                rows=hours.filter(bucket__gte=horizon), by_hour=True):
+        for iid, gpu_id, slice_id, hour, observed, idle in _sums(
+            hours.filter(bucket__gte=horizon), HOUR, start, end, threshold_pct, by_hour=True
+        ):
             if (iid, gpu_id, slice_id, hour) not in covered:
                 yield iid, gpu_id, observed, idle
 
 
-def _sums(tier, width: timedelta, ids: list[int], start: datetime, end: datetime, threshold_pct: float, *,
-          rows=None, by_hour: bool):
+def _sums(rows, width: timedelta, start: datetime, end: datetime, threshold_pct: float, *, by_hour: bool):
     """(instance id, GPU id, slice id, hour or None, observed seconds, idle seconds) of
-    ``tier``'s buckets overlapping [start, end), grouped by device (and by hour)."""
-    rows = (tier.objects.filter(instance_id__in=ids) if rows is None else rows).filter(
-        bucket__gt=start - width, bucket__lt=end).alias(gpm=_GPM)
+    the rollups ``rows`` whose buckets (``width`` long) overlap [start, end), grouped by
+    device (and by hour)."""
+    rows = rows.filter(bucket__gt=start - width, bucket__lt=end).alias(gpm=_GPM)
     whole = Q(bucket__gte=start, bucket__lte=end - width)
     keys = ["instance_id", "gpu_id", "slice_id"]
     grouped = rows.filter(whole).annotate(hour=_Hour("bucket")) if by_hour else rows.filter(whole)
