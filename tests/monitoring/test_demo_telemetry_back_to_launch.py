@@ -36,7 +36,9 @@ def seeded(db, settings, tmp_path, monkeypatch):
 def test_every_hold_has_hourly_telemetry_from_its_start_and_last_month_has_idle_cost(seeded):
     # one test: seeding billing's months is the slow part
     this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)  # whole hours only
-    for hold in GpuHold.objects.filter(start__lt=this_hour).select_related("instance"):
+    # A hold whose first whole minute is this hour's (one begun in the last minute of the
+    # hour before) has no whole hour rolled up yet.
+    for hold in GpuHold.objects.filter(start__lte=this_hour - timedelta(minutes=1)).select_related("instance"):
         # minute rollups begin at the first whole minute held, which may be the next hour's
         first = {t.replace(minute=0, second=0, microsecond=0) for t in (hold.start, hold.start + timedelta(minutes=1))}
         assert Rollup1h.objects.filter(instance=hold.instance, gpu=hold.gpu, bucket__in=first).exists(), hold
