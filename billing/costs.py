@@ -214,6 +214,14 @@ def _activity(instance_ids: list[int], start: datetime, end: datetime) -> dict[i
     return activity_by_instance(instance_ids, start, end, threshold_pct=10.0)
 
 
+def _activity_by_day(instance_ids: list[int], start: datetime, end: datetime) -> dict[tuple[datetime, int], tuple]:
+    try:
+        from monitoring.activity import activity_by_instance_and_day
+    except ImportError:
+        return {}
+    return activity_by_instance_and_day(instance_ids, start, end, threshold_pct=10.0)
+
+
 def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
     """Money paid for GPU-seconds whose real activity was below 10%: an instance's cost ×
     idle / observed seconds from the telemetry rollups. Without telemetry it is unknown,
@@ -226,7 +234,37 @@ def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
         .order_by("-c", "instance_id")
     )
     costs = [(r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])) for r in rows]
-    activity = _activity([i for i, _, _ in costs], start, min(end, timezone.now()))
+    return _idle_summary(costs, _activity([i for i, _, _ in costs], start, min(end, timezone.now())))
+
+
+def idle_cost_by_day(qs, start: datetime, days: int) -> list[IdleSummary]:
+    """``idle_cost`` of each of ``days`` UTC days from ``start`` (midnight), read in one
+    pass rather than one per day: the same figures."""
+    end = start + days * pricing.DAY
+    rows = (
+        in_range(qs, start, end)
+        .filter(instance__isnull=False)
+        .values("period_start", "instance_id", "instance__name")
+        .annotate(c=Sum("billed_cents"))
+        .order_by("period_start", "-c", "instance_id")
+    )
+    costs = defaultdict(list)
+    for r in rows:
+        costs[r["period_start"]].append((r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])))
+    activity = defaultdict(dict)
+    ids = sorted({i for day in costs.values() for i, _, _ in day})
+    for (day, iid), seconds in _activity_by_day(ids, start, min(end, timezone.now())).items():
+        activity[day][iid] = seconds
+    out = []
+    for k in range(days):
+        day = start + k * pricing.DAY
+        out.append(_idle_summary(costs.get(day, []), activity.get(day, {})))
+    return out
+
+
+def _idle_summary(costs: list[tuple[int, str, Decimal]], activity: dict[int, tuple[int, int]]) -> IdleSummary:
+    """From (instance id, name, cost), most costly first, and {instance id: (observed,
+    idle seconds)}."""
     out, idle_total, known, unknown, active_total = [], Decimal("0.00"), Decimal("0.00"), Decimal("0.00"), Decimal(0)
     for iid, name, cost in costs:
         observed, idle = activity.get(iid, (0, 0))

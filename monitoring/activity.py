@@ -13,7 +13,7 @@ month keeps its idle cost.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Case, DateTimeField, F, FloatField, Func, Q, Sum, Value, When
 from django.db.models.functions import Coalesce, Greatest
@@ -46,10 +46,25 @@ def activity_by_instance(
     part inside. Instances with no telemetry answer (0, 0).
     """
     totals = {iid: [0.0, 0.0] for iid in instance_ids}
-    for iid, _gpu, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
+    for iid, _gpu, _hour, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
         totals[iid][0] += seconds
         totals[iid][1] += idle
     return {iid: (round(observed), round(idle)) for iid, (observed, idle) in totals.items()}
+
+
+def activity_by_instance_and_day(
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+) -> dict[tuple[datetime, int], tuple[int, int]]:
+    """{(UTC day, instance id): (observed GPU-seconds, idle GPU-seconds)} over [start, end),
+    read in one pass: for each day, what ``activity_by_instance`` answers over that day's
+    part of the range (no rollup straddles midnight). Only days with telemetry appear."""
+    totals: dict[tuple[datetime, int], list[float]] = {}
+    for iid, _gpu, hour, seconds, idle in _observed(instance_ids, start, end, threshold_pct, hourly=True):
+        day = hour.astimezone(UTC).replace(hour=0)
+        entry = totals.setdefault((day, iid), [0.0, 0.0])
+        entry[0] += seconds
+        entry[1] += idle
+    return {key: (round(observed), round(idle)) for key, (observed, idle) in totals.items()}
 
 
 # Real activity in SQL (``real_activity``): the largest GPM metric reported, else
@@ -81,31 +96,32 @@ class _Hour(Func):
                               **extra)
 
 
-def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float):
-    """(instance id, GPU id, seconds observed inside [start, end), of which idle), summed
-    over the 1-minute rollups, and over the 1-hour rollups of device-hours that have no
-    minute rollups. Whole buckets are summed by the database, per device-hour; the few
-    cut by ``start`` or ``end`` count in part, here."""
+def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float, *, hourly: bool = False):
+    """(instance id, GPU id, hour, seconds observed inside [start, end), of which idle),
+    summed over the 1-minute rollups, and over the 1-hour rollups of device-hours that
+    have no minute rollups. Whole buckets are summed by the database, per device-hour;
+    the few cut by ``start`` or ``end`` count in part, here. The hour is None for the
+    hours before the first one with minute rollups, summed per device, unless ``hourly``."""
     ids = list(instance_ids)
     covered: set[tuple] = set()
     for iid, gpu_id, slice_id, hour, observed, idle in _sums(
         Rollup1m.objects.filter(instance_id__in=ids), BUCKET, start, end, threshold_pct, by_hour=True
     ):
         covered.add((iid, gpu_id, slice_id, hour))
-        yield iid, gpu_id, observed, idle
+        yield iid, gpu_id, hour, observed, idle
     # Minute rollups exist from some hour on (retention): hours before the first
     # covered one need no check, so they are summed per device, not per hour.
     horizon = min((key[3] for key in covered), default=None)
     hours = Rollup1h.objects.filter(instance_id__in=ids)
     before = hours if horizon is None else hours.filter(bucket__lt=horizon)
-    for iid, gpu_id, _slice, _hour, observed, idle in _sums(before, HOUR, start, end, threshold_pct, by_hour=False):
-        yield iid, gpu_id, observed, idle
+    for iid, gpu_id, _slice, hour, observed, idle in _sums(before, HOUR, start, end, threshold_pct, by_hour=hourly):
+        yield iid, gpu_id, hour, observed, idle
     if horizon is not None:
         for iid, gpu_id, slice_id, hour, observed, idle in _sums(
             hours.filter(bucket__gte=horizon), HOUR, start, end, threshold_pct, by_hour=True
         ):
             if (iid, gpu_id, slice_id, hour) not in covered:
-                yield iid, gpu_id, observed, idle
+                yield iid, gpu_id, hour, observed, idle
 
 
 def _sums(rows, width: timedelta, start: datetime, end: datetime, threshold_pct: float, *, by_hour: bool):
@@ -150,7 +166,7 @@ def activity_by_gpu(
     GPU the instance held: billing's idle cost per GPU (a busy instance can hold an idle
     GPU). Same rules as ``activity_by_instance``."""
     totals: dict[tuple[int, int], list[float]] = {}
-    for iid, gpu_id, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
+    for iid, gpu_id, _hour, seconds, idle in _observed(instance_ids, start, end, threshold_pct):
         entry = totals.setdefault((iid, gpu_id), [0.0, 0.0])
         entry[0] += seconds
         entry[1] += idle

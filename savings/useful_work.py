@@ -23,12 +23,10 @@ class DayWaste:
 
 
 def waste_by_day(team, *, now: datetime, days: int) -> list[DayWaste]:
-    charges = Charge.objects.filter(team=team)
     out = []
     first = pricing.floor_day(now) - timedelta(days=days - 1)
-    for k in range(days):
+    for k, summary in enumerate(costs.idle_cost_by_day(Charge.objects.filter(team=team), first, days)):
         start = first + timedelta(days=k)
-        summary = costs.idle_cost(charges, start, start + pricing.DAY)
         allocated = summary.known_cost + summary.unknown_cost
         known = summary.known_cost
         waste = (summary.idle_cost * 100 / known).quantize(Decimal("0.1")) if known > 0 else None

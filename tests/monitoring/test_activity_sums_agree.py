@@ -9,7 +9,14 @@ from datetime import timedelta
 import pytest
 from telemetry_wire import utc
 
-from monitoring.activity import BUCKET, HOUR, activity_by_gpu, activity_by_instance, real_activity
+from monitoring.activity import (
+    BUCKET,
+    HOUR,
+    activity_by_gpu,
+    activity_by_instance,
+    activity_by_instance_and_day,
+    real_activity,
+)
 from monitoring.models import Rollup1h, Rollup1m
 
 T0 = utc(2026, 11, 10, 0, 0)
@@ -82,3 +89,20 @@ def test_database_sums_equal_the_rules_one_rollup_at_a_time(history, start, end,
     got = activity_by_instance([history.pk], start, end, threshold_pct=threshold)[history.pk]
     assert abs(got[0] - observed) <= 1 and abs(got[1] - idle) <= 1  # per instance, rounded once, not per GPU
     assert observed > 0
+
+
+@pytest.mark.parametrize("start, end", [
+    (T0 - timedelta(days=1), T0 + timedelta(days=3)),
+    (T0 + timedelta(hours=5, minutes=17, seconds=20), T0 + timedelta(hours=25, minutes=3, seconds=40)),
+    (T0 + timedelta(hours=23, minutes=5, seconds=30), T0 + timedelta(hours=23, minutes=5, seconds=50)),
+])
+def test_by_day_in_one_pass_equals_each_days_own_reading(history, start, end):
+    got = activity_by_instance_and_day([history.pk], start, end)
+    expected = {}
+    day = start.replace(hour=0, minute=0, second=0)
+    while day < end:
+        observed, idle = activity_by_instance([history.pk], max(start, day), min(end, day + timedelta(days=1)))[history.pk]
+        if observed:
+            expected[(day, history.pk)] = (observed, idle)
+        day += timedelta(days=1)
+    assert got == expected and len(expected) >= (2 if end - start > timedelta(hours=2) else 1)

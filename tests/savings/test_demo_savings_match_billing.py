@@ -70,3 +70,22 @@ def test_the_demo_shows_its_idle_spot_batch_with_a_reason(demo):
     assert idle.kind == "stop"
     assert "idle by real activity" in idle.reason
     assert all(r.reason and r.risk for r in recs.values())
+
+
+def test_waste_by_day_is_billings_idle_cost_of_each_day(demo):
+    """The savings page reads fourteen days of idle cost in one pass; each day's figures
+    are billing's ``idle_cost`` over that day."""
+    from billing import costs
+    from billing.models import Charge
+    from console.models import Team
+    from savings import useful_work
+
+    now = timezone.now()
+    compared = 0
+    for team in Team.objects.all():
+        for day in useful_work.waste_by_day(team, now=now, days=14):
+            start = pricing.floor_day(now).replace(year=day.day.year, month=day.day.month, day=day.day.day)
+            summary = costs.idle_cost(Charge.objects.filter(team=team), start, start + pricing.DAY)
+            assert (day.allocated, day.idle) == (summary.known_cost + summary.unknown_cost, summary.idle_cost), day
+            compared += day.idle > 0
+    assert compared >= 10, "the demo's days have idle cost to compare"
