@@ -1,8 +1,9 @@
 """Billing demo data: a catalog (with one price change), hourly spot price history,
 reservations for Acme and Globex, three months of usage history across on-demand,
 reserved and spot (preemptions included, some in their first hour), then metering,
-last months' invoices issued, this month's drafts, budgets and an adjustment.
-Idempotent: a second run adds nothing."""
+this month's drafts, budgets and an adjustment; and, once every app has written its
+history (``close_months``), last months' invoices issued. Idempotent: a second run adds
+nothing."""
 
 from __future__ import annotations
 
@@ -79,10 +80,17 @@ def seed(*, users, stdout=None) -> None:
     with transaction.atomic():
         meter_runs.meter_window(actor=ops, start=first, end=now, now=now)
         MeterState.objects.update_or_create(id=1, defaults={"metered_until": now})
-    issued = meter_runs.issue_due_invoices(now=now)
     with transaction.atomic():
         _budgets_and_credit(users, now)
     budgets.check_budgets(now=now, notify=False)
+
+
+def close_months(*, stdout=None) -> None:
+    """Month end for the demo's history, after every app has written its own: what ran
+    is metered up to now and each month that is over is issued. (Issued before another
+    app's history reached into it, say jobs that began before midnight on the 1st, its
+    usage would land as a correction on this month's draft.)"""
+    issued = meter_runs.issue_due_invoices(now=timezone.now().replace(microsecond=0))
     if stdout is not None:
         stdout.write(f"billing: {len(issued)} invoices issued; this month in draft.")
 

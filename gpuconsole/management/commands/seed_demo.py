@@ -45,6 +45,7 @@ class Command(BaseCommand):
                 bar.set_postfix_str(label)
                 module.seed(users=users, stdout=self.stdout)
                 bar.update(1)
+            billing_demo.close_months(stdout=self.stdout)  # once all the history is in
         audit_demo.seed(users=users, stdout=self.stdout)
         bar.update(1)
         bar.close()
