@@ -17,13 +17,11 @@ run: $(VENV)/.installed
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist); each has its own test database
 # and Redis database (tests/conftest.py). TEST_WORKERS=0 runs it in one process. Tests go
-# to workers one by one in collection order (browser tests last: see tests/conftest.py),
-# each worker holding at most two, so that no test waits behind a long one while the
-# other worker has nothing left.
+# to workers one by one in collection order (browser tests last: see tests/conftest.py).
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -285,8 +285,4 @@ def pytest_collection_modifyitems(config, items):
     # Browser tests last: Playwright's sync API keeps an event loop running in the main
     # thread while the browser lives, which no async test may run beside. (So no
     # --dist loadfile or loadscope: they hand out whole files in an order of their own.)
-    # The heaviest browser test first among them: one worker runs it while the other
-    # takes the rest (the Makefile hands tests out one at a time), rather than it
-    # running alone at the end.
-    items.sort(key=lambda item: (item.get_closest_marker("browser") is not None,
-                                 item.get_closest_marker("heaviest") is None))
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

@@ -29,7 +29,7 @@ from conftest import (
 )
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-pytestmark = [pytest.mark.browser, pytest.mark.heaviest]
+pytestmark = pytest.mark.browser
 
 USERS = ("alice", "bob", "charlie", "audrey", "ops")
 PLAYED = """
