@@ -226,40 +226,37 @@ def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
     """Money paid for GPU-seconds whose real activity was below 10%: an instance's cost ×
     idle / observed seconds from the telemetry rollups. Without telemetry it is unknown,
     never zero."""
-    rows = (
-        in_range(qs, start, end)
-        .filter(instance__isnull=False)
-        .values("instance_id", "instance__name")
-        .annotate(c=Sum("billed_cents"))
-        .order_by("-c", "instance_id")
-    )
-    costs = [(r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])) for r in rows]
+    costs = [(iid, name, cost) for _, iid, name, cost in _instance_costs(qs, start, end)]
     return _idle_summary(costs, _activity([i for i, _, _ in costs], start, min(end, timezone.now())))
 
 
-def idle_cost_by_day(qs, start: datetime, days: int) -> list[IdleSummary]:
-    """``idle_cost`` of each of ``days`` UTC days from ``start`` (midnight), read in one
-    pass rather than one per day: the same figures."""
+def idle_cost_by_day(qs, start: datetime, days: int) -> list[tuple[datetime, IdleSummary]]:
+    """(day, ``idle_cost`` of that day) for ``days`` UTC days from ``start`` (midnight),
+    read in one pass rather than one per day: the same figures."""
     end = start + days * pricing.DAY
-    rows = (
-        in_range(qs, start, end)
-        .filter(instance__isnull=False)
-        .values("period_start", "instance_id", "instance__name")
-        .annotate(c=Sum("billed_cents"))
-        .order_by("period_start", "-c", "instance_id")
-    )
     costs = defaultdict(list)
-    for r in rows:
-        costs[r["period_start"]].append((r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])))
+    for day, iid, name, cost in _instance_costs(qs, start, end, by_day=True):
+        costs[day].append((iid, name, cost))
     activity = defaultdict(dict)
     ids = sorted({i for day in costs.values() for i, _, _ in day})
     for (day, iid), seconds in _activity_by_day(ids, start, min(end, timezone.now())).items():
         activity[day][iid] = seconds
-    out = []
-    for k in range(days):
-        day = start + k * pricing.DAY
-        out.append(_idle_summary(costs.get(day, []), activity.get(day, {})))
-    return out
+    return [(day, _idle_summary(costs.get(day, []), activity.get(day, {})))
+            for day in (start + k * pricing.DAY for k in range(days))]
+
+
+def _instance_costs(qs, start: datetime, end: datetime, *, by_day: bool = False):
+    """(charge day or None, instance id, name, cost) of the charges in [start, end), per
+    instance (and day), most costly first."""
+    day = ["period_start"] if by_day else []
+    rows = (
+        in_range(qs, start, end)
+        .filter(instance__isnull=False)
+        .values(*day, "instance_id", "instance__name")
+        .annotate(c=Sum("billed_cents"))
+        .order_by(*day, "-c", "instance_id")
+    )
+    return [(r.get("period_start"), r["instance_id"], r["instance__name"], pricing.from_cents(r["c"])) for r in rows]
 
 
 def _idle_summary(costs: list[tuple[int, str, Decimal]], activity: dict[int, tuple[int, int]]) -> IdleSummary:

@@ -25,8 +25,7 @@ class DayWaste:
 def waste_by_day(team, *, now: datetime, days: int) -> list[DayWaste]:
     out = []
     first = pricing.floor_day(now) - timedelta(days=days - 1)
-    for k, summary in enumerate(costs.idle_cost_by_day(Charge.objects.filter(team=team), first, days)):
-        start = first + timedelta(days=k)
+    for start, summary in costs.idle_cost_by_day(Charge.objects.filter(team=team), first, days):
         allocated = summary.known_cost + summary.unknown_cost
         known = summary.known_cost
         waste = (summary.idle_cost * 100 / known).quantize(Decimal("0.1")) if known > 0 else None
