@@ -11,7 +11,6 @@ the pages are read."""
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -83,7 +82,7 @@ def demo(tmp_path_factory):
         yield base
     finally:
         if server.poll() is None:
-            server.send_signal(signal.SIGINT)
+            server.terminate()
             try:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -26,33 +26,42 @@ class Command(BaseCommand):
         if not 1 <= port <= 65535:
             raise CommandError(f"--port {port} is not a TCP port (1-65535)")
         base = f"http://{bind}:{port}"
-        server = subprocess.Popen(
-            [
-                sys.executable, "-m", "daphne", "-b", bind, "-p", str(port),
-                # the agent protocol's frame limit (docs/agent-protocol.md)
-                "--websocket-max-message-size", str(512 * 1024),
-                "--access-log", str(settings.VAR_DIR / "access.log"),
-                "gpuconsole.asgi:application",
-            ],
-            # the demo's spot prices come from the simulated market (off by default)
-            env={"SPOT_MARKET_SIMULATION": "true", **os.environ},
-        )
-        children = [server]
-        # Stopped by SIGTERM (kill, a service manager) as by Ctrl-C: its children stop too.
-        signal.signal(signal.SIGTERM, _interrupt)
-        if settings.REDIS_URL:
-            # With Redis, tasks and periodic work (rollups, audit checkpoints) need a
-            # Celery worker and beat, as in production.
-            celery = [sys.executable, "-m", "celery", "-A", "gpuconsole"]
-            children += [
-                subprocess.Popen([*celery, "worker", "--loglevel", "WARNING", "--concurrency", "2"]),
-                subprocess.Popen([*celery, "beat", "--loglevel", "WARNING"]),
-            ]
+        # The children get a process group of their own: a terminal's Ctrl-C (or hang-up)
+        # reaches this process alone, which stops them in order and waits for them.
+        started = []
+
+        def start(cmd, **kwargs):
+            started.append(subprocess.Popen(cmd, process_group=0, **kwargs))
+            return started[-1]
+
+        # Stopped by SIGTERM (kill, a service manager) as by Ctrl-C or a hang-up. A signal
+        # this process was started ignoring (nohup; `&` in a script) stays ignored.
+        for signum in STOP_SIGNALS:
+            if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, _interrupt)
         try:
+            server = start(
+                [
+                    sys.executable, "-m", "daphne", "-b", bind, "-p", str(port),
+                    # the agent protocol's frame limit (docs/agent-protocol.md)
+                    "--websocket-max-message-size", str(512 * 1024),
+                    "--access-log", str(settings.VAR_DIR / "access.log"),
+                    "gpuconsole.asgi:application",
+                ],
+                # the demo's spot prices come from the simulated market (off by default)
+                env={"SPOT_MARKET_SIMULATION": "true", **os.environ},
+            )
+            if settings.REDIS_URL:
+                # With Redis, tasks and periodic work (rollups, audit checkpoints) need a
+                # Celery worker and beat, as in production.
+                celery = [sys.executable, "-m", "celery", "-A", "gpuconsole"]
+                start([*celery, "worker", "--loglevel", "WARNING", "--concurrency", "2"])
+                start([*celery, "beat", "--loglevel", "WARNING"])
             if not _wait_for(base + "/healthz", server):
                 raise CommandError(f"the console did not start on {base}")
             if not no_agents:
-                children += [subprocess.Popen(cmd) for cmd in agent_commands(base)]
+                for cmd in agent_commands(base):
+                    start(cmd)
             self.stdout.write(self.style.SUCCESS(f"\nGPU Console is running at {base}/"))
             self.stdout.write("Log in as one of (password 'demo'):")
             for username, what in demo.LOGINS:
@@ -62,14 +71,35 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            for child in reversed(children):
-                if child.poll() is None:
-                    child.send_signal(signal.SIGINT)
-            for child in children:
-                try:
-                    child.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            # A second Ctrl-C while stopping does not leave children behind.
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
+            self._stop(started)
+
+    def _stop(self, children: list[subprocess.Popen]) -> None:
+        """SIGTERM to each child (agents first, the server last), then wait for them all
+        together; one still running after STOP_GRACE_S is killed."""
+        for child in reversed(children):
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in children:
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{_name(child)} did not stop within {STOP_GRACE_S:.0f} s; killed")
+                child.kill()
+                child.wait()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 10.0
+
+
+def _name(child: subprocess.Popen) -> str:
+    args = [str(a) for a in child.args]
+    name = args[args.index("-m") + 1] if "-m" in args[:-1] else args[0]
+    return f"{name} (pid {child.pid})"
 
 
 def _interrupt(signum, frame):
