@@ -21,7 +21,17 @@ from instances import preemption as instance_preemption
 from instances.models import GpuModel, Instance, SliceProfile
 
 from . import budgets, figures, invoices, meter_runs, price_changes, pricing, reservations
-from .models import Adjustment, Budget, MeterState, Price, Reservation, SpotPrice, SpotSource
+from .models import (
+    Adjustment,
+    Budget,
+    Invoice,
+    InvoiceStatus,
+    MeterState,
+    Price,
+    Reservation,
+    SpotPrice,
+    SpotSource,
+)
 
 HISTORY_MONTHS = 3
 ON_DEMAND = {
@@ -204,7 +214,25 @@ def _budgets_and_credit(users, now: datetime) -> None:
         basis = figures.team_month(team.pk, now=now).forecast.point
         amount = max(Decimal(500), (basis * factor / 100).to_integral_value() * 100)
         budgets.create_budget(actor=actor, team=team, month=month, amount=amount, now=now)
-    acme = Team.objects.get(name="Acme")
-    reason = "credit for host maintenance downtime"
-    if not Adjustment.objects.filter(team=acme, reason=reason).exists():
-        invoices.add_adjustment(actor=users["ops"], team=acme, amount=Decimal("-25.00"), reason=reason, now=now)
+    downtime_credit(actor=users["ops"], team=Team.objects.get(name="Acme"), now=now)
+
+
+DOWNTIME_CREDIT = Decimal("25.00")
+DOWNTIME_REASON = "credit for host maintenance downtime"
+
+
+def downtime_credit(*, actor, team: Team, now: datetime) -> Adjustment:
+    """The demo's one credit, made once: on this month's draft, or, while this month
+    has not yet billed as much (early on the 1st), on last month's draft if that has,
+    so that the credit takes no invoice below zero."""
+    made = Adjustment.objects.filter(team=team, reason=DOWNTIME_REASON).first()
+    if made is not None:
+        return made
+    invoice = None
+    if figures.team_month(team.pk, now=now).month_to_date < DOWNTIME_CREDIT:
+        last = pricing.month_start(pricing.month_start(now) - timedelta(days=1)).date()
+        invoice = Invoice.objects.filter(team=team, month=last, status=InvoiceStatus.DRAFT,
+                                         total__gte=DOWNTIME_CREDIT).first()
+    return invoices.add_adjustment(actor=actor, team=team, amount=-DOWNTIME_CREDIT, reason=DOWNTIME_REASON,
+                                   invoice=invoice, now=now)
+
