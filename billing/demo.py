@@ -24,6 +24,7 @@ from . import budgets, figures, invoices, meter_runs, price_changes, pricing, re
 from .models import (
     Adjustment,
     Budget,
+    Charge,
     Invoice,
     InvoiceStatus,
     MeterState,
@@ -97,12 +98,27 @@ def seed(*, users, stdout=None) -> None:
 
 def close_months(*, stdout=None) -> None:
     """Month end for the demo's history, after every app has written its own: what ran
-    is metered up to now and each month that is over is issued. (Issued before another
-    app's history reached into it, say jobs that began before midnight on the 1st, its
-    usage would land as a correction on this month's draft.)"""
-    issued = meter_runs.issue_due_invoices(now=timezone.now().replace(microsecond=0))
+    is metered up to now, then each month that is over is issued as the hourly task
+    would have issued it, early on the 1st of the next month (``ISSUED_AFTER``), oldest
+    first. (Issued before another app's history reached into it, say jobs that began
+    before midnight on the 1st, its usage would land as a correction on this month's
+    draft.)"""
+    now = timezone.now().replace(microsecond=0)
+    meter_runs.meter_recent(now=now)
+    issued = []
+    current = pricing.month_start(now).date()
+    months = set(Invoice.objects.filter(status=InvoiceStatus.DRAFT, month__lt=current).values_list("month", flat=True))
+    months |= set(Charge.objects.filter(month__lt=current).order_by().values_list("month", flat=True).distinct())
+    for month in sorted(months):
+        end = pricing.next_month(pricing.month_start(month))
+        when = min(end + ISSUED_AFTER, now)
+        with recorded_at(when):
+            issued += invoices.issue_months(actor="system", before=end.date(), now=when)
     if stdout is not None:
         stdout.write(f"billing: {len(issued)} invoices issued; this month in draft.")
+
+
+ISSUED_AFTER = timedelta(minutes=7)
 
 
 def _months_back(month: datetime, n: int) -> datetime:

@@ -3,6 +3,7 @@ draft, and every figure reconciling to the cent."""
 
 import csv
 import io
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -29,6 +30,8 @@ def test_the_demo_bills_acme_and_globex_across_all_pricing_models(demo):
         assert Reservation.objects.filter(team__name=team).exists()
     assert Charge.objects.filter(note__contains="first hour").exists()
     assert Invoice.objects.filter(status="issued").count() >= 6
+    for invoice in Invoice.objects.filter(status="issued"):  # as the hourly task issues: early on the 1st after
+        assert invoice.period_end <= invoice.issued_at <= min(invoice.period_end + timedelta(hours=1), now), invoice
     _reconciles_to_the_cent()
     out = io.StringIO()
     call_command("reconcile_costs", stdout=out)  # raises CommandError on any cent of difference
