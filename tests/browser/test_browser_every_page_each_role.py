@@ -9,11 +9,16 @@ decision, failed boot and metering run that half hour of ``make run`` would have
 Then it runs for real, its agents streaming, for DEMO_RUN_MINUTES (default 0.5) before
 the pages are read."""
 
+import contextlib
+import fcntl
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -54,8 +59,57 @@ for name, (seconds, path) in entries().items():
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """The base URL of a demo seeded and run as `make run` does, after it has run."""
+    """The base URL of a demo seeded and run as `make run` does, after it has run: one
+    for all the workers that read pages of this module (``_shared``)."""
     _require_chromium()
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process
+        with _demo_running(tmp_path_factory) as base:
+            yield base
+        return
+    with _shared(tmp_path_factory.getbasetemp().parent / "every-page-demo", tmp_path_factory) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _shared(folder: Path, tmp_path_factory) -> Iterator[str]:
+    """The first worker to arrive starts the demo (the others wait on the lock meanwhile)
+    and stops it once no worker reads it any more; a worker arriving after that starts
+    one of its own. One demo instead of one a worker: a demo costs a minute and more to
+    seed and, running, a share of the two cores every page read waits for."""
+    folder.mkdir(exist_ok=True)
+    state_file = folder / "state.json"
+
+    @contextlib.contextmanager
+    def locked() -> Iterator[dict]:
+        with open(folder / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(state_file.read_text()) if state_file.exists() else {"base": None, "readers": 0}
+            yield state
+            state_file.write_text(json.dumps(state))
+
+    with contextlib.ExitStack() as owned:
+        with locked() as state:
+            owner = state["base"] is None
+            if owner:  # started here, while the others wait for the lock
+                state["base"] = owned.enter_context(_demo_running(tmp_path_factory))
+            state["readers"] += 1
+            base = state["base"]
+        try:
+            yield base
+        finally:
+            with locked() as state:
+                state["readers"] -= 1
+            deadline = time.monotonic() + 900
+            while owner and time.monotonic() < deadline:  # the owner stops it after the last reader
+                with locked() as state:
+                    if state["readers"] == 0:
+                        state["base"] = None  # a late arrival starts its own
+                        break
+                time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def _demo_running(tmp_path_factory) -> Iterator[str]:
     var = tmp_path_factory.mktemp("demo")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
