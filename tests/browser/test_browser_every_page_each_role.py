@@ -33,7 +33,9 @@ from conftest import (
 )
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-pytestmark = pytest.mark.browser
+# A module's first test starts the shared demo and its owner's last one waits for the other
+# workers' readers before stopping it (``_shared``): more than the suite's 300 s a test.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 USERS = ("alice", "bob", "charlie", "audrey", "ops")
 PLAYED = """
@@ -99,7 +101,7 @@ def _shared(folder: Path, tmp_path_factory) -> Iterator[str]:
         finally:
             with locked() as state:
                 state["readers"] -= 1
-            deadline = time.monotonic() + 900
+            deadline = time.monotonic() + 600
             while owner and time.monotonic() < deadline:  # the owner stops it after the last reader
                 with locked() as state:
                     if state["readers"] == 0:
