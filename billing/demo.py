@@ -24,7 +24,6 @@ from . import budgets, figures, invoices, meter_runs, price_changes, pricing, re
 from .models import (
     Adjustment,
     Budget,
-    Charge,
     Invoice,
     InvoiceStatus,
     MeterState,
@@ -35,6 +34,9 @@ from .models import (
 )
 
 HISTORY_MONTHS = 3
+ISSUED_AFTER = timedelta(minutes=7)  # the hourly task's issue run, early on the 1st
+DOWNTIME_CREDIT = Decimal("25.00")
+DOWNTIME_REASON = "credit for host maintenance downtime"
 ON_DEMAND = {
     "H100-80GB": "2.99", "A100-80GB": "1.79", "H200-141GB": "3.99", "A100-80GB:mig:1g.10gb": "0.29",
     "A100-80GB:mig:3g.40gb": "0.89", "H100-80GB:mig:1g.10gb": "0.49", "H100-80GB:vgpu:H100-20C": "0.79",
@@ -106,19 +108,13 @@ def close_months(*, stdout=None) -> None:
     now = timezone.now().replace(microsecond=0)
     meter_runs.meter_recent(now=now)
     issued = []
-    current = pricing.month_start(now).date()
-    months = set(Invoice.objects.filter(status=InvoiceStatus.DRAFT, month__lt=current).values_list("month", flat=True))
-    months |= set(Charge.objects.filter(month__lt=current).order_by().values_list("month", flat=True).distinct())
-    for month in sorted(months):
+    for month in sorted({month for _, month in invoices.unissued(pricing.month_start(now).date())}):
         end = pricing.next_month(pricing.month_start(month))
         when = min(end + ISSUED_AFTER, now)
         with recorded_at(when):
             issued += invoices.issue_months(actor="system", before=end.date(), now=when)
     if stdout is not None:
         stdout.write(f"billing: {len(issued)} invoices issued; this month in draft.")
-
-
-ISSUED_AFTER = timedelta(minutes=7)
 
 
 def _months_back(month: datetime, n: int) -> datetime:
@@ -231,10 +227,6 @@ def _budgets_and_credit(users, now: datetime) -> None:
         amount = max(Decimal(500), (basis * factor / 100).to_integral_value() * 100)
         budgets.create_budget(actor=actor, team=team, month=month, amount=amount, now=now)
     downtime_credit(actor=users["ops"], team=Team.objects.get(name="Acme"), now=now)
-
-
-DOWNTIME_CREDIT = Decimal("25.00")
-DOWNTIME_REASON = "credit for host maintenance downtime"
 
 
 def downtime_credit(*, actor, team: Team, now: datetime) -> Adjustment:

@@ -99,13 +99,19 @@ def _freeze(invoice: Invoice, actor, now: datetime) -> Invoice:
     return invoice
 
 
-def issue_months(*, actor, before: date, now: datetime) -> list[Invoice]:
-    """Issue the invoice of every team and month before ``before`` that has charges or a
-    draft and is not issued yet, oldest month first, each month in one transaction."""
+def unissued(before: date) -> set[tuple[int, date]]:
+    """(team id, month) of every month before ``before`` that has charges or a draft
+    and no issued invoice yet: what ``issue_months`` issues."""
     # .order_by(): the default ordering would make DISTINCT run over every charge.
     pending = set(Charge.objects.filter(month__lt=before).order_by().values_list("team_id", "month").distinct()) | set(
         Invoice.objects.filter(month__lt=before, status=InvoiceStatus.DRAFT).values_list("team_id", "month"))
-    pending -= set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
+    return pending - set(Invoice.objects.filter(status=InvoiceStatus.ISSUED).values_list("team_id", "month"))
+
+
+def issue_months(*, actor, before: date, now: datetime) -> list[Invoice]:
+    """Issue the invoice of every team and month before ``before`` that has charges or a
+    draft and is not issued yet, oldest month first, each month in one transaction."""
+    pending = unissued(before)
     out = []
     for month in sorted({m for _, m in pending}):
         with transaction.atomic():
