@@ -44,6 +44,14 @@ def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
     return layout
 
 
+def _names_on_y(layout: dict) -> None:
+    """Horizontal bars named on the y axis: the margin grows to fit the names, and the
+    axis title stands off beyond them (short names under a fixed margin sat beneath the
+    title)."""
+    layout["yaxis"]["automargin"] = True
+    layout["yaxis"]["title"]["standoff"] = 12
+
+
 DAY_AXIS = {"type": "date", "tickformat": "%b %-d", "automargin": True}
 
 
@@ -74,8 +82,7 @@ def breakdown(rows: Sequence[tuple[str, Decimal]], title: str, what: str, curren
         "marker": {"color": PALETTE["accent"]}, "hovertemplate": "%{x} " + currency + "<extra>%{y}</extra>",
     }]
     layout = _layout(title, f"Cost ({currency})", what, hovermode="closest", showlegend=False)
-    layout["margin"] = {**layout["margin"], "l": 160}
-    layout["yaxis"]["automargin"] = True
+    _names_on_y(layout)
     return {"data": data, "layout": layout, "config": CONFIG}
 
 
@@ -107,7 +114,7 @@ def idle(rows: Sequence[IdleRow], currency: str, limit: int = 12) -> dict:
          "marker": {"color": DIM}},
     ]
     layout = _layout("Idle cost by instance", f"Cost ({currency})", "Instance", barmode="stack", hovermode="y unified")
-    layout["yaxis"]["automargin"] = True
+    _names_on_y(layout)
     return {"data": data, "layout": layout, "config": CONFIG}
 
 

@@ -42,6 +42,10 @@ def test_a_breakdown_folds_the_tail():
     assert fig["data"][0]["y"][0] == "16 others"
     assert fig["data"][0]["x"][-1] == "19.00"
     assert _axes(fig) == ("Cost (USD)", "Instance")
+    # The names set the margin and the title stands beyond them, whatever their length.
+    assert fig["layout"]["yaxis"]["automargin"] is True
+    assert fig["layout"]["yaxis"]["title"]["standoff"] > 0
+    assert "l" not in fig["layout"]["margin"] or fig["layout"]["margin"]["l"] <= 70
 
 
 def test_coverage_shows_covered_beyond_and_unused_gpu_hours():
