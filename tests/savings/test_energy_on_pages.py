@@ -81,3 +81,15 @@ def test_the_cost_explorer_shows_an_earlier_months_energy_not_the_last_weeks(ali
     client.force_login(alice)
     page = client.get(f"/costs/?team={acme.pk}&month={month}").content.decode()
     assert _figures(page, 'class="team-energy"') == ("0.50", f"{total['kg_co2e']:.2f}")
+
+
+def test_without_a_regions_footprint_the_pages_say_so_rather_than_repeat_the_gpus_kwh(bob, acme, metered, client,
+                                                                                        api):
+    total = api(bob).get(f"/api/v1/energy/?team={acme.pk}").json()["total"]
+    assert total["kg_co2e"] is None
+    client.force_login(bob)
+    for path in ("/team/", f"/costs/?team={acme.pk}"):
+        page = client.get(path).content.decode()
+        line = page[page.index('class="team-energy"'):].split("</p>", 1)[0]
+        assert re.findall(r"([0-9.]+) kWh", line) == [f"{total['it_kwh']:.2f}"], line
+        assert "PUE" not in line.split("not known", 1)[0] and "no PUE or grid intensity set" in line, line
