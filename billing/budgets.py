@@ -38,13 +38,14 @@ def _check_thresholds(values, field: str) -> list[int]:
     return sorted(set(out))
 
 
+POSITIVE = "A budget is a positive amount in whole cents."
 MONTHS_AHEAD = 12  # the furthest month a budget may be set for, counted from this one
 
 
 def _check_budget(amount, currency_code: str | None, now: datetime, month: date | None = None) -> Decimal:
     amount = pricing.money(amount)
     if not amount.is_finite() or amount <= 0 or amount != amount.quantize(pricing.CENT):
-        raise ValidationError({"amount": "A budget is a positive amount in whole cents."})
+        raise ValidationError({"amount": POSITIVE})
     if currency_code is not None and currency_code != currency():
         raise ValidationError({"currency": f"Budgets are in {currency()}, this deployment's currency, not {currency_code}."})
     if month is not None:

@@ -1,6 +1,7 @@
 """Page forms: they parse; the views call services, whose errors land back on the form."""
 
 from datetime import UTC
+from decimal import Decimal
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -11,6 +12,7 @@ from console.tenancy import ADMIN_ROLES
 from console.validators import moment_in_range
 from instances.models import GpuModel
 
+from . import budgets
 from .models import PriceKind, Term
 
 
@@ -46,7 +48,10 @@ class AdminTeamForm(forms.Form):
 class BudgetForm(AdminTeamForm):
     month = forms.DateField(input_formats=["%Y-%m"], widget=forms.DateInput(attrs={"type": "month"}),
                             help_text="Calendar month (UTC)")
-    amount = forms.DecimalField(max_digits=16, decimal_places=2, min_value=0)
+    # The service's own rule (billing.budgets), so that the browser's check and the
+    # server's answer agree: more than zero, in whole cents.
+    amount = forms.DecimalField(max_digits=16, decimal_places=2, min_value=Decimal("0.01"),
+                                error_messages={"min_value": budgets.POSITIVE, "max_decimal_places": budgets.POSITIVE})
     actual_thresholds = forms.CharField(initial="50, 80, 100", help_text="Alert at these % of actual spend")
     forecast_thresholds = forms.CharField(initial="100", required=False, help_text="…and of the month-end forecast")
     recurring = forms.BooleanField(required=False, label="Every month",

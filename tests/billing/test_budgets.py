@@ -1,3 +1,4 @@
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -103,6 +104,19 @@ def test_the_budgets_page_changes_a_months_budget_instead_of_refusing(client, al
     budget = Budget.objects.get(team=acme)
     assert (budget.amount, budget.recurring) == (Decimal("1500.00"), True)
     assert 'value="1500' in client.get(f"/budgets/?edit={budget.pk}").content.decode()
+
+
+def test_the_budgets_page_and_the_browser_hold_the_same_rule_for_an_amount(client, alice, acme):
+    client.force_login(alice)
+    page = client.get("/budgets/").content.decode()
+    assert re.search(r'<input[^>]*name="amount"[^>]*min="0.01"', page), "the browser's check is the service's"
+    month = timezone.now().strftime("%Y-%m")
+    form = {"team": acme.pk, "month": month, "actual_thresholds": "50, 100", "forecast_thresholds": "100"}
+    for amount in ("0", "-50", "0.001"):
+        response = client.post("/budgets/", {**form, "amount": amount})
+        assert response.status_code == 400, amount
+        assert budgets.POSITIVE in response.content.decode(), amount
+    assert not Budget.objects.filter(team=acme).exists()
 
 
 def test_a_recurring_budget_is_carried_into_the_next_month(alice, acme):
