@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agent.backends.sim import PROFILES, allocated_kind
+from agent.backends.sim import PROFILES, allocated_kind, reports_gpm
 from console import bulk
 from instances.demo import REPLAY_HOST
 from instances.models import (
@@ -166,9 +166,11 @@ def _minutes_from(hold: GpuHold, start: datetime, longer: datetime) -> datetime:
     return longer if advised else start
 
 
-def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: int, mode: str | None) -> dict:
+def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: int, mode: str | None,
+                   gpm: bool = True) -> dict:
     """One minute's averages, from the simulated agent's own workload profiles. A slice
-    leaves out what its mode cannot report (MIG: power, temperature, clocks; vGPU: GPM)."""
+    leaves out what its mode cannot report (MIG: power, temperature, clocks; vGPU: GPM),
+    a whole GPU before Hopper its GPM metrics (``gpm``, as the simulated agent)."""
     util, mem_util, tensor, occupancy, dram, power, mem = PROFILES[kind]
 
     def pick(bounds):
@@ -178,7 +180,9 @@ def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: 
     busy = kind not in ("idle", "held")
     avg = {"gpu_util": pick(util), "mem_util": pick(mem_util), "mem_used": memory * pick(mem)}
     if mode != "vgpu":
-        avg |= {"sm_occupancy_pct": pick(occupancy), "tensor_active_pct": pick(tensor), "dram_bw_util_pct": pick(dram)}
+        drawn = {"sm_occupancy_pct": pick(occupancy), "tensor_active_pct": pick(tensor), "dram_bw_util_pct": pick(dram)}
+        if gpm:  # drawn either way, so that the other figures stay the same
+            avg |= drawn
     if mode is None:
         avg |= {
             "power_mw": limit_mw * share, "temp_c": 30 + 50 * share, "fan_pct": 30 + 40 * share,
@@ -235,6 +239,7 @@ def backfill(now: datetime | None = None) -> int:
         gpu, piece, instance = hold.gpu, hold.slice, hold.instance
         rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}")
         mode = gpu.host.kind if piece else None
+        gpm = piece is not None or reports_gpm(gpu.model.name)
         limit_mw = None if piece else gpu.model.power_limit_w * 1000
         memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
         energy = rng.randrange(10**9, 10**11)
@@ -243,7 +248,7 @@ def backfill(now: datetime | None = None) -> int:
         until = min(end, hold.end) if hold.end else end
         hour_rows: dict[datetime, list[dict]] = {}
         while at < until:
-            stats = _stats(_minute_values(_kind(instance, spans, at, rank), rng, limit_mw, memory, mode), rng)
+            stats = _stats(_minute_values(_kind(instance, spans, at, rank), rng, limit_mw, memory, mode, gpm), rng)
             row = dict(bucket=at, gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None), instance_id=instance.pk,
                        team_id=hold.team_id, samples=60, observed_s=60.0)
             if limit_mw:
@@ -268,6 +273,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
     gpu, piece, instance = hold.gpu, hold.slice, hold.instance
     rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}/hours")
     mode = gpu.host.kind if piece else None
+    gpm = piece is not None or reports_gpm(gpu.model.name)
     limit_mw = None if piece else gpu.model.power_limit_w * 1000
     memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
     stop = min(until, hold.end) if hold.end else until
@@ -278,7 +284,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
         lo, hi = max(bucket, hold.start), min(bucket + timedelta(hours=1), stop)
         seconds = (hi - lo).total_seconds()
         kind = _kind(instance, runs.get(instance.pk, ()), lo + (hi - lo) / 2, rank)
-        stats = _stats(_minute_values(kind, rng, limit_mw, memory, mode), rng)
+        stats = _stats(_minute_values(kind, rng, limit_mw, memory, mode, gpm), rng)
         delta = stats["power_mw_avg"] * seconds if limit_mw else None
         energy += int(delta or 0)
         rows.append(dict(bucket=bucket.astimezone(UTC), gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None),

@@ -36,6 +36,7 @@ from ..protocol import HOST_RE
 from . import Emit, HostInfo, Source, run_every
 
 DEFAULT_MODEL = "H100-80GB"
+GPM_FAMILIES = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200", "B300", "GB300")
 DEFAULT_MEMORY = 85_899_345_920
 DEFAULT_POWER_LIMIT_MW = 700_000
 
@@ -127,13 +128,14 @@ class SimGpu:
     __slots__ = (
         "uuid", "index", "name", "memory_total", "power_limit_mw", "rng", "weights", "kind",
         "left", "burst", "temp", "energy_mj", "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx",
-        "ecc", "pid", "mem_frac", "slices", "mode", "follow", "alloc", "fault", "fault_sent",
+        "ecc", "pid", "mem_frac", "slices", "mode", "follow", "alloc", "fault", "fault_sent", "gpm",
     )  # fmt: skip
 
     def __init__(self, spec: dict, seed: int):
         self.uuid = spec["uuid"]
         self.index = spec["index"]
         self.name = spec.get("name", DEFAULT_MODEL)
+        self.gpm = reports_gpm(self.name)
         self.memory_total = spec.get("memory_total", DEFAULT_MEMORY)
         self.power_limit_mw = spec.get("power_limit_mw", DEFAULT_POWER_LIMIT_MW)
         self.rng = random.Random(f"{seed}:{self.uuid}")
@@ -274,9 +276,10 @@ class SimGpu:
             m["pcie_rx_bytes"] = self.pcie_rx
             m["nvlink_tx_bytes"] = self.nvlink_tx
             m["nvlink_rx_bytes"] = self.nvlink_rx
-            m["sm_occupancy_pct"] = round(pick(occ_r) * active, 1)
-            m["tensor_active_pct"] = round(pick(tens_r) * active, 1)
-            m["dram_bw_util_pct"] = round(pick(dram_r) * active, 1)
+            if self.gpm:
+                m["sm_occupancy_pct"] = round(pick(occ_r) * active, 1)
+                m["tensor_active_pct"] = round(pick(tens_r) * active, 1)
+                m["dram_bw_util_pct"] = round(pick(dram_r) * active, 1)
             if procs:
                 procs[0]["sm_util"] = int(util)
         event = None
@@ -284,6 +287,14 @@ class SimGpu:
             code = rng.choice(XID_CODES)
             event = {"kind": "xid", "code": code, "message": f"Xid {code}"}
         return m, procs, event
+
+
+def reports_gpm(name: str) -> bool:
+    """Whether a GPU of this name reports NVML's GPM metrics (SM occupancy, tensor-core
+    activity, DRAM bandwidth): Hopper and later only, as the NVML backend finds by asking
+    each device. A simulated A100 reports none, like a real one."""
+    model = name.upper().removeprefix("NVIDIA ").strip()
+    return model.startswith(GPM_FAMILIES)
 
 
 def _stable_pid(instance: str, uuid: str) -> int:

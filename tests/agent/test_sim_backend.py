@@ -67,6 +67,25 @@ def test_slow_metrics_come_on_the_slow_cadence():
     assert has_energy == [True, False, False, False, False] * 2
 
 
+def test_only_hopper_and_later_report_gpm_metrics(tmp_path):
+    """NVML's GPM metrics need Hopper or newer: a simulated A100 reports utilization and
+    energy but no SM occupancy, tensor-core activity or DRAM bandwidth, like a real one."""
+    gpm = {"sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"}
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps([{"host": "h1", "gpus": [
+        {"uuid": "GPU-a100", "index": 0, "name": "A100-80GB"},
+        {"uuid": "GPU-h100", "index": 1, "name": "H100-80GB"},
+        {"uuid": "GPU-h200", "index": 2, "name": "NVIDIA H200"}]}]))  # fmt: skip
+    source = SimSource.from_fleet(load_fleet(path), interval=1.0, slow_interval=1.0)
+    seen = {}
+    for _ in range(5):
+        for record in source.tick(now=0.0)["h1"]:
+            seen.setdefault(record["gpu"], set()).update(record["m"])
+    assert "energy_mj" in seen["GPU-a100"] and "gpu_util" in seen["GPU-a100"]
+    assert not gpm & seen["GPU-a100"]
+    assert gpm <= seen["GPU-h100"] and gpm <= seen["GPU-h200"]
+
+
 def test_energy_only_grows():
     source = SimSource.synthetic(1, 4, slow_interval=1.0)
     series = [m["energy_mj"] for m in metrics(source, 30)]

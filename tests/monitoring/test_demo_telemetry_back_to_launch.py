@@ -15,7 +15,7 @@ from instances import demo as instances_demo
 from instances.models import GpuHold
 from monitoring import demo
 from monitoring.activity import activity_by_instance
-from monitoring.models import Rollup1h
+from monitoring.models import Rollup1h, Rollup1m
 
 
 @pytest.fixture
@@ -48,3 +48,10 @@ def test_every_hold_has_hourly_telemetry_from_its_start_and_last_month_has_idle_
                  .values_list("instance_id", flat=True))
     observed = activity_by_instance(sorted(billed), start, end)
     assert billed and all(seconds > 0 for seconds, _idle in observed.values())
+    # A whole GPU reports NVML's GPM metrics from Hopper on only, in its history as the
+    # simulated agent does live: no tensor-core activity for a whole A100.
+    for model in Rollup1m, Rollup1h:
+        whole = model.objects.filter(slice__isnull=True)
+        assert whole.filter(gpu__model__name__startswith="A100").exists()
+        assert not whole.filter(gpu__model__name__startswith="A100", tensor_active_pct_avg__isnull=False).exists()
+        assert whole.filter(gpu__model__name__startswith="H100", tensor_active_pct_avg__isnull=False).exists()
