@@ -4,6 +4,7 @@
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django import template
+from django.conf import settings
 
 register = template.Library()
 
@@ -35,3 +36,10 @@ def rate(value) -> str:
     text = f"{price.normalize():,f}"
     whole, _, frac = text.partition(".")
     return f"{whole}.{frac.ljust(2, '0')}"
+
+
+@register.simple_tag
+def currency_code() -> str:
+    """This deployment's currency (``BILLING_CURRENCY``, checked when settings load), for
+    pages whose view has no billing context to name it."""
+    return settings.BILLING_CURRENCY

@@ -4,9 +4,10 @@ from decimal import Decimal
 import pytest
 from billing_support import at, months_ahead
 from django.test import Client
+from django.utils import timezone
 
-from billing import meter_runs, price_changes, reservations
-from billing.models import Budget, Invoice
+from billing import meter_runs, price_changes, pricing, reservations
+from billing.models import Budget, Charge, Invoice
 
 
 @pytest.fixture
@@ -159,3 +160,25 @@ def test_the_budget_form_picks_the_only_team_and_asks_an_operator(browse, alice,
     alices = browse(alice).get("/budgets/").context["form"]
     assert alices.fields["team"].empty_label is None and list(alices.fields["team"].queryset) == [acme]
     assert browse(ops).get("/budgets/").context["form"].fields["team"].empty_label == "---------"
+
+
+def test_the_overview_shows_the_cost_explorers_month_to_date_in_the_deployments_currency(
+        browse, bob, acme, acme_instance, settings):
+    settings.BILLING_CURRENCY = "EUR"
+    day = pricing.floor_day(timezone.now())
+    Charge.objects.create(team=acme, instance=acme_instance, gpu_model=acme_instance.gpu_model, sku="H100-80GB",
+                          month=day.date().replace(day=1), period_start=day, period_end=day + pricing.DAY,
+                          charge_type="usage", pricing_category="standard", consumed_seconds=3600,
+                          priced_seconds=3600, unit_price=Decimal("1234.56"), list_unit_price=Decimal("1234.56"),
+                          list_cents=123456, billed_cents=123456)
+    client = browse(bob)
+    explorer = client.get("/costs/").content.decode()
+    overview = client.get("/").content.decode()
+    card = overview[overview.index(f'data-cost-team="{acme.pk}"'):].split("</div></div>", 1)[0]
+    spent = explorer[explorer.index('id="card-spent"'):].split("</div>", 2)[1]
+    figure = client.get("/").context["teams"][0]["cost"]
+    assert figure >= Decimal("1234.56")
+    shown = f"{figure:,.2f}"  # the same figure, with thousands separators, on both pages
+    assert f"{shown} <span class=\"unit\">EUR</span>" in card, card
+    assert f"{shown} <span class=\"unit\">EUR</span>" in spent, spent
+    assert "$" not in card
