@@ -179,6 +179,6 @@ def test_the_overview_shows_the_cost_explorers_month_to_date_in_the_deployments_
     figure = client.get("/").context["teams"][0]["cost"]
     assert figure >= Decimal("1234.56")
     shown = f"{figure:,.2f}"  # the same figure, with thousands separators, on both pages
-    assert f"{shown} <span class=\"unit\">EUR</span>" in card, card
+    assert f"{shown}<small> EUR</small>" in card, card
     assert f"{shown} <span class=\"unit\">EUR</span>" in spent, spent
     assert "$" not in card
