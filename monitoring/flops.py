@@ -36,7 +36,7 @@ MAX_SM_CLOCK_MHZ = {"A100": 1410, "H100": 1980, "H200": 1980}
 # family -> (factor, where it comes from)
 CALIBRATION = {
     "H200": (0.98, "measured on an H200, 2026-12-03 (docs/benchmarks.md)"),
-    "H100": (0.98, "the H200's factor (same Hopper compute, same peaks); not measured on an H100"),
+    "H100": (0.98, "taken from the H200, which has the same Hopper tensor cores and peaks; not measured on an H100"),
     "A100": (1.0, "not calibrated: datasheet peak only"),
 }
 _FAMILY = re.compile(r"\b([AH]\d{3})")
