@@ -295,11 +295,16 @@ class IdleBilledGpu:
     price_per_hour: Decimal
 
 
+IDLE_NOW_MIN_OBSERVED = timedelta(minutes=15)
+
+
 def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hours=1),
-                     min_idle_pct: int = 50) -> list[IdleBilledGpu]:
+                     min_idle_pct: int = 50, min_observed: timedelta = IDLE_NOW_MIN_OBSERVED) -> list[IdleBilledGpu]:
     """GPUs of billable ``instances`` (a queryset the caller scoped) idle at least
     ``min_idle_pct`` of the observed time in the last ``window``, with what each costs
-    per hour: the money burning on GPUs nobody uses, busy neighbours or not."""
+    per hour: the money burning on GPUs nobody uses, busy neighbours or not. A GPU
+    observed for less than ``min_observed`` of the window (one launched minutes ago) is
+    left out: a few minutes say nothing about the hour."""
     billable = list(instances.filter(state__in=BILLED_STATES).select_related("team"))
     if not billable:
         return []
@@ -309,7 +314,7 @@ def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hou
     for (iid, uuid), (observed, idle) in costs.gpu_activity(list(by_id), now - window, now).items():
         instance = by_id[iid]
         price = rate.instances.get(iid)
-        if observed <= 0 or price is None or idle * 100 < observed * min_idle_pct:
+        if observed < max(1, min_observed.total_seconds()) or price is None or idle * 100 < observed * min_idle_pct:
             continue
         out.append(IdleBilledGpu(iid, instance.name, instance.team.name, uuid,
                                  (Decimal(idle) * 100 / observed).quantize(Decimal("0.1")),

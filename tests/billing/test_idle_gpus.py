@@ -63,3 +63,14 @@ def test_the_cost_explorer_says_when_it_lists_only_the_most_idle_gpus(half_idle,
     table = cut.split('id="idle-by-gpu"')[1].split("</table>")[0]
     assert gpus[1].uuid in table and gpus[0].uuid not in table
     assert "listed, of 2; the other 1 add 0.00" in cut
+
+
+def test_a_gpu_launched_minutes_ago_is_not_called_idle_for_the_hour(half_idle, play, bob, acme, ops, api, alice):
+    now = timezone.now().replace(second=0, microsecond=0)
+    fresh = play(bob, acme, runs=[(now - timedelta(minutes=3), None, "")])
+    gpu = fresh.gpus.get()
+    Rollup1m.objects.bulk_create([Rollup1m(gpu=gpu, instance=fresh, team=acme, bucket=now - timedelta(minutes=m),
+                                           samples=60, observed_s=60.0, gpu_util_avg=0.0) for m in (1, 2)])
+    meter_runs.meter_window(actor=ops, start=now - timedelta(hours=1), end=now, now=now)
+    listed = [g["gpu"] for g in api(alice).get("/api/v1/costs/idle-gpus/").json()["idle_billed_now"]]
+    assert gpu.uuid not in listed and half_idle[1][1].uuid in listed
