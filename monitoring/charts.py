@@ -709,7 +709,7 @@ def capacity_figure(rows: Sequence[dict]) -> dict:
         },
         bar
         | {
-            "name": "In MIG/vGPU mode or host not active",
+            "name": "Not launchable whole",
             "x": [r["other"] for r in rows],
             "marker": {"color": PALETTE["muted"], "opacity": 0.5},
             "hovertemplate": "%{y}: %{x} not free whole (MIG/vGPU mode or host not active)<extra></extra>",

@@ -25,5 +25,5 @@ def test_capacity_stacks_used_free_and_other_per_model():
     used, free, other = fig["data"]
     assert (used["name"], used["x"]) == ("Used", [6, 1])
     assert (free["name"], free["x"]) == ("Free", [2, 7])
-    assert (other["name"], other["x"]) == ("In MIG/vGPU mode or host not active", [3, 0])
+    assert (other["name"], other["x"]) == ("Not launchable whole", [3, 0])
     assert fig["layout"]["barmode"] == "stack"
