@@ -314,7 +314,8 @@ def idle_billed_gpus(instances, now: datetime, window: timedelta = timedelta(hou
     for (iid, uuid), (observed, idle) in costs.gpu_activity(list(by_id), now - window, now).items():
         instance = by_id[iid]
         price = rate.instances.get(iid)
-        if observed < max(1, min_observed.total_seconds()) or price is None or idle * 100 < observed * min_idle_pct:
+        if observed <= 0 or observed < min_observed.total_seconds() or price is None \
+                or idle * 100 < observed * min_idle_pct:
             continue
         out.append(IdleBilledGpu(iid, instance.name, instance.team.name, uuid,
                                  (Decimal(idle) * 100 / observed).quantize(Decimal("0.1")),

@@ -127,6 +127,7 @@ def cost_explorer(request):
         "flops_costs": costs.cost_per_pflop_hour(charges, start, end),
         "idle_now": rates.idle_billed_gpus(Instance.objects.for_user(request.user, READ_ROLES).filter(team=team), now)
         if current else [],
+        "idle_now_min_minutes": int(rates.IDLE_NOW_MIN_OBSERVED.total_seconds() // 60),
         "outlook": outlook, "figure": figure, "budget": budget, "idle": idle, "figures": plots, "sees_bill": sees_bill,
         "currency": currency(), "start": start, "end": end,
         "alerts": BudgetAlert.objects.for_user(request.user, BILL_ROLES).filter(team=team, budget__month=month)

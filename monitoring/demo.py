@@ -166,6 +166,15 @@ def _minutes_from(hold: GpuHold, start: datetime, longer: datetime) -> datetime:
     return longer if advised else start
 
 
+def _reports(gpu, piece) -> tuple[str | None, bool, int | None, int]:
+    """What a held GPU or slice reports, as the simulated agent reports it: its mode
+    (None for a whole GPU), whether it has GPM metrics (slices do; a whole GPU from
+    Hopper on), its power limit in mW (a whole GPU only) and its memory in bytes."""
+    if piece is not None:
+        return gpu.host.kind, True, None, piece.profile.memory_gb * 2**30
+    return None, reports_gpm(gpu.model.name), gpu.model.power_limit_w * 1000, gpu.memory_total
+
+
 def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: int, mode: str | None,
                    gpm: bool = True) -> dict:
     """One minute's averages, from the simulated agent's own workload profiles. A slice
@@ -238,10 +247,7 @@ def backfill(now: datetime | None = None) -> int:
     for hold in holds:
         gpu, piece, instance = hold.gpu, hold.slice, hold.instance
         rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}")
-        mode = gpu.host.kind if piece else None
-        gpm = piece is not None or reports_gpm(gpu.model.name)
-        limit_mw = None if piece else gpu.model.power_limit_w * 1000
-        memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
+        mode, gpm, limit_mw, memory = _reports(gpu, piece)
         energy = rng.randrange(10**9, 10**11)
         at = max(first[hold.pk], hold.start.replace(second=0, microsecond=0) + timedelta(minutes=1))
         spans, rank = runs.get(instance.pk, ()), ranks[hold.pk]
@@ -272,10 +278,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
     share of the hold, at the workload of the hour's middle."""
     gpu, piece, instance = hold.gpu, hold.slice, hold.instance
     rng = random.Random(f"{gpu.uuid}/{getattr(piece, 'uuid', '')}/{instance.pk}/hours")
-    mode = gpu.host.kind if piece else None
-    gpm = piece is not None or reports_gpm(gpu.model.name)
-    limit_mw = None if piece else gpu.model.power_limit_w * 1000
-    memory = piece.profile.memory_gb * 2**30 if piece else gpu.memory_total
+    mode, gpm, limit_mw, memory = _reports(gpu, piece)
     stop = min(until, hold.end) if hold.end else until
     energy = rng.randrange(10**9, 10**11)
     rows = []
