@@ -211,7 +211,7 @@ def _activity(instance_ids: list[int], start: datetime, end: datetime) -> dict[i
         from monitoring.activity import activity_by_instance
     except ImportError:
         return {}
-    return activity_by_instance(instance_ids, start, end, threshold_pct=10.0)
+    return activity_by_instance(instance_ids, start, end)
 
 
 def _activity_by_day(instance_ids: list[int], start: datetime, end: datetime) -> dict[tuple[datetime, int], tuple]:
@@ -219,7 +219,7 @@ def _activity_by_day(instance_ids: list[int], start: datetime, end: datetime) ->
         from monitoring.activity import activity_by_instance_and_day
     except ImportError:
         return {}
-    return activity_by_instance_and_day(instance_ids, start, end, threshold_pct=10.0)
+    return activity_by_instance_and_day(instance_ids, start, end)
 
 
 def idle_cost(qs, start: datetime, end: datetime) -> IdleSummary:
@@ -395,7 +395,7 @@ def gpu_activity(instance_ids: list[int], start: datetime, end: datetime) -> dic
         from monitoring.activity import activity_by_gpu
     except ImportError:
         return {}
-    return activity_by_gpu(instance_ids, start, end, threshold_pct=10.0)
+    return activity_by_gpu(instance_ids, start, end)
 
 
 def idle_cost_by_gpu(qs, start: datetime, end: datetime) -> list[IdleGpu]:

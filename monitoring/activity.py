@@ -5,10 +5,17 @@ GPU it used: a memory copy reads 100% with no tensor work, a job that holds 100 
 and computes nothing reads ~0%. So where the GPU reports Hopper GPM metrics, real
 activity is the largest of SM occupancy, tensor-core activity and DRAM bandwidth
 use (a memory-bound copy is real work); elsewhere it is plain GPU utilization.
-A GPU-minute is idle when its real activity is below the threshold. Past the
-1-minute rollups' retention (ROLLUP_1M_RETENTION_DAYS), a device's hour with no minute
-rollups is read from its 1-hour rollup and judged by the hour's average, so a closed
-month keeps its idle cost.
+A GPU-minute is idle when its real activity is below the threshold (10%,
+``IDLE_BELOW_PCT``, for every figure the product shows).
+
+Each 1-hour rollup carries the idle seconds of its minutes (``Rollup1h.idle_s``, summed
+when the hour is built). So over the whole hours the 1-hour tier has built with them,
+idle and observed seconds are read from the hours: a month of a team's GPUs is 60×
+fewer rows than its minutes, the same sums, and unchanged once the minutes are past
+retention. The hours not built yet (the current one, and any being rebuilt after late
+samples) and the minutes cut by the range are read from the 1-minute rollups. An hour
+with no minute rollups (before the 1-minute tier's retention, ROLLUP_1M_RETENTION_DAYS,
+or built before hours carried their idle seconds) is judged by the hour's average.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from django.utils import timezone
 from instances.models import Gpu
 
 from . import readings
-from .models import GpuLatest, Rollup1h, Rollup1m, stale_after_s
+from .models import GpuLatest, Rollup1h, Rollup1m, RollupCursor, stale_after_s
 
 BUCKET = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
-_ACTIVITY = ("gpu_util_avg", "sm_occupancy_pct_avg", "tensor_active_pct_avg", "dram_bw_util_pct_avg")
+IDLE_BELOW_PCT = 10.0
+ACTIVITY = ("gpu_util_avg", "sm_occupancy_pct_avg", "tensor_active_pct_avg", "dram_bw_util_pct_avg")
 
 
 def real_activity(gpu_util, sm_occupancy=None, tensor_active=None, dram_bw=None) -> float | None:
@@ -38,7 +46,7 @@ def real_activity(gpu_util, sm_occupancy=None, tensor_active=None, dram_bw=None)
 
 
 def activity_by_instance(
-    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = IDLE_BELOW_PCT
 ) -> dict[int, tuple[int, int]]:
     """{instance id: (observed GPU-seconds, idle GPU-seconds)} over [start, end).
 
@@ -53,7 +61,7 @@ def activity_by_instance(
 
 
 def activity_by_instance_and_day(
-    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = IDLE_BELOW_PCT
 ) -> dict[tuple[datetime, int], tuple[int, int]]:
     """{(UTC day, instance id): (observed GPU-seconds, idle GPU-seconds)} over [start, end),
     read in one pass: for each day, what ``activity_by_instance`` answers over that day's
@@ -71,10 +79,17 @@ def activity_by_instance_and_day(
 # utilization. A missing GPM metric reads -1, below any percentage, so the largest of
 # the three is negative only when none was reported (the same on every database).
 _NONE = Value(-1.0)
-_GPM = Greatest(*(Coalesce(name, _NONE) for name in _ACTIVITY[1:]))
+_GPM = Greatest(*(Coalesce(name, _NONE) for name in ACTIVITY[1:]))
 
 
-def _idle_seconds(threshold_pct: float) -> Case:
+def judged(rows):
+    """Rollup rows with their real activity in SQL, as ``idle_seconds`` reads it."""
+    return rows.alias(gpm=_GPM)
+
+
+def idle_seconds(threshold_pct: float) -> Case:
+    """The seconds of a ``judged`` rollup that were idle: all of its observed seconds
+    when its real activity is below ``threshold_pct``, else none."""
     below = Value(float(threshold_pct))
     return Case(
         When(Q(gpm__gte=0, gpm__lt=below) | Q(gpm__lt=0, gpu_util_avg__lt=below), then=F("observed_s")),
@@ -96,13 +111,56 @@ class _Hour(Func):
                               **extra)
 
 
+def exact_hours(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """The whole hours inside [start, end) whose 1-hour rollups carry the idle seconds
+    of all their minutes: built by the 1-hour tier since it sums them (``idle_from``),
+    and not waiting for a rebuild after late samples (``dirty_from``). None if no hour."""
+    mark = RollupCursor.objects.filter(name="1h").values_list("idle_from", "done_until", "dirty_from").first()
+    if mark is None or mark[0] is None or mark[1] is None:
+        return None
+    idle_from, done, dirty = mark
+    lo = max(idle_from, _ceil_hour(start))
+    hi = min(done, _floor_hour(dirty or done), _floor_hour(end))
+    return (lo, hi) if lo < hi else None
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _ceil_hour(moment: datetime) -> datetime:
+    floor = _floor_hour(moment)
+    return floor if floor == moment else floor + HOUR
+
+
 def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float, *, hourly: bool = False):
-    """(instance id, GPU id, hour, seconds observed inside [start, end), of which idle),
-    summed over the 1-minute rollups, and over the 1-hour rollups of device-hours that
-    have no minute rollups. Whole buckets are summed by the database, per device-hour;
-    the few cut by ``start`` or ``end`` count in part, here. The hour is None for the
-    hours before the first one with minute rollups, summed per device, unless ``hourly``."""
+    """(instance id, GPU id, hour, seconds observed inside [start, end), of which idle):
+    over ``exact_hours`` from the 1-hour rollups, elsewhere from the minutes
+    (``_from_minutes``). Unless ``hourly``, some rows are sums over several hours, and
+    their hour is None."""
     ids = list(instance_ids)
+    exact = exact_hours(start, end) if threshold_pct == IDLE_BELOW_PCT else None
+    if exact is None:
+        yield from _from_minutes(ids, start, end, threshold_pct, hourly=hourly)
+        return
+    lo, hi = exact
+    if start < lo:
+        yield from _from_minutes(ids, start, lo, threshold_pct, hourly=hourly)
+    rows = judged(Rollup1h.objects.filter(instance_id__in=ids, bucket__gte=lo, bucket__lt=hi))
+    keys = ["instance_id", "gpu_id", *(["bucket"] if hourly else [])]
+    for row in (rows.values(*keys).order_by()
+                .annotate(observed=Sum("observed_s"), idle=Sum(Coalesce("idle_s", idle_seconds(threshold_pct))))):
+        yield row["instance_id"], row["gpu_id"], row.get("bucket"), row["observed"] or 0.0, row["idle"] or 0.0
+    if hi < end:
+        yield from _from_minutes(ids, hi, end, threshold_pct, hourly=hourly)
+
+
+def _from_minutes(ids: list[int], start: datetime, end: datetime, threshold_pct: float, *, hourly: bool):
+    """``_observed`` over [start, end) summed over the 1-minute rollups, and over the
+    1-hour rollups of device-hours that have no minute rollups. Whole buckets are summed
+    by the database, per device-hour; the few cut by ``start`` or ``end`` count in part,
+    here. The hour is None for the hours before the first one with minute rollups,
+    summed per device, unless ``hourly``."""
     covered: set[tuple] = set()
     for iid, gpu_id, slice_id, hour, observed, idle in _sums(
         Rollup1m.objects.filter(instance_id__in=ids), BUCKET, start, end, threshold_pct, by_hour=True
@@ -128,15 +186,15 @@ def _sums(rows, width: timedelta, start: datetime, end: datetime, threshold_pct:
     """(instance id, GPU id, slice id, hour or None, observed seconds, idle seconds) of
     the rollups ``rows`` whose buckets (``width`` long) overlap [start, end), grouped by
     device (and by hour)."""
-    rows = rows.filter(bucket__gt=start - width, bucket__lt=end).alias(gpm=_GPM)
+    rows = judged(rows.filter(bucket__gt=start - width, bucket__lt=end))
     whole = Q(bucket__gte=start, bucket__lte=end - width)
     keys = ["instance_id", "gpu_id", "slice_id"]
     grouped = rows.filter(whole).annotate(hour=_Hour("bucket")) if by_hour else rows.filter(whole)
     for row in (grouped.values(*keys, *(["hour"] if by_hour else []))
-                .annotate(observed=Sum("observed_s"), idle=Sum(_idle_seconds(threshold_pct))).order_by()):
+                .annotate(observed=Sum("observed_s"), idle=Sum(idle_seconds(threshold_pct))).order_by()):
         yield row["instance_id"], row["gpu_id"], row["slice_id"], row.get("hour"), row["observed"] or 0.0, row["idle"]
     for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.exclude(whole).values_list(
-        *keys, "bucket", "observed_s", *_ACTIVITY
+        *keys, "bucket", "observed_s", *ACTIVITY
     ):
         inside = (min(end, bucket + width) - max(start, bucket)) / width
         seconds = (observed or 0.0) * inside
@@ -160,7 +218,7 @@ def instance_latest(instance_ids: list[int]) -> dict[int, dict]:
 
 
 def activity_by_gpu(
-    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = 10.0
+    instance_ids: list[int], start: datetime, end: datetime, *, threshold_pct: float = IDLE_BELOW_PCT
 ) -> dict[tuple[int, str], tuple[int, int]]:
     """{(instance id, GPU uuid): (observed seconds, idle seconds)} over [start, end), per
     GPU the instance held: billing's idle cost per GPU (a busy instance can hold an idle

@@ -36,9 +36,9 @@ from instances.models import (
     State,
 )
 
-from . import services
+from . import activity, services
 from .catalog import GAUGES
-from .models import Rollup1h, Rollup1m
+from .models import Rollup1h, Rollup1m, RollupCursor
 
 HISTORY = timedelta(days=2)
 # Rightsizing reads the last 7 or 14 days of minutes of what runs on demand or spot.
@@ -270,6 +270,9 @@ def backfill(now: datetime | None = None) -> int:
         hours += [_hour(bucket, rows) for bucket, rows in hour_rows.items()]
     _insert(Rollup1m, minutes)
     _insert(Rollup1h, hours)
+    # The hours up to the last whole one are built, with their minutes' idle seconds,
+    # as the 1-hour tier would have built them (activity.exact_hours).
+    RollupCursor.objects.get_or_create(name="1h", defaults={"idle_from": longer, "done_until": full_hours})
     return len(minutes) + len(hours)
 
 
@@ -292,7 +295,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
         energy += int(delta or 0)
         rows.append(dict(bucket=bucket.astimezone(UTC), gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None),
                          instance_id=instance.pk, team_id=hold.team_id, samples=int(seconds), observed_s=seconds,
-                         energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
+                         idle_s=None, energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
         bucket += timedelta(hours=1)
     return rows
 
@@ -319,6 +322,12 @@ def _insert(model, rows: list[dict]) -> None:
         )
 
 
+def _idle(row: dict) -> bool:
+    """Whether a minute rollup is idle by the rule the 1-hour tier sums (activity.py)."""
+    real = activity.real_activity(*(row.get(name) for name in activity.ACTIVITY))
+    return real is not None and real < activity.IDLE_BELOW_PCT
+
+
 def _hour(bucket: datetime, rows: list[dict]) -> dict:
     first = rows[0]
     stats = {}
@@ -333,7 +342,7 @@ def _hour(bucket: datetime, rows: list[dict]) -> dict:
     return dict(
         bucket=bucket.astimezone(UTC), gpu_id=first["gpu_id"], slice_id=first["slice_id"],
         instance_id=first["instance_id"], team_id=first["team_id"], samples=60 * len(rows),
-        observed_s=60.0 * len(rows), energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
+        observed_s=60.0 * len(rows), idle_s=sum(r["observed_s"] for r in rows if _idle(r)), energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
     )
 
 

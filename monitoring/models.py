@@ -222,6 +222,12 @@ class Rollup1m(_Rollup):
 
 
 class Rollup1h(_Rollup):
+    # Seconds of the hour in minutes judged idle (real activity below
+    # activity.IDLE_BELOW_PCT), summed from its 1-minute rollups; NULL where the hour
+    # had none. Kept here so idle cost over a month reads hours, not minutes, and stays
+    # the same once the minutes are past retention.
+    idle_s = models.FloatField(null=True, blank=True)
+
     class Meta:
         indexes = [
             models.Index(fields=["gpu", "bucket"], name="rollup1h_gpu_bucket"),
@@ -241,6 +247,9 @@ class RollupCursor(models.Model):
     done_until = models.DateTimeField(null=True, blank=True)
     # Set when late samples land before done_until: rebuild from here on the next run.
     dirty_from = models.DateTimeField(null=True, blank=True)
+    # The 1-hour tier only: its buckets from here to done_until (or dirty_from) were
+    # built with ``idle_s`` summed from their minutes.
+    idle_from = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -9,7 +9,7 @@ few runs instead of one long one.
 1-minute buckets: min/avg/max of each gauge, the increase of each counter, the
 largest ECC counts, the sample count and the seconds the samples cover. 1-hour
 buckets take min/avg/max from the raw samples (exact, not averages of averages) and
-the sums (seconds, counter increases) from the 1-minute buckets.
+the sums (seconds observed, seconds idle, counter increases) from the 1-minute buckets.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.db.models import Avg, Count, Max, Min, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from . import partitions
+from . import activity, partitions
 from .catalog import COUNTERS, GAUGES, STATES
 from .models import GpuEvent, Rollup1h, Rollup1m, RollupCursor, Sample
 
@@ -117,49 +117,73 @@ def _previous_counters(start: datetime) -> dict[tuple, dict]:
 
 
 def build_1h(start: datetime, end: datetime, *, now: datetime | None = None) -> int:
-    """Rebuild the 1-hour buckets in [start, end) from raw samples and 1-minute sums."""
+    """Rebuild the 1-hour buckets in [start, end) from raw samples and 1-minute sums:
+    seconds observed and idle (``activity.idle_seconds`` at ``IDLE_BELOW_PCT``) and
+    counter increases. A device-hour with minutes but no raw samples left takes its
+    gauges from the minutes too (min of minimums, mean of averages, max of maximums)."""
     rows = _raw_buckets(start, end, "hour")
-    sums = {}
-    minute_sums = {"observed": Sum("observed_s")}
+    minute_sums = {"observed": Sum("observed_s"), "idle": Sum(activity.idle_seconds(activity.IDLE_BELOW_PCT))}
     for name in COUNTERS:
         minute_sums |= {f"{name}_delta": Sum(f"{name}_delta"), f"{name}_last": Max(f"{name}_last")}
-    minutes = (
-        Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end)
-        .annotate(b=Trunc("bucket", "hour", tzinfo=UTC))
-        .values("b", *KEYS)
-        .annotate(**minute_sums)
-    )
-    for m in minutes:
-        sums[(m["b"], *(m[k] for k in KEYS))] = m
+    minutes = activity.judged(Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end)).annotate(
+        b=Trunc("bucket", "hour", tzinfo=UTC)).values("b", *KEYS)
+    sums = {(m["b"], *(m[k] for k in KEYS)): m for m in minutes.annotate(**minute_sums)}
+    raw = {(row["b"], *(row[k] for k in KEYS)) for row in rows}
+    if set(sums) - raw:
+        rows += [row | {"n": row["samples"]} for row in minutes.annotate(**_minute_gauges())
+                 if (row["b"], *(row[k] for k in KEYS)) not in raw]
     out = []
     for row in rows:
         m = sums.get((row["b"], *(row[k] for k in KEYS)), {})
         out.append(Rollup1h(
-            bucket=row["b"], samples=row["n"], observed_s=m.get("observed") or _observed(row, TIERS["1h"][1]),
-            **{k: row[k] for k in KEYS}, **_gauges(row),
+            bucket=row["b"], samples=row["n"], idle_s=m.get("idle"),
+            observed_s=m.get("observed") or (_observed(row, TIERS["1h"][1]) if "first" in row else 0.0), **{k: row[k] for k in KEYS}, **_gauges(row),
             **{f"{n}_delta": m.get(f"{n}_delta") for n in COUNTERS},
-            **{f"{n}_last": m.get(f"{n}_last", row[f"{n}_hi"]) for n in COUNTERS},
+            **{f"{n}_last": m.get(f"{n}_last", row.get(f"{n}_hi")) for n in COUNTERS},
             **{f"{n}_max": row[f"{n}_max"] for n in STATES},
         ))
     with transaction.atomic():
-        out = _replace(Rollup1h, start, end, out, now=now)
+        out = _replace(Rollup1h, start, end, out, now=now, update=("observed_s", "idle_s",
+                       *(f"{n}_delta" for n in COUNTERS), *(f"{n}_last" for n in COUNTERS)))
         Rollup1h.objects.bulk_create(out, batch_size=500)
     return len(out)
 
 
-def _replace(model, start: datetime, end: datetime, out: list, *, now: datetime | None) -> list:
+def _minute_gauges() -> dict:
+    """An hour's gauges, ECC maxima and sample count from its 1-minute rollups."""
+    out = {"samples": Sum("samples")}
+    for name in GAUGES:
+        out |= {f"{name}_min": Min(f"{name}_min"), f"{name}_avg": Avg(f"{name}_avg"), f"{name}_max": Max(f"{name}_max")}
+    return out | {f"{name}_max": Max(f"{name}_max") for name in STATES}
+
+
+def _replace(model, start: datetime, end: datetime, out: list, *, now: datetime | None,
+             update: tuple[str, ...] = ()) -> list:
     """Clear the buckets of [start, end) that ``out`` rebuilds; returns what to insert.
 
     Before the raw retention horizon other GPUs' samples may already be gone, so a
     rebuild there (late samples, e.g. a spool replayed after days offline) only fills
-    the buckets a GPU has none of and leaves every built bucket as it is."""
+    the buckets a GPU has none of and leaves every built bucket as it is, but for the
+    fields named in ``update``: those come whole from the tier below (an hour's sums of
+    its minutes), so a built bucket takes them from ``out``."""
     horizon = (now or timezone.now()) - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
     stale = model.objects.filter(bucket__gte=start, bucket__lt=end)
     if start >= horizon:
         stale.delete()
         return out
-    built = set(stale.values_list("bucket", "gpu_id", "slice_id"))
-    return [r for r in out if (r.bucket, r.gpu_id, r.slice_id) not in built]
+    built = {(bucket, gpu, piece, instance): pk for pk, bucket, gpu, piece, instance
+             in stale.values_list("pk", "bucket", "gpu_id", "slice_id", "instance_id")}
+    devices = {key[:3] for key in built}
+    keep, again = [], []
+    for row in out:
+        if (row.bucket, row.gpu_id, row.slice_id) not in devices:
+            keep.append(row)
+        elif update and (pk := built.get((row.bucket, row.gpu_id, row.slice_id, row.instance_id))) is not None:
+            row.pk = pk
+            again.append(row)
+    if again:
+        model.objects.bulk_update(again, update, batch_size=500)
+    return keep
 
 
 BUILDERS = {"1m": build_1m, "1h": build_1h}
@@ -193,6 +217,8 @@ def run(tier: str, *, now: datetime | None = None, max_buckets: int | None = Non
         dirty = cursor.dirty_from
         cursor.dirty_from = end if dirty is not None and cursor.done_until and end < cursor.done_until else None
         cursor.done_until = max(end, cursor.done_until or end)
+        if tier == "1h":  # every hour from start on is built with its idle seconds now
+            cursor.idle_from = min(start, cursor.idle_from or start)
         cursor.updated_at = now
         cursor.save()
         if tier == "1m" and dirty is not None:

@@ -14,8 +14,8 @@ from gpuconsole import demo as console_demo
 from instances import demo as instances_demo
 from instances.models import GpuHold
 from monitoring import demo
-from monitoring.activity import activity_by_instance
-from monitoring.models import Rollup1h, Rollup1m
+from monitoring.activity import activity_by_gpu, activity_by_instance, exact_hours
+from monitoring.models import Rollup1h, Rollup1m, RollupCursor
 
 
 @pytest.fixture
@@ -48,6 +48,15 @@ def test_every_hold_has_hourly_telemetry_from_its_start_and_last_month_has_idle_
                  .values_list("instance_id", flat=True))
     observed = activity_by_instance(sorted(billed), start, end)
     assert billed and all(seconds > 0 for seconds, _idle in observed.values())
+    # The seeded hours carry their minutes' idle seconds: read from them, the idle
+    # figures of the hours with minutes are those of the minutes themselves.
+    ids = list(GpuHold.objects.values_list("instance_id", flat=True).distinct())
+    since, until = this_hour - timedelta(hours=3), timezone.now()
+    assert exact_hours(since, until) == (since, this_hour)
+    from_hours = activity_by_gpu(ids, since, until)
+    RollupCursor.objects.filter(name="1h").update(idle_from=None)
+    assert from_hours == activity_by_gpu(ids, since, until)
+    assert any(idle for _seconds, idle in from_hours.values())
     # A whole GPU reports NVML's GPM metrics from Hopper on only, in its history as the
     # simulated agent does live: no tensor-core activity for a whole A100.
     for model in Rollup1m, Rollup1h:
