@@ -78,7 +78,7 @@
       const response = await fetch(`${form.dataset.quoteUrl}?${params}`, { headers: { Accept: "application/json" } });
       const body = await response.json();
       if (mine !== pending) return;
-      if (!response.ok) { box.textContent = Object.values(body).flat().join(" "); return; }
+      if (!response.ok) { refused(body); return; }
       const price = body.price_per_hour === null ? "no price" : `${fmt.format(Number(body.price_per_hour))}/h`;
       box.innerHTML = "";
       const head = document.createElement("div");
@@ -96,6 +96,18 @@
     } catch (err) {
       box.textContent = "Price unavailable right now.";
     }
+  }
+
+  // What the server said of a submitted field stands under it until the field changes.
+  const marked = (name) => { const el = field(name); return el && el.closest(".field")?.querySelector(".errorlist"); };
+  form.addEventListener("input", (event) => event.target.closest(".field")?.querySelector(".errorlist")?.remove());
+  form.addEventListener("change", (event) => event.target.closest(".field")?.querySelector(".errorlist")?.remove());
+
+  // A quote refused for a field already marked says so once, under the field.
+  function refused(body) {
+    const rest = Object.entries(body).filter(([name]) => !marked(name)).map(([, messages]) => messages).flat();
+    if (rest.length) { box.textContent = rest.join(" "); return; }
+    box.innerHTML = '<span class="muted">Correct the marked field to see the price.</span>';
   }
 
   for (const el of [model, slice, pricing, count, team]) {
