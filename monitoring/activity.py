@@ -6,11 +6,15 @@ and computes nothing reads ~0%. So where the GPU reports Hopper GPM metrics, rea
 activity is the largest of SM occupancy, tensor-core activity and DRAM bandwidth
 use (a memory-bound copy is real work); elsewhere it is plain GPU utilization.
 A GPU-minute is idle when its real activity is below the threshold (10%,
-``IDLE_BELOW_PCT``, for every figure the product shows).
+``IDLE_BELOW_PCT``, for every figure the product shows). Observed seconds are those
+with a reading of real activity: a device that reports neither utilization nor GPM
+(an A100's MIG slice: NVML has no utilization on MIG devices, and GPM begins with
+Hopper) is not observed at all, so its idle share is unknown rather than zero.
 
-Each 1-hour rollup carries the idle seconds of its minutes (``Rollup1h.idle_s``, summed
-when the hour is built). So over the whole hours the 1-hour tier has built with them,
-idle and observed seconds are read from the hours: a month of a team's GPUs is 60×
+Each 1-hour rollup carries the observed and idle seconds of its minutes
+(``Rollup1h.judged_s`` and ``idle_s``, summed when the hour is built). So over the
+whole hours the 1-hour tier has built with them, idle and observed seconds are read
+from the hours: a month of a team's GPUs is 60×
 fewer rows than its minutes, the same sums, and unchanged once the minutes are past
 retention. The hours not built yet (the current one, and any being rebuilt after late
 samples) and the minutes cut by the range are read from the 1-minute rollups. An hour
@@ -67,7 +71,7 @@ def activity_by_instance_and_day(
     read in one pass: for each day, what ``activity_by_instance`` answers over that day's
     part of the range (no rollup straddles midnight). Only days with telemetry appear."""
     totals: dict[tuple[datetime, int], list[float]] = {}
-    for iid, _gpu, hour, seconds, idle in _observed(instance_ids, start, end, threshold_pct, hourly=True):
+    for iid, _gpu, hour, seconds, idle in _observed(instance_ids, start, end, threshold_pct, by_day=True):
         day = hour.astimezone(UTC).replace(hour=0)
         entry = totals.setdefault((day, iid), [0.0, 0.0])
         entry[0] += seconds
@@ -87,6 +91,13 @@ def judged(rows):
     return rows.alias(gpm=_GPM)
 
 
+def judged_seconds() -> Case:
+    """The seconds of a ``judged`` rollup that count as observed: all of its seconds
+    when it has a reading of real activity, else none."""
+    return Case(When(Q(gpm__gte=0) | Q(gpu_util_avg__isnull=False), then=F("observed_s")),
+                default=Value(0.0), output_field=FloatField())
+
+
 def idle_seconds(threshold_pct: float) -> Case:
     """The seconds of a ``judged`` rollup that were idle: all of its observed seconds
     when its real activity is below ``threshold_pct``, else none."""
@@ -102,13 +113,21 @@ class _Hour(Func):
     ``TruncHour`` is a Python function called per row on SQLite."""
 
     output_field = DateTimeField()
+    unit, sqlite_format = "hour", "%%%%Y-%%%%m-%%%%d %%%%H:00:00"
 
     def as_sql(self, compiler, connection, **extra):
-        return super().as_sql(compiler, connection, template="date_trunc('hour', %(expressions)s, 'UTC')", **extra)
+        return super().as_sql(compiler, connection, template=f"date_trunc('{self.unit}', %(expressions)s, 'UTC')",
+                              **extra)
 
     def as_sqlite(self, compiler, connection, **extra):  # buckets are stored as UTC text there
-        return super().as_sql(compiler, connection, template="strftime('%%%%Y-%%%%m-%%%%d %%%%H:00:00', %(expressions)s)",
+        return super().as_sql(compiler, connection, template=f"strftime('{self.sqlite_format}', %(expressions)s)",
                               **extra)
+
+
+class _Day(_Hour):
+    """The UTC day a bucket falls in."""
+
+    unit, sqlite_format = "day", "%%%%Y-%%%%m-%%%%d 00:00:00"
 
 
 def exact_hours(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
@@ -133,34 +152,38 @@ def _ceil_hour(moment: datetime) -> datetime:
     return floor if floor == moment else floor + HOUR
 
 
-def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float, *, hourly: bool = False):
-    """(instance id, GPU id, hour, seconds observed inside [start, end), of which idle):
+def _observed(instance_ids, start: datetime, end: datetime, threshold_pct: float, *, by_day: bool = False):
+    """(instance id, GPU id, time, seconds observed inside [start, end), of which idle):
     over ``exact_hours`` from the 1-hour rollups, elsewhere from the minutes
-    (``_from_minutes``). Unless ``hourly``, some rows are sums over several hours, and
-    their hour is None."""
+    (``_from_minutes``). With ``by_day``, each row's time (an hour, or a midnight for
+    the hours summed by day) lies in the UTC day it counts for; without it, some rows
+    are sums over several days and their time is None."""
     ids = list(instance_ids)
     exact = exact_hours(start, end) if threshold_pct == IDLE_BELOW_PCT else None
     if exact is None:
-        yield from _from_minutes(ids, start, end, threshold_pct, hourly=hourly)
+        yield from _from_minutes(ids, start, end, threshold_pct, by_day=by_day)
         return
     lo, hi = exact
     if start < lo:
-        yield from _from_minutes(ids, start, lo, threshold_pct, hourly=hourly)
+        yield from _from_minutes(ids, start, lo, threshold_pct, by_day=by_day)
     rows = judged(Rollup1h.objects.filter(instance_id__in=ids, bucket__gte=lo, bucket__lt=hi))
-    keys = ["instance_id", "gpu_id", *(["bucket"] if hourly else [])]
+    if by_day:  # summed by day here, at its midnight
+        rows = rows.annotate(day=_Day("bucket"))
+    keys = ["instance_id", "gpu_id", *(["day"] if by_day else [])]
     for row in (rows.values(*keys).order_by()
-                .annotate(observed=Sum("observed_s"), idle=Sum(Coalesce("idle_s", idle_seconds(threshold_pct))))):
-        yield row["instance_id"], row["gpu_id"], row.get("bucket"), row["observed"] or 0.0, row["idle"] or 0.0
+                .annotate(observed=Sum(Coalesce("judged_s", judged_seconds())),
+                          idle=Sum(Coalesce("idle_s", idle_seconds(threshold_pct))))):
+        yield row["instance_id"], row["gpu_id"], row.get("day"), row["observed"] or 0.0, row["idle"] or 0.0
     if hi < end:
-        yield from _from_minutes(ids, hi, end, threshold_pct, hourly=hourly)
+        yield from _from_minutes(ids, hi, end, threshold_pct, by_day=by_day)
 
 
-def _from_minutes(ids: list[int], start: datetime, end: datetime, threshold_pct: float, *, hourly: bool):
+def _from_minutes(ids: list[int], start: datetime, end: datetime, threshold_pct: float, *, by_day: bool):
     """``_observed`` over [start, end) summed over the 1-minute rollups, and over the
     1-hour rollups of device-hours that have no minute rollups. Whole buckets are summed
     by the database, per device-hour; the few cut by ``start`` or ``end`` count in part,
     here. The hour is None for the hours before the first one with minute rollups,
-    summed per device, unless ``hourly``."""
+    summed per device, unless ``by_day``."""
     covered: set[tuple] = set()
     for iid, gpu_id, slice_id, hour, observed, idle in _sums(
         Rollup1m.objects.filter(instance_id__in=ids), BUCKET, start, end, threshold_pct, by_hour=True
@@ -172,7 +195,7 @@ def _from_minutes(ids: list[int], start: datetime, end: datetime, threshold_pct:
     horizon = min((key[3] for key in covered), default=None)
     hours = Rollup1h.objects.filter(instance_id__in=ids)
     before = hours if horizon is None else hours.filter(bucket__lt=horizon)
-    for iid, gpu_id, _slice, hour, observed, idle in _sums(before, HOUR, start, end, threshold_pct, by_hour=hourly):
+    for iid, gpu_id, _slice, hour, observed, idle in _sums(before, HOUR, start, end, threshold_pct, by_hour=by_day):
         yield iid, gpu_id, hour, observed, idle
     if horizon is not None:
         for iid, gpu_id, slice_id, hour, observed, idle in _sums(
@@ -191,14 +214,14 @@ def _sums(rows, width: timedelta, start: datetime, end: datetime, threshold_pct:
     keys = ["instance_id", "gpu_id", "slice_id"]
     grouped = rows.filter(whole).annotate(hour=_Hour("bucket")) if by_hour else rows.filter(whole)
     for row in (grouped.values(*keys, *(["hour"] if by_hour else []))
-                .annotate(observed=Sum("observed_s"), idle=Sum(idle_seconds(threshold_pct))).order_by()):
+                .annotate(observed=Sum(judged_seconds()), idle=Sum(idle_seconds(threshold_pct))).order_by()):
         yield row["instance_id"], row["gpu_id"], row["slice_id"], row.get("hour"), row["observed"] or 0.0, row["idle"]
     for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.exclude(whole).values_list(
         *keys, "bucket", "observed_s", *ACTIVITY
     ):
         inside = (min(end, bucket + width) - max(start, bucket)) / width
-        seconds = (observed or 0.0) * inside
         activity = real_activity(*metrics)
+        seconds = (observed or 0.0) * inside if activity is not None else 0.0
         hour = bucket.replace(minute=0, second=0, microsecond=0) if by_hour else None
         yield iid, gpu_id, slice_id, hour, seconds, seconds if activity is not None and activity < threshold_pct else 0.0
 

@@ -168,10 +168,10 @@ def _minutes_from(hold: GpuHold, start: datetime, longer: datetime) -> datetime:
 
 def _reports(gpu, piece) -> tuple[str | None, bool, int | None, int]:
     """What a held GPU or slice reports, as the simulated agent reports it: its mode
-    (None for a whole GPU), whether it has GPM metrics (slices do; a whole GPU from
-    Hopper on), its power limit in mW (a whole GPU only) and its memory in bytes."""
+    (None for a whole GPU), whether it has GPM metrics (from Hopper on, per slice too),
+    its power limit in mW (a whole GPU only) and its memory in bytes."""
     if piece is not None:
-        return gpu.host.kind, True, None, piece.profile.memory_gb * 2**30
+        return gpu.host.kind, reports_gpm(gpu.model.name), None, piece.profile.memory_gb * 2**30
     return None, reports_gpm(gpu.model.name), gpu.model.power_limit_w * 1000, gpu.memory_total
 
 
@@ -192,6 +192,8 @@ def _minute_values(kind: str, rng: random.Random, limit_mw: int | None, memory: 
         drawn = {"sm_occupancy_pct": pick(occupancy), "tensor_active_pct": pick(tensor), "dram_bw_util_pct": pick(dram)}
         if gpm:  # drawn either way, so that the other figures stay the same
             avg |= drawn
+        elif mode == "mig":  # a MIG slice's activity is GPM's: an A100's slices have none
+            del avg["gpu_util"]
     if mode is None:
         avg |= {
             "power_mw": limit_mw * share, "temp_c": 30 + 50 * share, "fan_pct": 30 + 40 * share,
@@ -295,7 +297,7 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
         energy += int(delta or 0)
         rows.append(dict(bucket=bucket.astimezone(UTC), gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None),
                          instance_id=instance.pk, team_id=hold.team_id, samples=int(seconds), observed_s=seconds,
-                         idle_s=None, energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
+                         judged_s=None, idle_s=None, energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
         bucket += timedelta(hours=1)
     return rows
 
@@ -322,10 +324,9 @@ def _insert(model, rows: list[dict]) -> None:
         )
 
 
-def _idle(row: dict) -> bool:
-    """Whether a minute rollup is idle by the rule the 1-hour tier sums (activity.py)."""
-    real = activity.real_activity(*(row.get(name) for name in activity.ACTIVITY))
-    return real is not None and real < activity.IDLE_BELOW_PCT
+def _activity(row: dict) -> float | None:
+    """A minute rollup's real activity, as the 1-hour tier judges it (activity.py)."""
+    return activity.real_activity(*(row.get(name) for name in activity.ACTIVITY))
 
 
 def _hour(bucket: datetime, rows: list[dict]) -> dict:
@@ -342,7 +343,9 @@ def _hour(bucket: datetime, rows: list[dict]) -> dict:
     return dict(
         bucket=bucket.astimezone(UTC), gpu_id=first["gpu_id"], slice_id=first["slice_id"],
         instance_id=first["instance_id"], team_id=first["team_id"], samples=60 * len(rows),
-        observed_s=60.0 * len(rows), idle_s=sum(r["observed_s"] for r in rows if _idle(r)), energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
+        observed_s=60.0 * len(rows), judged_s=sum(r["observed_s"] for r in rows if _activity(r) is not None),
+        idle_s=sum(r["observed_s"] for r in rows if (a := _activity(r)) is not None and a < activity.IDLE_BELOW_PCT),
+        energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
     )
 
 

@@ -222,10 +222,11 @@ class Rollup1m(_Rollup):
 
 
 class Rollup1h(_Rollup):
-    # Seconds of the hour in minutes judged idle (real activity below
-    # activity.IDLE_BELOW_PCT), summed from its 1-minute rollups; NULL where the hour
-    # had none. Kept here so idle cost over a month reads hours, not minutes, and stays
-    # the same once the minutes are past retention.
+    # Seconds of the hour in minutes with a reading of real activity, and of those the
+    # idle ones (below activity.IDLE_BELOW_PCT), summed from its 1-minute rollups; NULL
+    # where the hour had none. Kept here so idle cost over a month reads hours, not
+    # minutes, and stays the same once the minutes are past retention.
+    judged_s = models.FloatField(null=True, blank=True)
     idle_s = models.FloatField(null=True, blank=True)
 
     class Meta:

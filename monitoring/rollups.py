@@ -118,11 +118,12 @@ def _previous_counters(start: datetime) -> dict[tuple, dict]:
 
 def build_1h(start: datetime, end: datetime, *, now: datetime | None = None) -> int:
     """Rebuild the 1-hour buckets in [start, end) from raw samples and 1-minute sums:
-    seconds observed and idle (``activity.idle_seconds`` at ``IDLE_BELOW_PCT``) and
-    counter increases. A device-hour with minutes but no raw samples left takes its
+    seconds observed, with a reading of activity and idle (``activity``'s rules at
+    ``IDLE_BELOW_PCT``), and counter increases. A device-hour with minutes but no raw samples left takes its
     gauges from the minutes too (min of minimums, mean of averages, max of maximums)."""
     rows = _raw_buckets(start, end, "hour")
-    minute_sums = {"observed": Sum("observed_s"), "idle": Sum(activity.idle_seconds(activity.IDLE_BELOW_PCT))}
+    minute_sums = {"observed": Sum("observed_s"), "judged": Sum(activity.judged_seconds()),
+                   "idle": Sum(activity.idle_seconds(activity.IDLE_BELOW_PCT))}
     for name in COUNTERS:
         minute_sums |= {f"{name}_delta": Sum(f"{name}_delta"), f"{name}_last": Max(f"{name}_last")}
     minutes = activity.judged(Rollup1m.objects.filter(bucket__gte=start, bucket__lt=end)).annotate(
@@ -136,14 +137,14 @@ def build_1h(start: datetime, end: datetime, *, now: datetime | None = None) -> 
     for row in rows:
         m = sums.get((row["b"], *(row[k] for k in KEYS)), {})
         out.append(Rollup1h(
-            bucket=row["b"], samples=row["n"], idle_s=m.get("idle"),
+            bucket=row["b"], samples=row["n"], judged_s=m.get("judged"), idle_s=m.get("idle"),
             observed_s=m.get("observed") or (_observed(row, TIERS["1h"][1]) if "first" in row else 0.0), **{k: row[k] for k in KEYS}, **_gauges(row),
             **{f"{n}_delta": m.get(f"{n}_delta") for n in COUNTERS},
             **{f"{n}_last": m.get(f"{n}_last", row.get(f"{n}_hi")) for n in COUNTERS},
             **{f"{n}_max": row[f"{n}_max"] for n in STATES},
         ))
     with transaction.atomic():
-        out = _replace(Rollup1h, start, end, out, now=now, update=("observed_s", "idle_s",
+        out = _replace(Rollup1h, start, end, out, now=now, update=("observed_s", "judged_s", "idle_s",
                        *(f"{n}_delta" for n in COUNTERS), *(f"{n}_last" for n in COUNTERS)))
         Rollup1h.objects.bulk_create(out, batch_size=500)
     return len(out)

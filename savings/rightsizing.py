@@ -33,7 +33,7 @@ MIN_MINUTES = 60  # less telemetry than an hour: no advice
 class Usage:
     """One instance's devices over the window (memory in bytes, activity in percent)."""
 
-    minutes: int
+    minutes: int  # with a reading of real activity: fewer than MIN_MINUTES, no advice
     devices: int
     mem_peak: float  # the largest device's peak
     mem_p95: float
@@ -83,18 +83,21 @@ def summarise(by_minute: dict) -> Usage:
             devices.add((gpu, piece))
             peaks.append(mem_max or mem_avg or 0.0)
             avgs.append(mem_avg or 0.0)
-            acts.append(real_activity(util, sm, tensor, dram) or 0.0)
+            activity = real_activity(util, sm, tensor, dram)
+            if activity is not None:  # unknown (an A100's MIG slice): neither idle nor busy
+                acts.append(activity)
             if tensor is not None:
                 tensors.append(tensor)
         totals.append(sum(r[2] or r[3] or 0.0 for r in rows))
-        busiest.append(max(acts))
-        busy.append(sum(acts) / 100)
-        idle += max(acts) < IDLE_PCT
+        if acts:
+            busiest.append(max(acts))
+            busy.append(sum(acts) / 100)
+            idle += max(acts) < IDLE_PCT
     return Usage(
-        minutes=len(by_minute), devices=len(devices), mem_peak=max(peaks), mem_p95=percentile(avgs, 95),
+        minutes=len(busiest), devices=len(devices), mem_peak=max(peaks), mem_p95=percentile(avgs, 95),
         total_mem_peak=max(totals), activity_p95=percentile(busiest, 95), busy_gpus_p95=percentile(busy, 95),
         tensor_avg=sum(tensors) / len(tensors) if tensors else None,
-        tensor_p95=percentile(tensors, 95) if tensors else None, idle_share=idle / len(by_minute),
+        tensor_p95=percentile(tensors, 95) if tensors else None, idle_share=idle / len(busiest) if busiest else 0.0,
     )
 
 

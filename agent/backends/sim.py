@@ -17,8 +17,8 @@ pending devices idle with no processes, a running instance's devices run the wor
 its name suggests (``workload_for``; a small model's runs on the instance's first
 device of the host, its other devices idle), a stopping one idles. MIG and vGPU slices of a
 fleet file report per-slice readings; what a mode cannot report is left out, never 0
-(a MIG slice has no power, temperature or clocks; a GPU in MIG mode has no
-utilization of its own; a vGPU has no GPM tensor metrics).
+(a MIG slice has no power, temperature or clocks, and before Hopper no activity at
+all; a GPU in MIG mode has no utilization of its own; a vGPU has no GPM tensor metrics).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class SimGpu:
         self.pid = 0
         self.mem_frac = 0.005
         self.mode = spec.get("mode")  # None, "mig" or "vgpu"
-        self.slices = [SimSlice(sl, seed, self.mode) for sl in spec.get("slices", ())]
+        self.slices = [SimSlice(sl, seed, self.mode, self.gpm) for sl in spec.get("slices", ())]
         self.follow = False
         self.alloc = ("free", "", 0)
         self.fault = None
@@ -320,8 +320,9 @@ def _describe(kind: str, pid: int, instance: str) -> dict:
 class SimSlice:
     """A MIG slice or a vGPU of a simulated GPU, with its own workload."""
 
-    def __init__(self, spec: dict, seed: int, mode: str | None):
+    def __init__(self, spec: dict, seed: int, mode: str | None, gpm: bool = True):
         self.uuid = spec["uuid"]
+        self.gpm = gpm  # a MIG slice's activity is GPM's: none before Hopper
         self.gpu_instance_id = spec.get("gpu_instance_id", 0)
         self.profile = spec.get("profile", "")
         self.memory_total = spec["memory_total"]
@@ -357,7 +358,8 @@ class SimSlice:
         m = {"mem_used": mem_used, "mem_total": self.memory_total}
         if self.mode == "vgpu":
             m |= {"gpu_util": util, "mem_util": pick(memu_r)}
-        elif slow:  # MIG: GPM per GPU instance, over the slow interval
+        elif slow and self.gpm:  # MIG: GPM per GPU instance, over the slow interval (NVML has no
+            # utilization on MIG devices, so an A100's slices report memory only)
             m |= {"gpu_util": util, "tensor_active_pct": pick(tens_r), "sm_occupancy_pct": pick(occ_r),
                   "dram_bw_util_pct": pick(dram_r)}
         procs = None

@@ -86,6 +86,27 @@ def test_only_hopper_and_later_report_gpm_metrics(tmp_path):
     assert gpm <= seen["GPU-h100"] and gpm <= seen["GPU-h200"]
 
 
+def test_a_mig_slice_reports_activity_only_from_hopper_on(tmp_path):
+    """A MIG slice's activity is GPM's (NVML has no utilization on MIG devices): an
+    A100's slices report their memory alone, an H100's their utilization and GPM too."""
+    def mig(uuid, name):
+        return {"uuid": uuid, "index": 0, "name": name, "mode": "mig", "slices": [
+            {"uuid": f"MIG-{uuid}", "gpu_instance_id": 1, "profile": "1g.10gb", "memory_total": 10 * 2**30}]}
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps([{"host": "a", "gpus": [mig("GPU-a100", "A100-80GB")]},
+                                {"host": "h", "gpus": [mig("GPU-h100", "H100-80GB")]}]))
+    source = SimSource.from_fleet(load_fleet(path), interval=1.0, slow_interval=1.0)
+    seen = {}
+    for _ in range(5):
+        for records in source.tick(now=0.0).values():
+            for record in records:
+                if record.get("slice"):
+                    seen.setdefault(record["slice"], set()).update(record["m"])
+    activity = {"gpu_util", "sm_occupancy_pct", "tensor_active_pct", "dram_bw_util_pct"}
+    assert "mem_used" in seen["MIG-GPU-a100"] and not activity & seen["MIG-GPU-a100"]
+    assert activity <= seen["MIG-GPU-h100"]
+
+
 def test_energy_only_grows():
     source = SimSource.synthetic(1, 4, slow_interval=1.0)
     series = [m["energy_mj"] for m in metrics(source, 30)]

@@ -24,7 +24,8 @@ T0 = utc(2026, 11, 10, 0, 0)
 
 def one_by_one(instance_ids, start, end, threshold):
     """The rules, one rollup at a time: every minute rollup inside the range (in part
-    where cut), and each hour rollup whose device-hour has no minute rollup there."""
+    where cut), and each hour rollup whose device-hour has no minute rollup there; a
+    rollup with no reading of activity is not observed."""
     covered, totals = set(), {}
     for tier, width in ((Rollup1m, BUCKET), (Rollup1h, HOUR)):
         for row in tier.objects.filter(instance_id__in=instance_ids, bucket__gt=start - width, bucket__lt=end):
@@ -33,9 +34,11 @@ def one_by_one(instance_ids, start, end, threshold):
                 covered.add(key)
             elif key in covered:
                 continue
-            seconds = row.observed_s * ((min(end, row.bucket + width) - max(start, row.bucket)) / width)
             activity = real_activity(row.gpu_util_avg, row.sm_occupancy_pct_avg, row.tensor_active_pct_avg,
                                      row.dram_bw_util_pct_avg)
+            if activity is None:  # no reading of activity: not observed
+                continue
+            seconds = row.observed_s * ((min(end, row.bucket + width) - max(start, row.bucket)) / width)
             entry = totals.setdefault((row.instance_id, row.gpu.uuid), [0.0, 0.0])
             entry[0] += seconds
             entry[1] += seconds if activity is not None and activity < threshold else 0.0

@@ -5,6 +5,7 @@ past retention, and read from minutes again wherever an hour waits for a rebuild
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from telemetry_wire import add_samples, utc
 
 from monitoring import rollup_marks, rollups
@@ -25,12 +26,14 @@ STEP = timedelta(seconds=10)
 
 def minute_of(gpu_index: int, minute: int) -> dict | None:
     """Runs of idle and busy minutes; GPU 0 reports SM occupancy (GPM), GPU 1 only
-    utilization and goes quiet for half an hour."""
+    utilization, goes quiet for half an hour and for a quarter reports its memory alone."""
     if gpu_index == 0:
         util = 0.0 if (minute // 7) % 2 == 0 else 60.0
         return {"gpu_util": util, "sm_occupancy_pct": util / 2}
     if 100 <= minute < 130:
         return None
+    if 200 <= minute < 215:
+        return {"mem_used": 2**30}
     return {"gpu_util": 5.0 if (minute // 13) % 3 == 0 else 80.0}
 
 
@@ -87,10 +90,12 @@ def test_an_hour_holds_the_idle_seconds_of_its_minutes(history):
     for hour in hours:
         minutes = Rollup1m.objects.filter(gpu_id=hour.gpu_id, bucket__gte=hour.bucket,
                                           bucket__lt=hour.bucket + timedelta(hours=1))
-        idle = sum(m.observed_s for m in minutes
-                   if real_activity(m.gpu_util_avg, m.sm_occupancy_pct_avg) < IDLE_BELOW_PCT)
+        judged = [m for m in minutes if real_activity(m.gpu_util_avg, m.sm_occupancy_pct_avg) is not None]
+        idle = sum(m.observed_s for m in judged if real_activity(m.gpu_util_avg, m.sm_occupancy_pct_avg) < IDLE_BELOW_PCT)
+        assert hour.judged_s == pytest.approx(sum(m.observed_s for m in judged))
         assert hour.idle_s == pytest.approx(idle)
-        assert 0 < hour.idle_s < hour.observed_s  # each hour has idle and busy minutes
+        assert 0 < hour.idle_s < hour.judged_s  # each hour has idle and busy minutes
+    assert Rollup1h.objects.filter(judged_s__lt=F("observed_s") - 60).count() == 1  # the memory-only quarter
 
 
 @pytest.mark.parametrize("start,end", RANGES)
@@ -152,3 +157,13 @@ def test_an_hour_is_built_from_minutes_whose_samples_are_gone(acme_instance, gpu
     assert row.samples == 360 and row.observed_s == pytest.approx(sum(m.observed_s for m in minutes))
     assert row.gpu_util_min == 0.0 and row.gpu_util_max == 60.0
     assert row.idle_s == pytest.approx(sum(m.observed_s for m in minutes if m.gpu_util_avg < 20))
+
+
+def test_a_device_reporting_no_activity_is_not_observed(acme_instance, gpus):
+    """An A100's MIG slice reports its memory and nothing of its activity: its idle
+    share is unknown, not zero, read from minutes or from hours alike."""
+    add_samples(gpus[0], START, [{"mem_used": 2**30}] * 720, step=STEP, instance=acme_instance)
+    roll_up(START + timedelta(hours=2, minutes=1))
+    ids, span = [acme_instance.pk], (START, START + timedelta(hours=2))
+    assert Rollup1h.objects.get(bucket=START).observed_s == pytest.approx(3600)
+    assert activity_by_instance(ids, *span) == from_minutes(activity_by_instance, ids, *span) == {acme_instance.pk: (0, 0)}

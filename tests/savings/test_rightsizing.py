@@ -43,6 +43,12 @@ def test_a_memory_copy_at_full_dram_bandwidth_is_not_idle(alice, acme, running, 
     assert "copy" not in _advice(acme)
 
 
+def test_a_device_that_reports_no_activity_is_not_advised_to_stop(alice, acme, running, telemetry):
+    # An A100's MIG slice reports its memory only: how busy it is is unknown, not 0%.
+    telemetry(running(alice, acme, "blind"), mem_gb=5, activity=None)
+    assert "blind" not in _advice(acme)
+
+
 def test_less_than_an_hour_of_telemetry_gives_no_advice(alice, acme, running, telemetry):
     telemetry(running(alice, acme, "new"), minutes=30, mem_gb=6, activity=8)
     assert "new" not in _advice(acme)
