@@ -18,6 +18,10 @@ class Region(models.Model):
         return self.name
 
 
+# NVML's GPM metrics (tensor-core activity, SM occupancy, DRAM bandwidth) exist from Hopper on.
+GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
+
+
 class GpuModel(models.Model):
     """A GPU product, e.g. H100-80GB. Prices and placement key on it."""
 
@@ -31,6 +35,12 @@ class GpuModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def reports_gpm(self) -> bool:
+        """Whether its GPUs report GPM metrics; where the architecture is not recorded,
+        assumed they do (what comes is shown, what does not is 'not yet')."""
+        return not self.architecture or self.architecture.lower() in GPM_ARCHITECTURES
 
 
 class SliceKind(models.TextChoices):

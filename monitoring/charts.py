@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from instances.models import GPM_ARCHITECTURES
+
 GIB = 1024**3
 
 PALETTE = {
@@ -510,16 +512,20 @@ def device_figures(
     tier: str,
     whole_gpu: bool = True,
     ecc: bool = False,
+    reports_activity: bool = True,
     **limits,
 ) -> dict[str, dict]:
     """The charts of one GPU or slice over [start, end), finished for the panel. A slice
-    has no power, temperature or clocks of its own (they belong to the whole GPU)."""
+    has no power, temperature or clocks of its own (they belong to the whole GPU), and
+    one that reports no activity (an A100's MIG slice) no utilization chart."""
     figures = gpu_figures(series, **limits)
     if ecc:
         figures["ecc"] = ecc_figure(series)
     if not whole_gpu:
         for name in ("power", "temperature", "clocks"):
             figures.pop(name, None)
+    if not reports_activity:
+        figures.pop("utilization", None)
     return {name: finish(fig, start=start, end=end, live=live, tier=tier) for name, fig in figures.items()}
 
 
@@ -752,8 +758,6 @@ def _level(value: float | None, warn: float, bad: float) -> str:
     return "ok"
 
 
-# NVML's GPM metrics (tensor-core activity, SM occupancy, DRAM bandwidth) exist from Hopper on.
-GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
 NOT_YET = (
     "not yet",
     "Tensor-core activity comes with the slower readings, every few seconds; "

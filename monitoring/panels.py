@@ -77,6 +77,7 @@ def _limits(device: dict) -> dict:
         "peak_tflops": basis["peak_tflops"] if basis else None,
         "tflops_precision": (f"{basis['precision']}, {'declared by the workload' if not basis['doubtful'] else 'assumed'}"
                              if basis else None),
+        "reports_activity": device.get("reports_activity", True),
     }
 
 

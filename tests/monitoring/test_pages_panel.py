@@ -118,3 +118,24 @@ def test_a_stopped_instance_charts_the_gpus_it_reported_from(client, bob, acme_i
     client.force_login(bob)
     panel = client.get(f"/monitoring/instances/{acme_instance.pk}/panel/").json()
     assert [d["uuid"] for d in panel["devices"]] == [gpu.uuid]
+
+
+def test_a_device_without_gpm_has_no_tflops_chart_and_an_a100_slice_no_utilization(client, charlie, globex, fleet,
+                                                                                   launch):
+    # NVML's GPM begins with Hopper: an A100 reports no tensor activity, and its MIG
+    # slices (no NVML utilization on MIG devices) no activity at all.
+    fleet["a100"].architecture = "Ampere"
+    fleet["a100"].save()
+    fleet["h100"].architecture = "Hopper"
+    fleet["h100"].save()
+    slice_nb = launch(charlie, globex, name="nb", model="A100-80GB", slice_profile=fleet["mig"])
+    hopper = launch(charlie, globex, name="train", model="H100-80GB")
+    client.force_login(charlie)
+    figures = {i.name: client.get(f"/monitoring/instances/{i.pk}/panel/").json()["first"]["figures"]
+               for i in (slice_nb, hopper)}
+    assert list(figures["nb"]) == ["memory"]
+    assert list(figures["train"]) == ["utilization", "tflops", "memory", "power", "temperature", "clocks"]
+    page = client.get(f"/instances/{slice_nb.pk}/").content.decode()
+    assert "No TFLOP/s estimate: the A100-80GB (Ampere) reports no tensor-core activity" in page
+    assert 'name="precision"' not in page
+    assert 'name="precision"' in client.get(f"/instances/{hopper.pk}/").content.decode()
