@@ -69,6 +69,12 @@ class SliceProfile(models.Model):
     def sku(self) -> str:
         return f"{self.gpu_model.name}:{self.kind}:{self.name}"
 
+    @property
+    def reports_activity(self) -> bool:
+        """A MIG slice's only activity is GPM's (NVML has no utilization on MIG devices):
+        a slice of a GPU without GPM reports none; a vGPU reports its utilization."""
+        return self.kind != SliceKind.MIG or self.gpu_model.reports_gpm
+
 
 class HostKind(models.TextChoices):
     PASSTHROUGH = "passthrough", "Bare metal / passthrough"

@@ -115,8 +115,7 @@ def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
         )),
         "slice": True,
         "gpm": piece.profile.gpu_model.reports_gpm,
-        # A MIG slice's only activity is GPM's (NVML has no utilization on MIG devices).
-        "reports_activity": piece.profile.kind != "mig" or piece.profile.gpu_model.reports_gpm,
+        "reports_activity": piece.profile.reports_activity,
         "t": reading["t"],
         "stale": reading["stale"],
         "seen": latest is not None,

@@ -139,3 +139,4 @@ def test_a_device_without_gpm_has_no_tflops_chart_and_an_a100_slice_no_utilizati
     assert "No TFLOP/s estimate: the A100-80GB (Ampere) reports no tensor-core activity" in page
     assert 'name="precision"' not in page
     assert 'name="precision"' in client.get(f"/instances/{hopper.pk}/").content.decode()
+    assert "idle stop never finds it idle" in page
