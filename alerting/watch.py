@@ -196,7 +196,7 @@ class Watch:
             gpu = Gpu.objects.select_related("model").get(pk=holder.gpu_id)
             piece = GpuSlice.objects.select_related("profile").filter(pk=holder.slice_id).first()
             precision = Instance.objects.filter(pk=instance_id).values_list("precision", flat=True).first()
-            self.bases[key] = device_basis(gpu.model.name, precision or "bf16", piece.profile if piece else None)
+            self.bases[key] = device_basis(gpu.model, precision or "bf16", piece.profile if piece else None)
         return self.bases[key]
 
     def _drop_inapplicable(self, tracks: dict[int, Track], ids: frozenset, t: float) -> None:

@@ -60,7 +60,7 @@ class GpuMetricsView(APIView):
                 raise NotFound("No such GPU.")
             gpu, gpu_id, slice_id, profile = piece.gpu, piece.gpu_id, piece.pk, piece.profile
         # Each reading is estimated at its holder's precision of the time (bf16 when free).
-        timeline = queries.device_timeline(gpu.model.name, profile, gpu_id=gpu_id, slice_id=slice_id, window=window)
+        timeline = queries.device_timeline(gpu.model, profile, gpu_id=gpu_id, slice_id=slice_id, window=window)
         tier, series = queries.gpu_series(request.user, window, gpu_id=gpu_id, slice_id=slice_id, basis=timeline)
         basis = queries.basis_at_end(timeline, window)
         return Response(

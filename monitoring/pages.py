@@ -73,7 +73,6 @@ def gpu_device(gpu: Gpu, latest: GpuLatest | None, now, sliced_util: float | Non
         "tile": charts.tile(metrics, memory_total=gpu.memory_total, power_limit_mw=limit, tensor_missing=(
             charts.tensor_absence(architecture=gpu.model.architecture, model=gpu.model.name, host_kind=gpu.host.kind)
         )),
-        "gpm": gpu.model.reports_gpm,
         "t": reading["t"],
         "stale": reading["stale"],
         "seen": latest is not None,
@@ -114,7 +113,6 @@ def slice_device(piece: GpuSlice, latest: GpuLatest | None, now) -> dict:
             slice_kind=piece.profile.kind,
         )),
         "slice": True,
-        "gpm": piece.profile.gpu_model.reports_gpm,
         "reports_activity": piece.profile.reports_activity,
         "t": reading["t"],
         "stale": reading["stale"],
@@ -323,8 +321,7 @@ def instance_devices(user, instance: Instance) -> list[dict]:
         devices = held_before(instance)
     bases = queries.instance_bases(instance)
     for device in devices:
-        # No GPM, no tensor activity: nothing to estimate TFLOP/s from.
-        device["timeline"] = bases.get(device["uuid"]) if device.get("gpm", True) else None
+        device["timeline"] = bases.get(device["uuid"])
         device["basis"] = device["timeline"].current if device["timeline"] else None
         device["tflops_basis"] = device["basis"].as_dict() if device["basis"] else None
     return devices

@@ -269,10 +269,13 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def device_basis(model_name: str, precision: str, profile=None, declared: str = "default") -> flops.Basis | None:
-    """The TFLOP/s estimate's basis for a GPU, or a slice of ``profile``."""
+def device_basis(model, precision: str, profile=None, declared: str = "default") -> flops.Basis | None:
+    """The TFLOP/s estimate's basis for a GPU of ``model`` (a GpuModel), or a slice of
+    ``profile``; None where the model reports no GPM tensor activity to estimate from."""
+    if not model.reports_gpm:
+        return None
     share = flops.slice_share(profile.name, profile.kind) if profile is not None else 1.0
-    return flops.basis(model_name, precision, share=share, declared=declared)
+    return flops.basis(model.name, precision, share=share, declared=declared)
 
 
 def instance_bases(instance) -> dict[str, flops.Timeline]:
@@ -285,7 +288,7 @@ def instance_bases(instance) -> dict[str, flops.Timeline]:
     holds = GpuHold.objects.filter(instance=instance).select_related("gpu__model", "slice__profile")
     return {
         (h.slice.uuid if h.slice else h.gpu.uuid): flops.Timeline([
-            (p.start.timestamp(), device_basis(h.gpu.model.name, p.precision, h.slice.profile if h.slice else None,
+            (p.start.timestamp(), device_basis(h.gpu.model, p.precision, h.slice.profile if h.slice else None,
                                                p.source))
             for p in periods
         ])
@@ -293,13 +296,13 @@ def instance_bases(instance) -> dict[str, flops.Timeline]:
     }
 
 
-def device_timeline(model_name: str, profile, *, gpu_id: int, slice_id: int | None, window: Window) -> flops.Timeline:
+def device_timeline(model, profile, *, gpu_id: int, slice_id: int | None, window: Window) -> flops.Timeline:
     """The bases of one GPU or slice over ``window``: each holder's precision of its time
     while it held the device, the default (bf16, no holder) while none did."""
     from instances.models import GpuHold
     from instances.precision import spans
 
-    free = device_basis(model_name, flops.DEFAULT_PRECISION, profile, declared="default")
+    free = device_basis(model, flops.DEFAULT_PRECISION, profile, declared="default")
     holds = list(
         GpuHold.objects.filter(gpu_id=gpu_id, slice_id=slice_id, start__lt=window.end)
         .exclude(end__lte=window.start).order_by("start")
@@ -310,7 +313,7 @@ def device_timeline(model_name: str, profile, *, gpu_id: int, slice_id: int | No
         for p in periods.get(hold.instance_id, []):
             if p.end is not None and p.end <= hold.start or hold.end is not None and p.start >= hold.end:
                 continue
-            steps.append((max(p.start, hold.start).timestamp(), device_basis(model_name, p.precision, profile, p.source)))
+            steps.append((max(p.start, hold.start).timestamp(), device_basis(model, p.precision, profile, p.source)))
         if hold.end is not None:
             steps.append((hold.end.timestamp(), free))
     return flops.Timeline(steps)

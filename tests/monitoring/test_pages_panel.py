@@ -131,8 +131,10 @@ def test_a_device_without_gpm_has_no_tflops_chart_and_an_a100_slice_no_utilizati
     slice_nb = launch(charlie, globex, name="nb", model="A100-80GB", slice_profile=fleet["mig"])
     hopper = launch(charlie, globex, name="train", model="H100-80GB")
     client.force_login(charlie)
-    figures = {i.name: client.get(f"/monitoring/instances/{i.pk}/panel/").json()["first"]["figures"]
-               for i in (slice_nb, hopper)}
+    panels = {i.name: client.get(f"/monitoring/instances/{i.pk}/panel/").json() for i in (slice_nb, hopper)}
+    figures = {name: panel["first"]["figures"] for name, panel in panels.items()}
+    assert [d["tflops_basis"] for d in panels["nb"]["devices"]] == [None]
+    assert panels["train"]["devices"][0]["tflops_basis"]["precision"] == "bf16"
     assert list(figures["nb"]) == ["memory"]
     assert list(figures["train"]) == ["utilization", "tflops", "memory", "power", "temperature", "clocks"]
     page = client.get(f"/instances/{slice_nb.pk}/").content.decode()
