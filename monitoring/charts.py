@@ -770,13 +770,13 @@ def tensor_absence(
 ) -> tuple[str, str]:
     """What a tile says, and its tooltip, while a device has no tensor-core activity:
     what the device cannot report, else that it has not come yet."""
+    if architecture and architecture.lower() not in GPM_ARCHITECTURES:  # nor do its slices
+        name = f"The {model} ({architecture})" if model else f"This {architecture} GPU"
+        return "not reported", f"{name} does not report tensor-core activity: NVML's GPM metrics need Hopper or newer."
     if slice_kind == "vgpu" or (slice_kind is None and host_kind == "vgpu"):
         return "not reported", "vGPU mode: NVML reports no tensor-core activity per vGPU."
     if slice_kind is None and host_kind == "mig":
         return "per slice", "MIG mode: tensor-core activity is reported per MIG slice, not for the whole GPU."
-    if architecture and architecture.lower() not in GPM_ARCHITECTURES:
-        name = f"The {model} ({architecture})" if model else f"This {architecture} GPU"
-        return "not reported", f"{name} does not report tensor-core activity: NVML's GPM metrics need Hopper or newer."
     return NOT_YET
 
 

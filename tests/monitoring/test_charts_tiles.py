@@ -63,4 +63,7 @@ def test_vgpu_and_mig_modes_name_their_reason():
     assert charts.tensor_absence(architecture="Hopper", slice_kind="vgpu")[0] == "not reported"
     assert charts.tensor_absence(architecture="Hopper", host_kind="vgpu")[0] == "not reported"
     assert charts.tensor_absence(architecture="Hopper", host_kind="mig")[0] == "per slice"
+    # An A100 in MIG mode: its slices have no GPM either, so not "per slice".
+    assert charts.tensor_absence(architecture="Ampere", model="A100-80GB", host_kind="mig")[0] == "not reported"
+    assert charts.tensor_absence(architecture="Ampere", model="A100-80GB", slice_kind="mig")[0] == "not reported"
     assert charts.tensor_absence(architecture="Hopper", host_kind="mig", slice_kind="mig")[0] == "not yet"
