@@ -14,12 +14,11 @@ Hopper) is not observed at all, so its idle share is unknown rather than zero.
 Each 1-hour rollup carries the observed and idle seconds of its minutes
 (``Rollup1h.judged_s`` and ``idle_s``, summed when the hour is built). So over the
 whole hours the 1-hour tier has built with them, idle and observed seconds are read
-from the hours: a month of a team's GPUs is 60×
-fewer rows than its minutes, the same sums, and unchanged once the minutes are past
-retention. The hours not built yet (the current one, and any being rebuilt after late
+from the hours: a month of a team's GPUs is 60× fewer rows than its minutes, the same
+sums, and unchanged once the minutes are past retention. The hours not built yet (the current one, and any being rebuilt after late
 samples) and the minutes cut by the range are read from the 1-minute rollups. An hour
-with no minute rollups (before the 1-minute tier's retention, ROLLUP_1M_RETENTION_DAYS,
-or built before hours carried their idle seconds) is judged by the hour's average.
+with no minute rollups (past the 1-minute tier's retention, ROLLUP_1M_RETENTION_DAYS)
+counts the sums it stored, or, built before hours stored them, is judged by its average.
 """
 
 from __future__ import annotations
@@ -208,22 +207,31 @@ def _from_minutes(ids: list[int], start: datetime, end: datetime, threshold_pct:
 def _sums(rows, width: timedelta, start: datetime, end: datetime, threshold_pct: float, *, by_hour: bool):
     """(instance id, GPU id, slice id, hour or None, observed seconds, idle seconds) of
     the rollups ``rows`` whose buckets (``width`` long) overlap [start, end), grouped by
-    device (and by hour)."""
+    device (and by hour). An hour with the sums of its minutes stored (at
+    ``IDLE_BELOW_PCT``) counts those; one without is judged by its average."""
+    stored = rows.model is Rollup1h and threshold_pct == IDLE_BELOW_PCT
     rows = judged(rows.filter(bucket__gt=start - width, bucket__lt=end))
     whole = Q(bucket__gte=start, bucket__lte=end - width)
     keys = ["instance_id", "gpu_id", "slice_id"]
+    observed, idle = judged_seconds(), idle_seconds(threshold_pct)
+    if stored:
+        observed, idle = Coalesce("judged_s", observed), Coalesce("idle_s", idle)
     grouped = rows.filter(whole).annotate(hour=_Hour("bucket")) if by_hour else rows.filter(whole)
     for row in (grouped.values(*keys, *(["hour"] if by_hour else []))
-                .annotate(observed=Sum(judged_seconds()), idle=Sum(idle_seconds(threshold_pct))).order_by()):
+                .annotate(observed=Sum(observed), idle=Sum(idle)).order_by()):
         yield row["instance_id"], row["gpu_id"], row["slice_id"], row.get("hour"), row["observed"] or 0.0, row["idle"]
-    for iid, gpu_id, slice_id, bucket, observed, *metrics in rows.exclude(whole).values_list(
-        *keys, "bucket", "observed_s", *ACTIVITY
+    sums = ("judged_s", "idle_s") if stored else ()
+    for iid, gpu_id, slice_id, bucket, seconds, *metrics in rows.exclude(whole).values_list(
+        *keys, "bucket", "observed_s", *ACTIVITY, *sums
     ):
         inside = (min(end, bucket + width) - max(start, bucket)) / width
-        activity = real_activity(*metrics)
-        seconds = (observed or 0.0) * inside if activity is not None else 0.0
+        activity = real_activity(*metrics[:len(ACTIVITY)])
+        judged_s, idle_s = metrics[len(ACTIVITY):] or (None, None)
+        if judged_s is None:
+            judged_s = (seconds or 0.0) if activity is not None else 0.0
+            idle_s = judged_s if activity is not None and activity < threshold_pct else 0.0
         hour = bucket.replace(minute=0, second=0, microsecond=0) if by_hour else None
-        yield iid, gpu_id, slice_id, hour, seconds, seconds if activity is not None and activity < threshold_pct else 0.0
+        yield iid, gpu_id, slice_id, hour, judged_s * inside, (idle_s or 0.0) * inside
 
 
 def instance_latest(instance_ids: list[int]) -> dict[int, dict]:

@@ -274,6 +274,7 @@ def backfill(now: datetime | None = None) -> int:
     _insert(Rollup1h, hours)
     # The hours up to the last whole one are built, with their minutes' idle seconds,
     # as the 1-hour tier would have built them (activity.exact_hours).
+    RollupCursor.objects.filter(name="1h", done_until=None).delete()  # a run that found no samples yet
     RollupCursor.objects.get_or_create(name="1h", defaults={"idle_from": longer, "done_until": full_hours})
     return len(minutes) + len(hours)
 

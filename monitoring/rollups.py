@@ -163,24 +163,25 @@ def _replace(model, start: datetime, end: datetime, out: list, *, now: datetime 
     """Clear the buckets of [start, end) that ``out`` rebuilds; returns what to insert.
 
     Before the raw retention horizon other GPUs' samples may already be gone, so a
-    rebuild there (late samples, e.g. a spool replayed after days offline) only fills
-    the buckets a GPU has none of and leaves every built bucket as it is, but for the
-    fields named in ``update``: those come whole from the tier below (an hour's sums of
-    its minutes), so a built bucket takes them from ``out``."""
+    rebuild there (late samples, e.g. a spool replayed after days offline) only adds the
+    rows a device has none of for its holder then, and leaves every built row as it is,
+    but for the fields named in ``update``: those come whole from the tier below (an
+    hour's sums of its minutes), so a built row takes them from ``out`` where its
+    minutes cover at least what it did (minutes past their own retention are gone)."""
     horizon = (now or timezone.now()) - timedelta(hours=setting("RAW_RETENTION_HOURS", 48))
     stale = model.objects.filter(bucket__gte=start, bucket__lt=end)
     if start >= horizon:
         stale.delete()
         return out
-    built = {(bucket, gpu, piece, instance): pk for pk, bucket, gpu, piece, instance
-             in stale.values_list("pk", "bucket", "gpu_id", "slice_id", "instance_id")}
-    devices = {key[:3] for key in built}
+    built = {(bucket, gpu, piece, instance): (pk, observed) for pk, bucket, gpu, piece, instance, observed
+             in stale.values_list("pk", "bucket", "gpu_id", "slice_id", "instance_id", "observed_s")}
     keep, again = [], []
     for row in out:
-        if (row.bucket, row.gpu_id, row.slice_id) not in devices:
+        found = built.get((row.bucket, row.gpu_id, row.slice_id, row.instance_id))
+        if found is None:
             keep.append(row)
-        elif update and (pk := built.get((row.bucket, row.gpu_id, row.slice_id, row.instance_id))) is not None:
-            row.pk = pk
+        elif update and row.observed_s >= found[1]:
+            row.pk = found[0]
             again.append(row)
     if again:
         model.objects.bulk_update(again, update, batch_size=500)

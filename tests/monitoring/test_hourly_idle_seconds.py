@@ -113,8 +113,39 @@ def test_idle_seconds_stay_once_the_minutes_are_gone(history):
     before = activity_by_gpu(ids, START, end)
     Rollup1m.objects.all().delete()
     assert activity_by_gpu(ids, START, end) == before
-    # Judged by each hour's average instead, every hour would read busy.
-    assert from_minutes(activity_by_instance, ids, START, end)[history.pk][1] == 0
+    assert from_minutes(activity_by_gpu, ids, START, end) == before  # hours waiting for a rebuild too
+    # Judged by each hour's average instead (hours built before they stored their
+    # minutes' sums), every hour would read busy.
+    Rollup1h.objects.update(judged_s=None, idle_s=None)
+    assert activity_by_instance(ids, START, end)[history.pk][1] == 0
+
+
+def test_a_new_holders_late_hour_is_added_beside_the_old_holders(acme_instance, globex_instance, gpus):
+    """Past raw retention, an hour already built for one holder still takes the rows of
+    another holder of the device whose readings come days late."""
+    write(acme_instance, gpus[:1], range(30))
+    roll_up(START + timedelta(hours=1, minutes=1))
+    write(globex_instance, gpus[:1], range(30, 60))  # the next holder's spool, days later
+    rollup_marks.note_late(START.timestamp() + 1800)
+    roll_up(START + timedelta(days=4))
+    hour = (START, START + timedelta(hours=1))
+    for instance in (acme_instance, globex_instance):
+        row = Rollup1h.objects.get(bucket=START, gpu=gpus[0], instance=instance)
+        assert row.observed_s == pytest.approx(1800)
+        ids = [instance.pk]
+        assert activity_by_gpu(ids, *hour) == from_minutes(activity_by_gpu, ids, *hour)
+
+
+def test_a_sample_late_past_minute_retention_leaves_its_hour_whole(acme_instance, gpus):
+    write(acme_instance, gpus[:1], range(60))
+    roll_up(START + timedelta(hours=1, minutes=1))
+    built = Rollup1h.objects.get(bucket=START)
+    Rollup1m.objects.all().delete()  # past their 30 days
+    add_samples(gpus[0], START + timedelta(minutes=20, seconds=5), [{"gpu_util": 99.0}] * 2, instance=acme_instance)
+    rollup_marks.note_late(START.timestamp() + 1205)
+    roll_up(START + timedelta(days=40))
+    row = Rollup1h.objects.get(bucket=START)
+    assert (row.observed_s, row.judged_s, row.idle_s) == (built.observed_s, built.judged_s, built.idle_s)
 
 
 def test_hours_waiting_for_a_rebuild_are_read_from_minutes(history, gpus):
