@@ -15,10 +15,11 @@ Each 1-hour rollup carries the observed and idle seconds of its minutes
 (``Rollup1h.judged_s`` and ``idle_s``, summed when the hour is built). So over the
 whole hours the 1-hour tier has built with them, idle and observed seconds are read
 from the hours: a month of a team's GPUs is 60× fewer rows than its minutes, the same
-sums, and unchanged once the minutes are past retention. The hours not built yet (the current one, and any being rebuilt after late
-samples) and the minutes cut by the range are read from the 1-minute rollups. An hour
-with no minute rollups (past the 1-minute tier's retention, ROLLUP_1M_RETENTION_DAYS)
-counts the sums it stored, or, built before hours stored them, is judged by its average.
+sums, and unchanged once the minutes are past retention. The hours not built yet (the
+current one, and any being rebuilt after late samples) and the minutes cut by the range
+are read from the 1-minute rollups. An hour with no minute rollups (past the 1-minute
+tier's retention, ROLLUP_1M_RETENTION_DAYS) counts the sums it stored, or, built before
+hours stored them, is judged by its average.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ class _Day(_Hour):
 
 
 def exact_hours(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
-    """The whole hours inside [start, end) whose 1-hour rollups carry the idle seconds
-    of all their minutes: built by the 1-hour tier since it sums them (``idle_from``),
+    """The whole hours inside [start, end) whose 1-hour rollups carry the observed and
+    idle seconds of all their minutes: built by the 1-hour tier since it sums them (``idle_from``),
     and not waiting for a rebuild after late samples (``dirty_from``). None if no hour."""
     mark = RollupCursor.objects.filter(name="1h").values_list("idle_from", "done_until", "dirty_from").first()
     if mark is None or mark[0] is None or mark[1] is None:
