@@ -22,6 +22,12 @@ class Region(models.Model):
 GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
 
 
+def reports_gpm(architecture: str) -> bool:
+    """Whether GPUs of this architecture report GPM metrics; where it is not recorded,
+    assumed they do (what comes is shown, what does not is 'not yet')."""
+    return not architecture or architecture.lower() in GPM_ARCHITECTURES
+
+
 class GpuModel(models.Model):
     """A GPU product, e.g. H100-80GB. Prices and placement key on it."""
 
@@ -38,9 +44,7 @@ class GpuModel(models.Model):
 
     @property
     def reports_gpm(self) -> bool:
-        """Whether its GPUs report GPM metrics; where the architecture is not recorded,
-        assumed they do (what comes is shown, what does not is 'not yet')."""
-        return not self.architecture or self.architecture.lower() in GPM_ARCHITECTURES
+        return reports_gpm(self.architecture)
 
 
 class SliceKind(models.TextChoices):

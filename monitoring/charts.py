@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from instances.models import GPM_ARCHITECTURES
+from instances.models import reports_gpm
 
 GIB = 1024**3
 
@@ -770,7 +770,7 @@ def tensor_absence(
 ) -> tuple[str, str]:
     """What a tile says, and its tooltip, while a device has no tensor-core activity:
     what the device cannot report, else that it has not come yet."""
-    if architecture and architecture.lower() not in GPM_ARCHITECTURES:  # nor do its slices
+    if not reports_gpm(architecture):  # nor do its slices
         name = f"The {model} ({architecture})" if model else f"This {architecture} GPU"
         return "not reported", f"{name} does not report tensor-core activity: NVML's GPM metrics need Hopper or newer."
     if slice_kind == "vgpu" or (slice_kind is None and host_kind == "vgpu"):

@@ -298,7 +298,8 @@ def _hours_before(hold: GpuHold, until: datetime, runs: dict, rank: int) -> list
         energy += int(delta or 0)
         rows.append(dict(bucket=bucket.astimezone(UTC), gpu_id=gpu.pk, slice_id=getattr(piece, "pk", None),
                          instance_id=instance.pk, team_id=hold.team_id, samples=int(seconds), observed_s=seconds,
-                         judged_s=None, idle_s=None, energy_mj_delta=delta, energy_mj_last=energy if limit_mw else None, **stats))
+                         judged_s=None, idle_s=None, energy_mj_delta=delta,
+                         energy_mj_last=energy if limit_mw else None, **stats))
         bucket += timedelta(hours=1)
     return rows
 
@@ -341,11 +342,12 @@ def _hour(bucket: datetime, rows: list[dict]) -> dict:
         stats[mean] = sum(r[mean] for r in rows) / len(rows)
         stats[high] = max(r[high] for r in rows)
     energy = None if first["energy_mj_delta"] is None else sum(r["energy_mj_delta"] for r in rows)
+    judged = [(r["observed_s"], a) for r in rows if (a := _activity(r)) is not None]
     return dict(
         bucket=bucket.astimezone(UTC), gpu_id=first["gpu_id"], slice_id=first["slice_id"],
         instance_id=first["instance_id"], team_id=first["team_id"], samples=60 * len(rows),
-        observed_s=60.0 * len(rows), judged_s=sum(r["observed_s"] for r in rows if _activity(r) is not None),
-        idle_s=sum(r["observed_s"] for r in rows if (a := _activity(r)) is not None and a < activity.IDLE_BELOW_PCT),
+        observed_s=60.0 * len(rows), judged_s=sum(seconds for seconds, _ in judged),
+        idle_s=sum(seconds for seconds, a in judged if a < activity.IDLE_BELOW_PCT),
         energy_mj_delta=energy, energy_mj_last=rows[-1]["energy_mj_last"], **stats,
     )
 

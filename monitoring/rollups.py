@@ -138,7 +138,8 @@ def build_1h(start: datetime, end: datetime, *, now: datetime | None = None) -> 
         m = sums.get((row["b"], *(row[k] for k in KEYS)), {})
         out.append(Rollup1h(
             bucket=row["b"], samples=row["n"], judged_s=m.get("judged"), idle_s=m.get("idle"),
-            observed_s=m.get("observed") or (_observed(row, TIERS["1h"][1]) if "first" in row else 0.0), **{k: row[k] for k in KEYS}, **_gauges(row),
+            observed_s=m.get("observed") or (_observed(row, TIERS["1h"][1]) if "first" in row else 0.0),
+            **{k: row[k] for k in KEYS}, **_gauges(row),
             **{f"{n}_delta": m.get(f"{n}_delta") for n in COUNTERS},
             **{f"{n}_last": m.get(f"{n}_last", row.get(f"{n}_hi")) for n in COUNTERS},
             **{f"{n}_max": row[f"{n}_max"] for n in STATES},
