@@ -56,6 +56,9 @@ def parse(text: str) -> list[str]:
     for name in names:
         if name.removeprefix("floor-") not in SERVERS:
             raise SystemExit(f"unknown server {name!r}: one of {', '.join(SERVERS)}, each also as floor-<server>")
+        if not (BIN / name.removeprefix("floor-")).exists():
+            raise SystemExit(f"{name.removeprefix('floor-')} is not installed beside {sys.executable}: "
+                             "pip install -e '.[bench]'")
     return names
 
 

@@ -77,10 +77,17 @@ def setup_django(db: str, var_dir: str) -> dict:
     return env
 
 
+def _admin(*statements: str) -> None:
+    """Statements on the server's ``postgres`` database (no client programs needed)."""
+    import psycopg
+
+    with psycopg.connect(f"postgres://{PG['user']}@{PG['host']}:{PG['port']}/postgres", autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
 def recreate_database(db: str) -> None:
-    common = ["-h", PG["host"], "-p", PG["port"], "-U", PG["user"]]
-    subprocess.run(["dropdb", *common, "--if-exists", "--force", db], check=True)
-    subprocess.run(["createdb", *common, db], check=True)
+    _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)', f'CREATE DATABASE "{db}"')
 
 
 def load(n: int, every: int) -> None:
@@ -716,10 +723,7 @@ def _drop(args) -> None:
     from django.db import connections
 
     connections.close_all()
-    subprocess.run(
-        ["dropdb", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "--force", args.db],
-        check=False,
-    )
+    _admin(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
 
 
 def _print_append(appended: dict) -> None:
