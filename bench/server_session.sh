@@ -5,7 +5,8 @@
 # .devcarry/site312.tar.xz (both made here by bench/server_pack.sh).
 #   bash bench/server_session.sh pg     # server CPU per reading (PostgreSQL, 1 browser), audited appends, billing
 #   bash bench/server_session.sh live   # 1,000 GPUs x 20 browsers, memory and two workers on Redis
-#   bash bench/server_session.sh audit_appends,live_1000x20   # any of the four by name, comma-separated
+#   bash bench/server_session.sh live_workers   # the same with agents over 4 workers, 50 ms coalescing
+#   bash bench/server_session.sh audit_appends,live_1000x20   # any of them by name, comma-separated
 # Every benchmark's own printout goes to $OUT/<name>.txt, the machine to $OUT/machine.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +79,10 @@ fi
 if wants live live_1000x20; then
   run live_1000x20 $PY bench/live_latency.py --seconds 20 --warmup 8 --layers memory,redis2 \
     --servers daphne,granian,floor-daphne,floor-granian --redis redis://127.0.0.1:6379/9
+fi
+if wants live_workers live_workers; then  # agents over 4 workers, browsers on a fifth; 50 ms coalescing
+  run live_workers $PY bench/live_latency.py --seconds 20 --warmup 8 --layers memory,redis5 --coalesce 0.05 \
+    --servers daphne,granian --redis redis://127.0.0.1:6379/9
 fi
 uptime >>"$OUT/machine.txt"
 exit $status
