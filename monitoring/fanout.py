@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import secrets
 import weakref
 from datetime import timedelta
 
@@ -125,8 +127,17 @@ def split(entries: list[Live]) -> dict[str, list[str]]:
 
 
 def gpus_message(packed: list[str]) -> dict:
-    """The channel-layer message of a ``gpus`` event (see ``SocketMerge``)."""
-    return {"type": "live.gpus", "readings": RECORD.join(packed)}
+    """The channel-layer message of a ``gpus`` event (see ``SocketMerge``), with the
+    publishing process (``origin``)."""
+    return {"type": "live.gpus", "readings": RECORD.join(packed), "origin": origin()}
+
+
+_TOKEN = secrets.token_hex(6)
+
+
+def origin() -> str:
+    """This server process, as sockets tell publishers apart (a forked child has its own)."""
+    return f"{_TOKEN}-{os.getpid()}"
 
 
 def sends(entries: list[Live]) -> list[tuple[str, dict]]:
@@ -306,10 +317,19 @@ class SocketMerge:
     GPU, at the end of it: one ``gpus`` message, or several in a row when the batch
     exceeds ``max_bytes``. ``send`` takes the browser's text.
 
+    After a quiet spell a batch goes at once, unless the socket has lately heard from
+    more than one server process (``origin``; agents spread over several workers): each
+    publishes its own batch of the same second, so the socket waits until every
+    publisher heard within ``RECENT_S`` has sent again (at most ``interval``) and sends
+    them together, instead of sending the first at once and holding the others for a
+    whole interval.
+
     The usual case costs one comparison per reading: a message heard while nothing
     waits, every reading of it new to the socket, goes out as the texts made once for
     every socket (``Heard.texts``), unless another message joins it before the flush.
     """
+
+    RECENT_S = 3.0  # publishers heard within this long count as several
 
     def __init__(self, interval: float, send, max_bytes: int | None = None):
         self.interval = interval
@@ -319,10 +339,19 @@ class SocketMerge:
         self.pending: dict[str, tuple[tuple[float, bool], str]] = {}  # uuid -> ((t, stale), JSON)
         self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
         self.last_flush = float("-inf")
+        self.origins: dict[str, float] = {}  # publisher -> when last heard
+        self.burst: set[str] = set()  # publishers heard since the last flush
+        self.woken: asyncio.Event | None = None  # set when a message comes during a settle
         self.task: asyncio.Task | None = None
 
-    def add(self, packed: str) -> None:
-        """Readings as ``live.gpus`` carries them (``pack``)."""
+    def add(self, packed: str, origin: str | None = None) -> None:
+        """Readings as ``live.gpus`` carries them (``pack``), from the publisher ``origin``."""
+        now = asyncio.get_running_loop().time()
+        if origin is not None:
+            self.origins[origin] = now
+            self.burst.add(origin)
+            if self.woken is not None:
+                self.woken.set()
         message = heard(packed)
         shown, pending = self.shown, self.pending
         if (self.whole is None and not pending and len(message.keys) == len(message.items)
@@ -339,14 +368,36 @@ class SocketMerge:
                 if kept is None or key > kept[0]:
                     pending[uuid] = (key, text)
         if (self.whole is not None or pending) and (self.task is None or self.task.done()):
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, self.last_flush + self.interval - loop.time())
-            self.task = loop.create_task(self._flush_after(delay))
+            delay = max(0.0, self.last_flush + self.interval - now)
+            settle = not delay and self._several(now)
+            self.task = asyncio.get_running_loop().create_task(self._flush_after(delay, settle))
 
-    async def _flush_after(self, delay: float) -> None:
+    def _recent(self, now: float) -> set[str]:
+        """The publishers heard within ``RECENT_S``."""
+        for name, when in list(self.origins.items()):
+            if now - when > self.RECENT_S:
+                del self.origins[name]
+        return set(self.origins)
+
+    def _several(self, now: float) -> bool:
+        return len(self._recent(now)) > 1
+
+    async def _flush_after(self, delay: float, settle: bool = False) -> None:
+        loop = asyncio.get_running_loop()
         if delay:
             await asyncio.sleep(delay)
-        self.last_flush = asyncio.get_running_loop().time()
+        if settle:  # until every recent publisher has sent again, at most an interval
+            deadline = loop.time() + self.interval
+            while not self._recent(loop.time()) <= self.burst and (left := deadline - loop.time()) > 0:
+                self.woken = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self.woken.wait(), left)
+                except TimeoutError:
+                    break
+                finally:
+                    self.woken = None
+        self.burst = set()
+        self.last_flush = loop.time()
         if self.whole is not None:
             whole, self.whole = self.whole, None
             self.shown.update(whole.keys)
