@@ -234,6 +234,8 @@ class Coalescer:
         out = sends(list(batch.values()))
         self.sent += len(out)
         await send_each(out, watched_only=True)
+        if self.pending:  # offered while this flush was sending (offer saw it under way)
+            self.task = loop.create_task(self._flush_after(max(0.0, self.last_flush + self.interval - loop.time())))
 
 
 _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -409,6 +411,8 @@ class SocketMerge:
             texts = gpus_texts([text for _, text in batch.values()], self.max_bytes)
         for text in texts:
             await self.send(text)
+        if self.whole is not None or self.pending:  # heard while this flush was sending
+            self.task = loop.create_task(self._flush_after(max(0.0, self.last_flush + self.interval - loop.time())))
 
     def close(self) -> None:
         if self.task is not None:

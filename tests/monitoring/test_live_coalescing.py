@@ -163,3 +163,23 @@ async def test_a_stall_of_the_event_loop_is_not_taken_for_the_end_of_a_burst(sen
     time.sleep(3 * fanout.QUIET_S)  # the stall: both timers are due when it ends
     await asyncio.sleep(0.3)
     assert [ts for _, group, ts in sent if group == "fleet"] == [[1.0, 1.0]]
+
+
+async def test_a_reading_offered_while_a_flush_is_sending_goes_in_the_next_one(monkeypatch):
+    """With Redis a flush awaits its sends; a reading offered meanwhile must not wait
+    for the next offer (a second later, when a newer reading would replace it)."""
+    events = []
+
+    async def slow_send_each(sends, **_):
+        for group, message in sends:
+            if group == "fleet":
+                events.append([float(json.loads(text)["t"]) for _, _, text in fanout.unpack(message["readings"])])
+        await asyncio.sleep(0.05)
+
+    monkeypatch.setattr(fanout, "send_each", slow_send_each)
+    c = fanout.Coalescer(0.1)
+    c.offer({"a": entry("a", 1.0)})
+    await asyncio.sleep(0.02)  # the first flush is sending
+    c.offer({"b": entry("b", 1.0)})
+    await asyncio.sleep(0.3)
+    assert events == [[1.0], [1.0]]

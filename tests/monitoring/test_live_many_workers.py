@@ -225,3 +225,20 @@ async def test_a_worker_heard_lately_that_sends_nothing_holds_the_batch_one_inte
     await asyncio.sleep(interval)
     assert sent[-1][1] == [("gpu-a", "t2")]
     assert interval - 0.01 <= sent[-1][0] - began < 2 * interval
+
+
+async def test_a_message_heard_while_the_socket_is_sending_goes_in_the_next_batch():
+    """A socket's send can wait (a slow browser, a server that applies push-back); a
+    message heard meanwhile is sent after the interval, not left until the next one."""
+    sent = []
+
+    async def slow_send(text):
+        sent.append([(g["uuid"], g["t"]) for g in json.loads(text)["data"]["gpus"]])
+        await asyncio.sleep(0.05)
+
+    merge = fanout.SocketMerge(INTERVAL, slow_send)
+    merge.add(fanout.pack(reading_of("gpu-a", 1)))
+    await asyncio.sleep(0.02)  # the first batch is being sent
+    merge.add(fanout.pack(reading_of("gpu-b", 1)))
+    await asyncio.sleep(3 * INTERVAL)
+    assert sent == [[("gpu-a", "t1")], [("gpu-b", "t1")]]
