@@ -126,10 +126,14 @@ def split(entries: list[Live]) -> dict[str, list[str]]:
     return by_group
 
 
-def gpus_message(packed: list[str]) -> dict:
+def gpus_message(packed: list[str], *, from_worker: bool = True) -> dict:
     """The channel-layer message of a ``gpus`` event (see ``SocketMerge``), with the
-    publishing process (``origin``)."""
-    return {"type": "live.gpus", "readings": RECORD.join(packed), "origin": origin()}
+    publishing process (``origin``) when it is a server process whose agents report
+    every second; stale marks (a periodic task) carry none, so no socket waits for them."""
+    message = {"type": "live.gpus", "readings": RECORD.join(packed)}
+    if from_worker:
+        message["origin"] = origin()
+    return message
 
 
 _TOKEN = secrets.token_hex(6)
@@ -140,8 +144,8 @@ def origin() -> str:
     return f"{_TOKEN}-{os.getpid()}"
 
 
-def sends(entries: list[Live]) -> list[tuple[str, dict]]:
-    return [(group, gpus_message(packed)) for group, packed in split(entries).items()]
+def sends(entries: list[Live], *, from_worker: bool = True) -> list[tuple[str, dict]]:
+    return [(group, gpus_message(packed, from_worker=from_worker)) for group, packed in split(entries).items()]
 
 
 def readings_of(message: dict) -> str:
@@ -274,7 +278,7 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
     entries = [stale_live(row, host=row.host.name, index=row.gpu.index) for row in rows.select_related("host", "gpu")]
     if entries:
-        async_to_sync(send_each)(sends(entries), watched_only=True)
+        async_to_sync(send_each)(sends(entries, from_worker=False), watched_only=True)
     return len(entries)
 
 
@@ -342,7 +346,7 @@ class SocketMerge:
         self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
         self.last_flush = float("-inf")
         self.origins: dict[str, float] = {}  # publisher -> when last heard
-        self.burst: set[str] = set()  # publishers heard since the last flush
+        self.burst: set[str] = set()  # publishers heard since the flush under way was scheduled
         self.woken: asyncio.Event | None = None  # set when a message comes during a settle
         self.task: asyncio.Task | None = None
 
@@ -372,6 +376,9 @@ class SocketMerge:
         if (self.whole is not None or pending) and (self.task is None or self.task.done()):
             delay = max(0.0, self.last_flush + self.interval - now)
             settle = not delay and self._several(now)
+            # Only what is heard from now on counts for this flush: a copy of an earlier
+            # batch (a second group of this socket) heard after it went must not.
+            self.burst = {origin} if origin is not None else set()
             self.task = asyncio.get_running_loop().create_task(self._flush_after(delay, settle))
 
     def _recent(self, now: float) -> set[str]:
@@ -398,8 +405,8 @@ class SocketMerge:
                     break
                 finally:
                     self.woken = None
-        self.burst = set()
         self.last_flush = loop.time()
+        self._recent(self.last_flush)  # forget publishers gone quiet (restarted workers)
         if self.whole is not None:
             whole, self.whole = self.whole, None
             self.shown.update(whole.keys)

@@ -195,7 +195,7 @@ async def test_one_workers_batch_goes_at_once_even_when_it_arrives_for_two_group
     merge, sent = await timed_merge(0.5)
     merge.add(fanout.pack(reading_of("gpu-a", 1)), "worker-a")
     merge.add(fanout.pack(reading_of("gpu-a", 1)), "worker-a")  # the socket's team and instance groups
-    await asyncio.sleep(0.005)  # less than QUIET_S: sent without settling
+    await asyncio.sleep(0.005)  # sent without waiting for another worker
     assert [gpus for _, gpus in sent] == [[("gpu-a", "t1")]]
 
 
@@ -207,7 +207,7 @@ async def test_a_worker_that_stopped_publishing_no_longer_holds_the_batches_back
     merge.RECENT_S = 0.2  # worker-b's last batch is older than this at the next one
     await asyncio.sleep(0.25)
     merge.add(fanout.pack(reading_of("gpu-a", 2)), "worker-a")
-    await asyncio.sleep(0.005)  # less than QUIET_S: sent without settling
+    await asyncio.sleep(0.005)  # sent without waiting for another worker
     assert sent[-1][1] == [("gpu-a", "t2")]
 
 
@@ -242,3 +242,23 @@ async def test_a_message_heard_while_the_socket_is_sending_goes_in_the_next_batc
     merge.add(fanout.pack(reading_of("gpu-b", 1)))
     await asyncio.sleep(3 * INTERVAL)
     assert sent == [[("gpu-a", "t1")], [("gpu-b", "t1")]]
+
+
+async def test_copies_of_each_workers_batch_for_two_groups_still_go_out_together_every_second():
+    """A socket watching a team and one of its instances hears each worker's batch
+    twice; the second copy, heard after a flush, must not count for the next second."""
+    interval = 0.2
+    merge, sent = await timed_merge(interval)
+    for second in range(1, 5):
+        for worker, gpu in (("worker-a", "gpu-a"), ("worker-b", "gpu-b")):
+            for _ in range(2):
+                merge.add(fanout.pack(reading_of(gpu, second)), worker)
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(2 * interval + 0.05)
+    seconds = [[gpus for _, gpus in sent if gpus[0][1] == f"t{second}"] for second in range(2, 5)]
+    assert seconds == [[[("gpu-a", f"t{n}"), ("gpu-b", f"t{n}")]] for n in range(2, 5)]
+
+
+def test_stale_marks_from_a_periodic_task_carry_no_publisher():
+    messages = [fanout.gpus_message(["x"]), *[m for _, m in fanout.sends([reading_of("gpu-a", 1)], from_worker=False)]]
+    assert "origin" in messages[0] and all("origin" not in m for m in messages[1:])
