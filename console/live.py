@@ -1,8 +1,8 @@
 """Publish to browsers subscribed on /ws/live/.
 
 Groups: ``team.<id>`` (a team's members), ``instance.<id>``, ``host.<id>`` and ``fleet``
-(operators). GPU readings travel as
-``{"type": "live.gpus", "readings": <packed text>, "origin": <process>}`` and are merged by each socket (``monitoring.fanout``). Every other message is
+(operators). GPU readings travel as ``{"type": "live.gpus", "readings": <packed text>}``
+and are merged by each socket (``monitoring.fanout``). Every other message is
 ``{"type": "live.event", "text": <JSON text>}``, the text
 being the browser's message ``{"event": <name>, "data": {...}}`` serialised once by the
 publisher from ``agent.protocol.LiveMessage``, whose ``data`` is the event's struct

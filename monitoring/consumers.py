@@ -599,7 +599,7 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         # From every server process's coalescer and every group this socket joined:
         # merged here so the browser gets each reading once, a few messages a second.
         if not self.closing:
-            self.gpus.add(fanout.readings_of(message), message.get("origin"))
+            self.gpus.add(fanout.readings_of(message))
 
     async def live_event(self, message):
         # Serialised once by the publisher (console.live.message); forwarded as is.

@@ -27,8 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import secrets
 import weakref
 from datetime import timedelta
 
@@ -126,26 +124,13 @@ def split(entries: list[Live]) -> dict[str, list[str]]:
     return by_group
 
 
-def gpus_message(packed: list[str], *, from_worker: bool = True) -> dict:
-    """The channel-layer message of a ``gpus`` event (see ``SocketMerge``), with the
-    publishing process (``origin``) when it is a server process whose agents report
-    every second; stale marks (a periodic task) carry none, so no socket waits for them."""
-    message = {"type": "live.gpus", "readings": RECORD.join(packed)}
-    if from_worker:
-        message["origin"] = origin()
-    return message
+def gpus_message(packed: list[str]) -> dict:
+    """The channel-layer message of a ``gpus`` event (see ``SocketMerge``)."""
+    return {"type": "live.gpus", "readings": RECORD.join(packed)}
 
 
-_TOKEN = secrets.token_hex(6)
-
-
-def origin() -> str:
-    """This server process, as sockets tell publishers apart (a forked child has its own)."""
-    return f"{_TOKEN}-{os.getpid()}"
-
-
-def sends(entries: list[Live], *, from_worker: bool = True) -> list[tuple[str, dict]]:
-    return [(group, gpus_message(packed, from_worker=from_worker)) for group, packed in split(entries).items()]
+def sends(entries: list[Live]) -> list[tuple[str, dict]]:
+    return [(group, gpus_message(packed)) for group, packed in split(entries).items()]
 
 
 def readings_of(message: dict) -> str:
@@ -278,7 +263,7 @@ def publish_stale(*, now=None, window_s: float = 10.0) -> int:
     rows = GpuLatest.objects.filter(last_seen__lte=edge, last_seen__gt=edge - timedelta(seconds=window_s))
     entries = [stale_live(row, host=row.host.name, index=row.gpu.index) for row in rows.select_related("host", "gpu")]
     if entries:
-        async_to_sync(send_each)(sends(entries, from_worker=False), watched_only=True)
+        async_to_sync(send_each)(sends(entries), watched_only=True)
     return len(entries)
 
 
@@ -323,19 +308,10 @@ class SocketMerge:
     GPU, at the end of it: one ``gpus`` message, or several in a row when the batch
     exceeds ``max_bytes``. ``send`` takes the browser's text.
 
-    After a quiet spell a batch goes at once, unless the socket has lately heard from
-    more than one server process (``origin``; agents spread over several workers): each
-    publishes its own batch of the same second, so the socket waits until every
-    publisher heard within ``RECENT_S`` has sent again (at most ``interval``) and sends
-    them together, instead of sending the first at once and holding the others for a
-    whole interval.
-
     The usual case costs one comparison per reading: a message heard while nothing
     waits, every reading of it new to the socket, goes out as the texts made once for
     every socket (``Heard.texts``), unless another message joins it before the flush.
     """
-
-    RECENT_S = 3.0  # publishers heard within this long count as several
 
     def __init__(self, interval: float, send, max_bytes: int | None = None):
         self.interval = interval
@@ -345,19 +321,10 @@ class SocketMerge:
         self.pending: dict[str, tuple[tuple[float, bool], str]] = {}  # uuid -> ((t, stale), JSON)
         self.shown: dict[str, tuple[float, bool]] = {}  # uuid -> (t, stale) last sent
         self.last_flush = float("-inf")
-        self.origins: dict[str, float] = {}  # publisher -> when last heard
-        self.burst: set[str] = set()  # publishers heard since the flush under way was scheduled
-        self.woken: asyncio.Event | None = None  # set when a message comes during a settle
         self.task: asyncio.Task | None = None
 
-    def add(self, packed: str, origin: str | None = None) -> None:
-        """Readings as ``live.gpus`` carries them (``pack``), from the publisher ``origin``."""
-        now = asyncio.get_running_loop().time()
-        if origin is not None:
-            self.origins[origin] = now
-            self.burst.add(origin)
-            if self.woken is not None:
-                self.woken.set()
+    def add(self, packed: str) -> None:
+        """Readings as ``live.gpus`` carries them (``pack``)."""
         message = heard(packed)
         shown, pending = self.shown, self.pending
         if (self.whole is None and not pending and len(message.keys) == len(message.items)
@@ -374,39 +341,15 @@ class SocketMerge:
                 if kept is None or key > kept[0]:
                     pending[uuid] = (key, text)
         if (self.whole is not None or pending) and (self.task is None or self.task.done()):
-            delay = max(0.0, self.last_flush + self.interval - now)
-            settle = not delay and self._several(now)
-            # Only what is heard from now on counts for this flush: a copy of an earlier
-            # batch (a second group of this socket) heard after it went must not.
-            self.burst = {origin} if origin is not None else set()
-            self.task = asyncio.get_running_loop().create_task(self._flush_after(delay, settle))
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, self.last_flush + self.interval - loop.time())
+            self.task = loop.create_task(self._flush_after(delay))
 
-    def _recent(self, now: float) -> set[str]:
-        """The publishers heard within ``RECENT_S``."""
-        for name, when in list(self.origins.items()):
-            if now - when > self.RECENT_S:
-                del self.origins[name]
-        return set(self.origins)
-
-    def _several(self, now: float) -> bool:
-        return len(self._recent(now)) > 1
-
-    async def _flush_after(self, delay: float, settle: bool = False) -> None:
+    async def _flush_after(self, delay: float) -> None:
         loop = asyncio.get_running_loop()
         if delay:
             await asyncio.sleep(delay)
-        if settle:  # until every recent publisher has sent again, at most an interval
-            deadline = loop.time() + self.interval
-            while not self._recent(loop.time()) <= self.burst and (left := deadline - loop.time()) > 0:
-                self.woken = asyncio.Event()
-                try:
-                    await asyncio.wait_for(self.woken.wait(), left)
-                except TimeoutError:
-                    break
-                finally:
-                    self.woken = None
         self.last_flush = loop.time()
-        self._recent(self.last_flush)  # forget publishers gone quiet (restarted workers)
         if self.whole is not None:
             whole, self.whole = self.whole, None
             self.shown.update(whole.keys)
