@@ -44,6 +44,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import wsclient  # bench/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 COLUMNS = "seq, time, actor_type, actor_id, actor_name, team_id, action, target_type, target_id, outcome, source_ip, user_agent, request_id, actor_role, target_name, details, prev_hash, hash"
@@ -77,17 +79,15 @@ def setup_django(db: str, var_dir: str) -> dict:
     return env
 
 
-def _admin(*statements: str) -> None:
-    """Statements on the server's ``postgres`` database (no client programs needed)."""
-    import psycopg
-
-    with psycopg.connect(f"postgres://{PG['user']}@{PG['host']}:{PG['port']}/postgres", autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
+ADMIN = f"postgres://{PG['user']}@{PG['host']}:{PG['port']}/postgres"  # no client programs needed
 
 
 def recreate_database(db: str) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)', f'CREATE DATABASE "{db}"')
+    import psycopg
+
+    wsclient.drop_database(ADMIN, db)
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
 
 
 def load(n: int, every: int) -> None:
@@ -723,7 +723,7 @@ def _drop(args) -> None:
     from django.db import connections
 
     connections.close_all()
-    _admin(f'DROP DATABASE IF EXISTS "{args.db}" WITH (FORCE)')
+    wsclient.drop_database(ADMIN, args.db)
 
 
 def _print_append(appended: dict) -> None:

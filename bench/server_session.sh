@@ -11,6 +11,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part="${1:-pg}"
+for name in ${part//,/ }; do
+  case "$name" in
+    pg|live|all|cpu_per_reading|audit_appends|billing|live_1000x20|live_workers) ;;
+    *) echo "unknown part '$name': pg, live, all, cpu_per_reading, audit_appends, billing, live_1000x20 or live_workers" >&2
+       exit 2 ;;
+  esac
+done
 OUT="${OUT:-/tmp/server-session}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TZ=UTC
