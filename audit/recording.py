@@ -80,7 +80,10 @@ def record_event(
     when another transaction holds the head the event is written *pending* and sealed
     right after the caller commits, by this process or by the head's holder, so no
     writer ever waits for another's transaction. On PostgreSQL all of that is one
-    statement (``audit_append``, which also looks up the actor's role)."""
+    statement (``audit_append``, which also looks up the actor's role). With
+    ``AUDIT_SEAL_DELAY_MS`` set, on PostgreSQL, the writer leaves the head alone: every
+    event is written pending (one ``INSERT``) and the sealer threads seal them in
+    batches, within that delay plus one sealing."""
     if outcome not in _OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, not {outcome!r}")
     ctx = context.current()
@@ -159,26 +162,40 @@ def _append_python(event: AuditEvent) -> None:
     move_head(head_seq, event.seq, event.hash)
 
 
-_APPEND_SQL = None
+_SQL: dict[str, str] = {}
 
 
-def _append_sql() -> str:
-    """``audit_append`` with the actor's role looked up in the same statement: their
-    membership's role in the event's team, else "operator" for staff, else empty."""
-    global _APPEND_SQL
-    if _APPEND_SQL is None:
-        from console.models import Membership
+def _role_sql() -> str:
+    """The actor's role, looked up in the append's own statement: their membership's
+    role in the event's team, else "operator" for staff, else empty."""
+    from console.models import Membership
 
-        role = (
-            f"COALESCE(NULLIF((SELECT m.role FROM {Membership._meta.db_table} m "
-            "WHERE m.user_id = %s AND m.team_id = %s), ''), %s)"
+    return (
+        f"COALESCE(NULLIF((SELECT m.role FROM {Membership._meta.db_table} m "
+        "WHERE m.user_id = %s AND m.team_id = %s), ''), %s)"
+    )
+
+
+def _append_sql(queued: bool) -> str:
+    """``audit_append`` (the head taken when free), or with ``queued`` a plain
+    ``INSERT`` of the pending record; the same parameters, the same columns back."""
+    key = "queued" if queued else "append"
+    if key not in _SQL:
+        values = (
+            "%s::timestamptz, %s, %s, %s, %s::bigint, r.role::text, %s, %s, %s, %s, %s, %s::inet, %s, %s, %s"
         )
-        _APPEND_SQL = (
-            "SELECT o_id, o_seq, o_prev, o_hash, o_head, r.role FROM (SELECT "
-            f"{role} AS role) r, LATERAL audit_append(%s::timestamptz, %s, %s, %s, %s::bigint, "
-            "r.role::text, %s, %s, %s, %s, %s, %s::inet, %s, %s, %s)"
+        _SQL["append"] = (
+            f"SELECT o_id, o_seq, o_prev, o_hash, o_head, r.role FROM (SELECT {_role_sql()} AS role) r, "
+            f"LATERAL audit_append({values})"
         )
-    return _APPEND_SQL
+        _SQL["queued"] = (
+            f"WITH r AS (SELECT {_role_sql()} AS role) "
+            "INSERT INTO audit_auditevent (time, actor_type, actor_id, actor_name, team_id, actor_role, "
+            "action, target_type, target_id, target_name, outcome, source_ip, user_agent, request_id, "
+            f"details, seq, prev_hash, hash) SELECT {values}::json, NULL, '', '' FROM r "
+            "RETURNING id, NULL::bigint, NULL::text, NULL::text, NULL::bigint, actor_role"
+        )
+    return _SQL[key]
 
 
 def _append(event: AuditEvent, details_text: str, user) -> None:
@@ -193,18 +210,19 @@ def _append(event: AuditEvent, details_text: str, user) -> None:
         event.action, event.target_type, event.target_id, event.target_name, event.outcome,
         event.source_ip, event.user_agent, event.request_id, details_text,
     ]  # fmt: skip
+    delayed = bool(sealer.delay_seconds())
     with connection.cursor() as cursor:
-        cursor.execute(_append_sql(), params)
+        cursor.execute(_append_sql(queued=delayed), params)
         event.id, event.seq, prev, digest, head_seq, event.actor_role = cursor.fetchone()
     event.prev_hash, event.hash = prev or "", digest or ""
     event._state.adding, event._state.db = False, connection.alias
     if event.seq is not None:
         after_move(head_seq, event.seq)
-    # Whoever found the head held left their records pending and counts on its holder to
-    # look again once it lets go: this is that look (one round trip when nothing waits),
-    # made at once or, with AUDIT_SEAL_DELAY_MS, by this process's sealer thread a moment
-    # later for every commit meanwhile. Once per transaction; outside one, the statement
-    # has committed and it runs now.
-    look = sealer.sealer.request if sealer.delay_seconds() else seal_pending
+    # Whoever found the head held (or, with AUDIT_SEAL_DELAY_MS, never tried it) left
+    # their records pending and counts on a look after their commit: made at once by
+    # this thread (one round trip when nothing waits), or by this process's sealer
+    # thread a moment later for every commit meanwhile. Once per transaction; outside
+    # one, the statement has committed and it runs now.
+    look = sealer.sealer.request if delayed else seal_pending
     if not any(hook[1] == look for hook in connection.run_on_commit):
         transaction.on_commit(look, robust=True)

@@ -49,6 +49,28 @@ def test_eight_writers_keep_one_valid_chain_on_postgresql():
     assert verify().valid
 
 
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_eight_writers_with_a_seal_delay_keep_one_valid_chain(settings):
+    import time
+
+    from audit.sealer import sealer, seal_pending
+
+    settings.AUDIT_SEAL_DELAY_MS = 5  # every append pending, sealed by the sealer threads
+    try:
+        assert write_concurrently(recording.record_event) == []
+        for _ in range(250):
+            if not AuditEvent.objects.filter(seq__isnull=True).exists():
+                break
+            time.sleep(0.02)
+    finally:
+        sealer.stop()
+    assert seal_pending() == 0  # the threads had sealed everything
+    seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, THREADS * EACH + 1))
+    assert verify().valid
+
+
 SQLITE_RUN = textwrap.dedent(
     """
     import django

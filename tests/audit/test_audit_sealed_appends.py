@@ -122,3 +122,56 @@ def test_with_a_seal_delay_the_sealer_thread_seals_what_waits(settings):
     finally:
         sealer.stop()
     assert verify().valid
+
+
+def _sealed_soon(action, count):
+    import time
+
+    for _ in range(250):
+        if len(seqs(action)) == count and None not in seqs(action):
+            return sorted(seqs(action))
+        time.sleep(0.02)
+    return seqs(action)
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_a_seal_delay_a_writer_leaves_the_head_alone_and_the_sealer_thread_seals(settings, alice, acme):
+    from audit.sealer import sealer
+
+    settings.AUDIT_SEAL_DELAY_MS = 5
+    ChainHead.objects.get_or_create(id=1)
+    try:
+        with transaction.atomic():
+            first = recording.record_event(actor=alice, action="test.queued", team=acme, details={"n": 1})
+            # written pending although nothing held the head: one INSERT, no head taken
+            assert first.seq is None and first.pk is not None and first.actor_role == "admin"
+            assert ChainHead.objects.get(id=1).seq == 0
+        recording.record_event(actor="system", action="test.queued")  # outside a transaction
+        assert _sealed_soon("test.queued", 2) == [1, 2]
+    finally:
+        sealer.stop()
+    first.refresh_from_db()
+    assert (first.seq, first.actor_role, first.details) == (1, "admin", {"n": 1})
+    assert ChainHead.objects.get(id=1).seq == 2
+    assert verify().valid
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_a_seal_delay_a_rolled_back_append_leaves_nothing_and_no_gap(settings):
+    from audit.sealer import sealer
+
+    settings.AUDIT_SEAL_DELAY_MS = 5
+    ChainHead.objects.get_or_create(id=1)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            recording.record_event(actor="writer", action="test.rolled_back")
+            raise RuntimeError("the caller fails")
+        with transaction.atomic():
+            recording.record_event(actor="writer", action="test.kept")
+        assert _sealed_soon("test.kept", 1) == [1]
+    finally:
+        sealer.stop()
+    assert seqs("test.rolled_back") == []
+    assert verify().valid
