@@ -145,7 +145,9 @@ def in_time_order() -> Iterator[None]:
         yield
     finally:
         _held.reset(token)
-    for _, (event, details_text, user) in sorted(enumerate(held), key=lambda item: (item[1][0].time, item[0])):
+    for _, (event, details_text, user) in sorted(
+        enumerate(held), key=lambda item: (item[1][0].time, item[0])
+    ):
         _store(event, details_text, user)
 
 
@@ -181,9 +183,7 @@ def _append_sql(queued: bool) -> str:
     ``INSERT`` of the pending record; the same parameters, the same columns back."""
     key = "queued" if queued else "append"
     if key not in _SQL:
-        values = (
-            "%s::timestamptz, %s, %s, %s, %s::bigint, r.role::text, %s, %s, %s, %s, %s, %s::inet, %s, %s, %s"
-        )
+        values = "%s::timestamptz, %s, %s, %s, %s::bigint, r.role::text, %s, %s, %s, %s, %s, %s::inet, %s, %s, %s"
         _SQL["append"] = (
             f"SELECT o_id, o_seq, o_prev, o_hash, o_head, r.role FROM (SELECT {_role_sql()} AS role) r, "
             f"LATERAL audit_append({values})"

@@ -54,7 +54,7 @@ def test_eight_writers_keep_one_valid_chain_on_postgresql():
 def test_eight_writers_with_a_seal_delay_keep_one_valid_chain(settings):
     import time
 
-    from audit.sealer import sealer, seal_pending
+    from audit.sealer import seal_pending, sealer
 
     settings.AUDIT_SEAL_DELAY_MS = 5  # every append pending, sealed by the sealer threads
     try:

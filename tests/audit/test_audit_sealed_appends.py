@@ -75,7 +75,9 @@ def test_events_are_sealed_in_commit_order_and_a_rollback_leaves_no_gap():
 @on_postgres
 def test_a_pending_event_is_sealed_once_and_never_edited(events):
     events(2)
-    pending = AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
+    pending = AuditEvent.objects.create(
+        actor_type="system", actor_name="system", action="test.pending"
+    )
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=pending.pk).update(action="test.other")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
@@ -136,14 +138,18 @@ def _sealed_soon(action, count):
 
 @on_postgres
 @pytest.mark.django_db(transaction=True)
-def test_with_a_seal_delay_a_writer_leaves_the_head_alone_and_the_sealer_thread_seals(settings, alice, acme):
+def test_with_a_seal_delay_a_writer_leaves_the_head_alone_and_the_sealer_thread_seals(
+    settings, alice, acme
+):
     from audit.sealer import sealer
 
     settings.AUDIT_SEAL_DELAY_MS = 5
     ChainHead.objects.get_or_create(id=1)
     try:
         with transaction.atomic():
-            first = recording.record_event(actor=alice, action="test.queued", team=acme, details={"n": 1})
+            first = recording.record_event(
+                actor=alice, action="test.queued", team=acme, details={"n": 1}
+            )
             # written pending although nothing held the head: one INSERT, no head taken
             assert first.seq is None and first.pk is not None and first.actor_role == "admin"
             assert ChainHead.objects.get(id=1).seq == 0
