@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, metavar="M", help="sim: GPUs per synthetic host")
     p.add_argument("--fleet", metavar="FILE", help="sim: JSON list of hosts, tokens and GPUs")
     p.add_argument("--seed", type=int, default=0, help="sim: random seed (default 0)")
+    p.add_argument("--spread", action="store_true",
+                   help="sim with several hosts: each host samples at its own moment of the interval "
+                   "(host i of n at i/n of it), as separate agents would; default: all at once")  # fmt: skip
     p.add_argument("--follow-allocations", action="store_true",
                    help="sim with --fleet: devices run what the console says they are held for "
                    "(polled every 2 s from the server's /api/v1/agent/allocations/)")  # fmt: skip
@@ -94,9 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "synthetic host names, default sim-host)")  # fmt: skip
     p.add_argument("--retry-auth", action="store_true",
                    help="keep retrying when the server refuses the token")  # fmt: skip
-    p.add_argument("--network", action="store_true",
-                   help="apply this host's network rules with nftables (needs root); the set in force is kept "
-                        "in the spool directory and put back at start, before connecting")
+    p.add_argument(
+        "--network",
+        action="store_true",
+        help="apply this host's network rules with nftables (needs root); the set in force is kept "
+        "in the spool directory and put back at start, before connecting",
+    )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     return p
 
@@ -182,7 +188,9 @@ def check_numbers(args) -> None:
     if args.spool_max_records < 100:
         raise UsageError("--spool-max-records must be at least 100")
     if args.network and args.backend == "sim":
-        raise UsageError("--network applies one real host's rules; it does not go with --backend sim")
+        raise UsageError(
+            "--network applies one real host's rules; it does not go with --backend sim"
+        )
     if args.hosts is not None and not 1 <= args.hosts <= 10_000:
         raise UsageError("--hosts must be between 1 and 10000")
     if args.gpus is not None and not 1 <= args.gpus <= 64:
@@ -243,7 +251,12 @@ def http_base(server: str) -> str:
 def make_sim(args) -> Source:
     from .backends.sim import FleetError, SimSource, load_fleet
 
-    timing = {"interval": args.interval, "slow_interval": args.slow_interval, "once": args.once}
+    timing = {
+        "interval": args.interval,
+        "slow_interval": args.slow_interval,
+        "once": args.once,
+        "spread": args.spread,
+    }
     if args.fleet:
         if args.hosts is not None or args.gpus is not None or args.host:
             raise UsageError("--fleet gives the hosts and GPUs: drop --hosts, --gpus and --host")
@@ -255,7 +268,9 @@ def make_sim(args) -> Source:
             source.follow(http_base(args.server))
         return source
     if args.follow_allocations:
-        raise UsageError("--follow-allocations needs --fleet (its hosts' tokens read the allocations)")
+        raise UsageError(
+            "--follow-allocations needs --fleet (its hosts' tokens read the allocations)"
+        )
     return SimSource.synthetic(
         args.hosts or 1, args.gpus or 8, prefix=args.host or "sim-host", seed=args.seed, **timing
     )
@@ -271,8 +286,10 @@ def plan(argv: list[str] | None, env=os.environ) -> Plan:
         raise UsageError(f"no token: give --token-file PATH, --token TOKEN or set {TOKEN_ENV}")
     if args.backend != "replay" and args.trace:
         raise UsageError("--trace is only for --backend replay")
-    if args.backend != "sim" and (args.fleet or args.hosts or args.gpus or args.follow_allocations):
-        raise UsageError("--fleet, --hosts and --gpus are only for --backend sim")
+    if args.backend != "sim" and (
+        args.fleet or args.hosts or args.gpus or args.follow_allocations or args.spread
+    ):
+        raise UsageError("--fleet, --hosts, --gpus and --spread are only for --backend sim")
     source = make_source(args)
     hosts = source.hosts()
     if token is None and any(h.token is None for h in hosts):

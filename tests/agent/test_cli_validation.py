@@ -128,3 +128,9 @@ def test_an_unreachable_server_is_one_line_per_attempt(small_trace, tmp_path):
     )
     assert "Traceback" not in err
     assert proc.returncode == 0
+
+
+def test_spread_is_for_the_sim_only(fail):
+    assert "--spread are only for --backend sim" in fail(
+        "--server", SERVER, "--token", "t", "--spread"
+    )

@@ -89,12 +89,32 @@ def test_only_hopper_and_later_report_gpm_metrics(tmp_path):
 def test_a_mig_slice_reports_activity_only_from_hopper_on(tmp_path):
     """A MIG slice's activity is GPM's (NVML has no utilization on MIG devices): an
     A100's slices report their memory alone, an H100's their utilization and GPM too."""
+
     def mig(uuid, name):
-        return {"uuid": uuid, "index": 0, "name": name, "mode": "mig", "slices": [
-            {"uuid": f"MIG-{uuid}", "gpu_instance_id": 1, "profile": "1g.10gb", "memory_total": 10 * 2**30}]}
+        return {
+            "uuid": uuid,
+            "index": 0,
+            "name": name,
+            "mode": "mig",
+            "slices": [
+                {
+                    "uuid": f"MIG-{uuid}",
+                    "gpu_instance_id": 1,
+                    "profile": "1g.10gb",
+                    "memory_total": 10 * 2**30,
+                }
+            ],
+        }
+
     path = tmp_path / "fleet.json"
-    path.write_text(json.dumps([{"host": "a", "gpus": [mig("GPU-a100", "A100-80GB")]},
-                                {"host": "h", "gpus": [mig("GPU-h100", "H100-80GB")]}]))
+    path.write_text(
+        json.dumps(
+            [
+                {"host": "a", "gpus": [mig("GPU-a100", "A100-80GB")]},
+                {"host": "h", "gpus": [mig("GPU-h100", "H100-80GB")]},
+            ]
+        )
+    )
     source = SimSource.from_fleet(load_fleet(path), interval=1.0, slow_interval=1.0)
     seen = {}
     for _ in range(5):
@@ -154,8 +174,42 @@ def test_a_fleet_file_names_a_bad_fault(tmp_path):
     from agent.backends.sim import FleetError, load_fleet
 
     path = tmp_path / "fleet.json"
-    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}]))
+    path.write_text(
+        json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}])
+    )
     with pytest.raises(FleetError, match=r"gpus\[0\]\.fault must be one of"):
         load_fleet(path)
-    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:79"}]}]))
+    path.write_text(
+        json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:79"}]}])
+    )
     assert load_fleet(path)[0]["gpus"][0]["fault"] == "xid:79"
+
+
+def _emit_times(
+    spread: bool, hosts: int = 4, interval: float = 0.4, seconds: float = 1.0
+) -> dict[str, list[float]]:
+    source = SimSource.synthetic(hosts, 2, interval=interval, spread=spread)
+    seen: dict[str, list[float]] = {}
+    began = time.monotonic()
+    source.start(lambda host, records: seen.setdefault(host, []).append(time.monotonic() - began))
+    time.sleep(seconds)
+    source.stop()
+    return seen
+
+
+def test_spread_hosts_sample_at_their_own_moments_of_the_interval():
+    seen = _emit_times(spread=True)
+    assert sorted(seen) == [f"sim-host-{i:03d}" for i in range(4)]
+    firsts = [seen[f"sim-host-{i:03d}"][0] for i in range(4)]
+    # host i of 4 first samples at i/4 of the 0.4 s interval, then once an interval
+    for i, first in enumerate(firsts):
+        assert first == pytest.approx(i * 0.1, abs=0.06), firsts
+    for times in seen.values():
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert gaps and all(g == pytest.approx(0.4, abs=0.08) for g in gaps), times
+
+
+def test_without_spread_every_host_samples_at_once():
+    seen = _emit_times(spread=False)
+    firsts = [times[0] for times in seen.values()]
+    assert len(firsts) == 4 and max(firsts) - min(firsts) < 0.05, firsts
