@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
 MERGE_FRAMES = 8  # frames of one connection one attribution (and so one write) may take
+# Frames waiting that make an attribution or a write start without waiting out its gather
+# interval: a burst, or an agent sending what it spooled, goes at full speed.
+GATHER_FRAMES = 8
 
 
 def gather_s(*, reads: bool = False) -> float:
@@ -89,19 +92,28 @@ def close_writer_connections() -> None:
             future.result()
 
 
+CONNECTION_CHECK_S = 5.0
+_checked = threading.local()
+
+
 def _keeping_connection(func):
     """Run ``func`` on a writer thread that keeps its database connection.
 
     ``database_sync_to_async`` closes obsolete connections before and after every call,
     and with ``CONN_MAX_AGE = 0`` (the SQLite default) that is every connection: one
     connect and close per agent frame. A writer thread instead keeps its connection,
-    closes it after a failed call, and leaves persistent connections to Django's rules.
+    closes it after a failed call, and leaves persistent connections to Django's rules,
+    looked at once every ``CONNECTION_CHECK_S`` per thread (with ``CONN_HEALTH_CHECKS``
+    each look costs a round trip, and frames come many times a second).
     """
 
     @functools.wraps(func)
     def run(*args, **kwargs):
         if connection.connection is not None and connection.settings_dict.get("CONN_MAX_AGE"):
-            connection.close_if_unusable_or_obsolete()
+            now = time.monotonic()
+            if now >= getattr(_checked, "next", 0.0):
+                _checked.next = now + CONNECTION_CHECK_S
+                connection.close_if_unusable_or_obsolete()
         try:
             return func(*args, **kwargs)
         except Exception:
@@ -130,10 +142,11 @@ class Flusher:
        after the one before (short: the live fan-out waits for it).
     2. Write (``ingest.write``, on the writer threads): the attributed frames of every
        connection that has no write under way are stored in one transaction; the acks
-       follow the commit. A write starts at once after a quiet spell, and otherwise no
-       sooner than ``INGEST_GATHER_MS`` after the one before, so that frames arriving
-       one by one (agents sample each on their own schedule) are stored several to a
-       transaction rather than each in its own.
+       follow the commit. A write starts at once after a quiet spell or when
+       ``GATHER_FRAMES`` frames wait, and otherwise no sooner than ``INGEST_GATHER_MS``
+       after the one before, so that frames arriving one by one (agents sample each on
+       their own schedule) are stored several to a transaction rather than each in its
+       own.
 
     A connection's frames are attributed, written and acknowledged in the order
     received. Once a write of a connection fails, its later frames are not written
@@ -167,7 +180,7 @@ class Flusher:
             return
         loop = asyncio.get_running_loop()
         wait = self.last_attribution + gather_s(reads=True) - loop.time()
-        if wait > 0:
+        if wait > 0 and len(self.waiting) < GATHER_FRAMES:
             if self.gathering_reads is None:
                 self.gathering_reads = loop.call_later(wait, self._gathered_reads)
             return
@@ -211,7 +224,8 @@ class Flusher:
         loop = asyncio.get_running_loop()
         while self.running < self.concurrency and self.ready:
             wait = self.last_write + gather_s() - loop.time()
-            if wait > 0:  # frames keep arriving: let more of them join this write
+            if wait > 0 and sum(len(futures) for _, futures in self.ready) < GATHER_FRAMES:
+                # frames trickle in: let more of them join this write
                 if self.gathering is None:
                     self.gathering = loop.call_later(wait, self._gathered)
                 return

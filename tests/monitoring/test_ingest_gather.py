@@ -54,3 +54,12 @@ async def test_frames_one_by_one_are_stored_together(settings, monkeypatch):
 async def test_with_no_gather_each_frame_is_stored_on_its_own(settings, monkeypatch):
     reads, writes, _ = await run_frames(settings, monkeypatch, 0, 0, 0.03, 3)
     assert reads == [1, 1, 1] and writes == [1, 1, 1]
+
+
+async def test_a_burst_does_not_wait_out_the_gather(settings, monkeypatch):
+    # a whole window of frames at once (many hosts in step, or an agent sending what it
+    # spooled): attributed and written without waiting out the minute (run_frames waits 10 s)
+    reads, writes, acks = await run_frames(
+        settings, monkeypatch, 60_000, 60_000, 0, 1 + consumers.GATHER_FRAMES
+    )
+    assert sum(reads) == sum(writes) == len(acks) == 1 + consumers.GATHER_FRAMES
