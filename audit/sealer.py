@@ -40,6 +40,11 @@ def delay_seconds() -> float:
     return max(0, settings.AUDIT_SEAL_DELAY_MS) / 1000
 
 
+# Set on a thread while it looks and publishes for the sealer (the sealer thread, or
+# stop()'s last look): the head it moves asks for no further look.
+_looking = threading.local()
+
+
 class Sealer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -51,6 +56,8 @@ class Sealer:
     def request(self) -> None:
         """Ask for a look after this (committed) moment."""
         with self._lock:
+            if getattr(_looking, "now", False):
+                return  # asked by a sealer's own look (sealing moves the head): it publishes next
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid, self._stop = os.getpid(), threading.Event()
                 self._wake = threading.Event()
@@ -60,8 +67,11 @@ class Sealer:
 
     def _run(self) -> None:
         wake, stop = self._wake, self._stop
+        _looking.now = True
         try:
-            while True:
+            # stop() sets ``stop`` before it wakes the thread, and a wake-up may be
+            # cleared below after a look: so ``stop`` is checked before every wait.
+            while not stop.is_set():
                 wake.wait()
                 if stop.is_set():
                     return
@@ -90,8 +100,12 @@ class Sealer:
             self._wake.set()
         if thread is not None and thread.is_alive():
             thread.join(10)
-        seal_pending()
-        publish.request()
+        _looking.now = True
+        try:
+            seal_pending()
+            publish.request()
+        finally:
+            _looking.now = False
 
 
 sealer = Sealer()
@@ -127,7 +141,9 @@ def try_head() -> tuple[int, str, bool]:
 
 def move_head(old_seq: int, new_seq: int, new_hash: str) -> None:
     with connection.cursor() as cursor:  # raw: this runs once per append
-        cursor.execute("UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash])
+        cursor.execute(
+            "UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash]
+        )
     after_move(old_seq, new_seq)
 
 

@@ -181,3 +181,23 @@ def test_with_a_seal_delay_a_rolled_back_append_leaves_nothing_and_no_gap(settin
         sealer.stop()
     assert seqs("test.rolled_back") == []
     assert verify().valid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_ends_the_sealer_thread_at_once_and_starts_no_other(settings):
+    import time
+
+    settings.AUDIT_SEAL_DELAY_MS = 20
+    ChainHead.objects.get_or_create(id=1)
+    one = sealer.sealer  # the process's own: sealing asks it to publish
+    for _ in range(3):
+        AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
+        one.request()
+        thread = one._thread
+        time.sleep(0.008)  # stop() lands while the thread waits out its delay
+        began = time.monotonic()
+        one.stop()  # its own last look seals the record, and starts no thread
+        assert time.monotonic() - began < 5
+        assert not thread.is_alive() and one._thread is None
+    assert None not in seqs("test.pending")
+    assert verify().valid
