@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 10.0
 QUEUE_FRAMES = 8  # per connection; a frame that finds it full closes the agent with 4429
 MERGE_FRAMES = 8  # frames of one connection one attribution (and so one write) may take
-# Frames waiting that make an attribution or a write start without waiting out its gather
-# interval: a burst, or an agent sending what it spooled, goes at full speed.
-GATHER_FRAMES = 8
+# Readings waiting that make an attribution or a write start without waiting out its
+# gather interval: a burst of hosts, or the large frames of an agent catching up (it
+# sends its next frame once the last is acknowledged), go at full speed.
+GATHER_RECORDS = 64
 
 
 def gather_s(*, reads: bool = False) -> float:
@@ -143,7 +144,7 @@ class Flusher:
     2. Write (``ingest.write``, on the writer threads): the attributed frames of every
        connection that has no write under way are stored in one transaction; the acks
        follow the commit. A write starts at once after a quiet spell or when
-       ``GATHER_FRAMES`` frames wait, and otherwise no sooner than ``INGEST_GATHER_MS``
+       ``GATHER_RECORDS`` readings wait, and otherwise no sooner than ``INGEST_GATHER_MS``
        after the one before, so that frames arriving one by one (agents sample each on
        their own schedule) are stored several to a transaction rather than each in its
        own.
@@ -180,7 +181,7 @@ class Flusher:
             return
         loop = asyncio.get_running_loop()
         wait = self.last_attribution + gather_s(reads=True) - loop.time()
-        if wait > 0 and len(self.waiting) < GATHER_FRAMES:
+        if wait > 0 and sum(len(batch.records) for _, batch, _ in self.waiting) < GATHER_RECORDS:
             if self.gathering_reads is None:
                 self.gathering_reads = loop.call_later(wait, self._gathered_reads)
             return
@@ -224,7 +225,11 @@ class Flusher:
         loop = asyncio.get_running_loop()
         while self.running < self.concurrency and self.ready:
             wait = self.last_write + gather_s() - loop.time()
-            if wait > 0 and sum(len(futures) for _, futures in self.ready) < GATHER_FRAMES:
+            if (
+                wait > 0
+                and sum(len(b.records) for prep, _ in self.ready for b in prep.batches)
+                < GATHER_RECORDS
+            ):
                 # frames trickle in: let more of them join this write
                 if self.gathering is None:
                     self.gathering = loop.call_later(wait, self._gathered)
