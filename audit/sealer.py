@@ -83,6 +83,8 @@ class Sealer:
                     try:
                         if delay_seconds():  # without a delay each committer looked itself
                             seal_pending()  # on this thread's own connection, kept between looks
+                            if _any_pending():  # the head was held, or more came: look again
+                                wake.set()
                         publish.request()  # the signed head of what this look sealed, outside the database
                         break
                     except Exception:  # e.g. the server dropped an idle connection
