@@ -24,7 +24,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site
   --implementation cp --only-binary=:all: "${plat[@]}" "$work"/whl/*.whl
 # What a server run never reads: translations, tests, notebook and API-browser assets.
 ( cd "$work/site"
-  find . -path '*/locale/*' -type f -not -path '*/locale/en/*' -delete
+  find . -path '*/locale/*' -type f -not -path '*/locale/en/*' -not -name '*.py' -delete  # keep the modules (django.conf.locale)
   rm -rf plotly/labextension drf_spectacular_sidecar/static share etc twisted/test twisted/*/test \
          django/contrib/admin/static django/contrib/gis
   find . -name __pycache__ -prune -exec rm -rf {} + )
