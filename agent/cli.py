@@ -97,12 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "synthetic host names, default sim-host)")  # fmt: skip
     p.add_argument("--retry-auth", action="store_true",
                    help="keep retrying when the server refuses the token")  # fmt: skip
-    p.add_argument(
-        "--network",
-        action="store_true",
-        help="apply this host's network rules with nftables (needs root); the set in force is kept "
-        "in the spool directory and put back at start, before connecting",
-    )
+    p.add_argument("--network", action="store_true",
+                   help="apply this host's network rules with nftables (needs root); the set in force is kept "
+                        "in the spool directory and put back at start, before connecting")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     return p
 
@@ -188,9 +185,7 @@ def check_numbers(args) -> None:
     if args.spool_max_records < 100:
         raise UsageError("--spool-max-records must be at least 100")
     if args.network and args.backend == "sim":
-        raise UsageError(
-            "--network applies one real host's rules; it does not go with --backend sim"
-        )
+        raise UsageError("--network applies one real host's rules; it does not go with --backend sim")
     if args.hosts is not None and not 1 <= args.hosts <= 10_000:
         raise UsageError("--hosts must be between 1 and 10000")
     if args.gpus is not None and not 1 <= args.gpus <= 64:
@@ -251,12 +246,7 @@ def http_base(server: str) -> str:
 def make_sim(args) -> Source:
     from .backends.sim import FleetError, SimSource, load_fleet
 
-    timing = {
-        "interval": args.interval,
-        "slow_interval": args.slow_interval,
-        "once": args.once,
-        "spread": args.spread,
-    }
+    timing = {"interval": args.interval, "slow_interval": args.slow_interval, "once": args.once, "spread": args.spread}
     if args.fleet:
         if args.hosts is not None or args.gpus is not None or args.host:
             raise UsageError("--fleet gives the hosts and GPUs: drop --hosts, --gpus and --host")
@@ -268,9 +258,7 @@ def make_sim(args) -> Source:
             source.follow(http_base(args.server))
         return source
     if args.follow_allocations:
-        raise UsageError(
-            "--follow-allocations needs --fleet (its hosts' tokens read the allocations)"
-        )
+        raise UsageError("--follow-allocations needs --fleet (its hosts' tokens read the allocations)")
     return SimSource.synthetic(
         args.hosts or 1, args.gpus or 8, prefix=args.host or "sim-host", seed=args.seed, **timing
     )
@@ -286,9 +274,7 @@ def plan(argv: list[str] | None, env=os.environ) -> Plan:
         raise UsageError(f"no token: give --token-file PATH, --token TOKEN or set {TOKEN_ENV}")
     if args.backend != "replay" and args.trace:
         raise UsageError("--trace is only for --backend replay")
-    if args.backend != "sim" and (
-        args.fleet or args.hosts or args.gpus or args.follow_allocations or args.spread
-    ):
+    if args.backend != "sim" and (args.fleet or args.hosts or args.gpus or args.follow_allocations or args.spread):
         raise UsageError("--fleet, --hosts, --gpus and --spread are only for --backend sim")
     source = make_source(args)
     hosts = source.hosts()

@@ -145,9 +145,7 @@ def in_time_order() -> Iterator[None]:
         yield
     finally:
         _held.reset(token)
-    for _, (event, details_text, user) in sorted(
-        enumerate(held), key=lambda item: (item[1][0].time, item[0])
-    ):
+    for _, (event, details_text, user) in sorted(enumerate(held), key=lambda item: (item[1][0].time, item[0])):
         _store(event, details_text, user)
 
 

@@ -143,9 +143,7 @@ def try_head() -> tuple[int, str, bool]:
 
 def move_head(old_seq: int, new_seq: int, new_hash: str) -> None:
     with connection.cursor() as cursor:  # raw: this runs once per append
-        cursor.execute(
-            "UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash]
-        )
+        cursor.execute("UPDATE audit_chainhead SET seq = %s, hash = %s WHERE id = 1", [new_seq, new_hash])
     after_move(old_seq, new_seq)
 
 

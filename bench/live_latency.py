@@ -118,32 +118,18 @@ class Window:
 
     def over(self) -> bool:
         now = time.time()
-        return now >= self.until or (
-            self.ready_after is None and now - self.opened > READY_WITHIN_S
-        )
+        return now >= self.until or (self.ready_after is None and now - self.opened > READY_WITHIN_S)
 
 
 def missed(last_seen: dict[str, list[float]], gpus: int, seconds: float) -> int:
     """Readings a client never got, at the agent's 1 Hz: the seconds skipped between two
     readings of a GPU it got, and every second of a GPU it never heard from."""
-    gaps = sum(
-        max(0, round(b - a) - 1)
-        for times in last_seen.values()
-        for a, b in zip(times, times[1:], strict=False)
-    )
+    gaps = sum(max(0, round(b - a) - 1) for times in last_seen.values() for a, b in zip(times, times[1:], strict=False))
     return gaps + (gpus - len(last_seen)) * round(seconds)
 
 
-async def client(
-    url: str,
-    session: str,
-    origin: str,
-    sink: list,
-    counts: list,
-    closed: list,
-    window: Window,
-    losses: list,
-) -> None:
+async def client(url: str, session: str, origin: str, sink: list, counts: list, closed: list, window: Window,
+                 losses: list) -> None:
     from websockets.exceptions import ConnectionClosed
 
     kept: list[tuple[float, str]] = []  # (received, text) of each gpus message in the window
@@ -193,9 +179,7 @@ async def server_cpu(pids: list[int], window: Window) -> list[float]:
     return [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
 
 
-async def measure(
-    port: int, sessions: list[str], gpus: int, warmup: float, seconds: float, pids: list[int]
-):
+async def measure(port: int, sessions: list[str], gpus: int, warmup: float, seconds: float, pids: list[int]):
     window = Window(gpus, warmup, seconds)
     latencies: list[float] = []
     counts: list[int] = []
@@ -204,15 +188,11 @@ async def measure(
     origin = f"http://127.0.0.1:{port}"
     url = f"ws://127.0.0.1:{port}/ws/live/"
     cpu, *_ = await asyncio.gather(
-        server_cpu(pids, window),
-        *(client(url, s, origin, latencies, counts, closed, window, losses) for s in sessions),
-    )
+        server_cpu(pids, window), *(client(url, s, origin, latencies, counts, closed, window, losses) for s in sessions))
     return latencies, counts, closed, window, losses, cpu
 
 
-def start_server(
-    name: str, env: dict, var: Path, kind: str = "daphne"
-) -> tuple[subprocess.Popen, int]:
+def start_server(name: str, env: dict, var: Path, kind: str = "daphne") -> tuple[subprocess.Popen, int]:
     port = wsclient.free_port()
     server = subprocess.Popen(
         asgi_servers.command(kind, port),
@@ -232,9 +212,7 @@ def workers(layer: str) -> int:
     return int(found[1]) if found else 1
 
 
-def run_layer(
-    name: str, env: dict, data: dict, fleet_file: Path, var: Path, args, kind: str = "daphne"
-) -> dict:
+def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, args, kind: str = "daphne") -> dict:
     """One layer: agents and browsers on one server process, or (``redis<K>``) agents on
     K - 1 workers, one sim agent process each, and browsers on another, joined by the
     Redis channel layer."""
@@ -244,51 +222,40 @@ def run_layer(
     try:
         for _ in range(count):
             servers.append(start_server(name, env, var, kind))
-        agent_ports, browser_port = (
-            [port for _, port in servers[: max(1, count - 1)]],
-            servers[-1][1],
-        )
+        agent_ports, browser_port = [port for _, port in servers[:max(1, count - 1)]], servers[-1][1]
         fleets = [fleet_file]
         if len(agent_ports) > 1:  # each agent worker gets its share of the hosts
             fleets = []
             for i in range(len(agent_ports)):
                 part = var / f"fleet-{name}-{i}.json"
-                part.write_text(json.dumps(data["fleet"][i :: len(agent_ports)]))
+                part.write_text(json.dumps(data["fleet"][i::len(agent_ports)]))
                 fleets.append(part)
         for i, (port, fleet) in enumerate(zip(agent_ports, fleets, strict=True)):
-            agents.append(
-                subprocess.Popen(
-                    [
-                        str(BIN / "gpuconsole-agent"),
-                        "--server",
-                        f"ws://127.0.0.1:{port}/ws/agent/",
-                        "--backend",
-                        "sim",
-                        "--fleet",
-                        str(fleet),
-                        "--interval",
-                        "1",
-                        "--spool-dir",
-                        str(var / f"spool-{name}-{i}"),
-                        "--log-level",
-                        "warning",
-                        *(["--spread"] if args.spread else []),
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=open(var / f"agent-{name}-{i}.log", "w"),
-                    stderr=subprocess.STDOUT,
-                )
-            )
+            agents.append(subprocess.Popen(
+                [
+                    str(BIN / "gpuconsole-agent"),
+                    "--server",
+                    f"ws://127.0.0.1:{port}/ws/agent/",
+                    "--backend",
+                    "sim",
+                    "--fleet",
+                    str(fleet),
+                    "--interval",
+                    "1",
+                    "--spool-dir",
+                    str(var / f"spool-{name}-{i}"),
+                    "--log-level",
+                    "warning",
+                    *(["--spread"] if args.spread else []),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=open(var / f"agent-{name}-{i}.log", "w"),
+                stderr=subprocess.STDOUT,
+            ))
         latencies, counts, closed, window, losses, cpu = asyncio.run(
-            measure(
-                browser_port,
-                data["sessions"],
-                args.gpus,
-                args.warmup,
-                args.seconds,
-                [server.pid for server, _ in servers],
-            )
+            measure(browser_port, data["sessions"], args.gpus, args.warmup, args.seconds,
+                    [server.pid for server, _ in servers])
         )
     finally:
         for agent in agents:
@@ -297,10 +264,8 @@ def run_layer(
             wsclient.stop(server)
     if window.ready_after is None:
         tail = "".join(p.read_text()[-1500:] for p in sorted(var.glob(f"*-{name}*.log")))
-        raise SystemExit(
-            f"{name}: the readings of {len(window.seen)} of {args.gpus} GPUs reached the clients "
-            f"in {READY_WITHIN_S:.0f} s.\n{tail}"
-        )
+        raise SystemExit(f"{name}: the readings of {len(window.seen)} of {args.gpus} GPUs reached the clients "
+                         f"in {READY_WITHIN_S:.0f} s.\n{tail}")
     ms = sorted(v * 1000 for v in latencies)
 
     def pct(p: float) -> float:
@@ -342,10 +307,8 @@ def main() -> int:
         "--seconds", type=float, default=30.0, help="measured seconds per layer (default 30)"
     )
     parser.add_argument(
-        "--warmup",
-        type=float,
-        default=10.0,
-        help="seconds before measuring (default 10), and at least 1 s after every GPU's readings arrived",
+        "--warmup", type=float, default=10.0,
+        help="seconds before measuring (default 10), and at least 1 s after every GPU's readings arrived"
     )
     parser.add_argument(
         "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -354,7 +317,7 @@ def main() -> int:
         "--layers",
         default="memory,redis,redis2",
         help="comma-separated: memory, redis, redis2 (agents and browsers on two workers), "
-        "redis<K> (agents over K - 1 workers, browsers on one more)",
+             "redis<K> (agents over K - 1 workers, browsers on one more)",
     )
     parser.add_argument(
         "--coalesce",
@@ -363,32 +326,22 @@ def main() -> int:
         help="LIVE_COALESCE_S for the server (default: the setting's own, 0.25 s)",
     )
     parser.add_argument(
-        "--spread",
-        action="store_true",
+        "--spread", action="store_true",
         help="each host samples at its own moment of the second, as a fleet of separate agents "
-        "does (default: every host of a sim agent process at once, one burst a second)",
+             "does (default: every host of a sim agent process at once, one burst a second)",
     )
     parser.add_argument(
-        "--servers",
-        default="daphne",
+        "--servers", default="daphne",
         help="comma-separated ASGI servers, each layer under each in turn: daphne, uvicorn, granian; "
-        "floor-<server> runs bench/floor_server.py (the bare path, memory layer only) under it",
+             "floor-<server> runs bench/floor_server.py (the bare path, memory layer only) under it",
     )
     args = parser.parse_args()
     if not (1 <= args.gpus <= 20_000 and 1 <= args.clients <= 200 and 5 <= args.seconds <= 120):
         parser.error("--gpus 1-20000, --clients 1-200, --seconds 5-120")
-    bad = [
-        layer
-        for layer in args.layers.split(",")
-        if layer not in ("memory", "redis") and not 2 <= workers(layer) <= 32
-    ]
+    bad = [layer for layer in args.layers.split(",") if layer not in ("memory", "redis") and not 2 <= workers(layer) <= 32]
     if bad:
-        parser.error(
-            f"unknown layer(s) {', '.join(map(repr, bad))}: memory, redis or redis<K> (K from 2 to 32)"
-        )
-    if any(
-        map(asgi_servers.is_floor, asgi_servers.parse(args.servers))
-    ) and "memory" not in args.layers.split(","):
+        parser.error(f"unknown layer(s) {', '.join(map(repr, bad))}: memory, redis or redis<K> (K from 2 to 32)")
+    if any(map(asgi_servers.is_floor, asgi_servers.parse(args.servers))) and "memory" not in args.layers.split(","):
         parser.error("floor-<server> runs on the memory layer only: add memory to --layers")
 
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
@@ -473,9 +426,7 @@ def bench(args, env: dict, var: Path) -> int:
             key = layer if kinds == ["daphne"] else f"{layer}/{kind}"
             results[key] = run_layer(layer, layer_env, data, fleet_file, var, args, kind)
     for layer, r in results.items():
-        print(
-            f"{layer}: every GPU's readings reached a client {r['ready_after']:.0f} s after the clients connected"
-        )
+        print(f"{layer}: every GPU's readings reached a client {r['ready_after']:.0f} s after the clients connected")
         if r["closed"]:
             print(
                 f"{layer}: {len(r['closed'])} client(s) closed by the server: {', '.join(r['closed'][:5])}"
@@ -494,16 +445,10 @@ def bench(args, env: dict, var: Path) -> int:
         )
     for layer, r in results.items():
         shares = " + ".join(f"{us:.0f}" for us in r["cpu_us"])
-        print(
-            f"{layer}: server CPU per GPU reading (agents at 1 Hz, 8 GPUs a frame) {shares} µs"
-            + (
-                " (ingest and fan-out)"
-                if len(r["cpu_us"]) == 1
-                else " (agents' worker + browsers' worker)"
-                if len(r["cpu_us"]) == 2
-                else " (agents' workers, then the browsers' worker)"
-            )
-        )
+        print(f"{layer}: server CPU per GPU reading (agents at 1 Hz, 8 GPUs a frame) {shares} µs"
+              + (" (ingest and fan-out)" if len(r["cpu_us"]) == 1 else
+                 " (agents' worker + browsers' worker)" if len(r["cpu_us"]) == 2 else
+                 " (agents' workers, then the browsers' worker)"))
     for other in [layer for layer in args.layers.split(",") if layer != "memory"]:
         if {"memory", other} <= set(results):
             m, r = results["memory"], results[other]
@@ -512,23 +457,17 @@ def bench(args, env: dict, var: Path) -> int:
             )
     for key, r in results.items():
         layer, _, kind = key.partition("/")
-        peer = (
-            kind.removeprefix("floor-") if asgi_servers.is_floor(kind) else "daphne"
-        )  # a floor's own server
+        peer = kind.removeprefix("floor-") if asgi_servers.is_floor(kind) else "daphne"  # a floor's own server
         base = results.get(f"{layer}/{peer}")
         if kind and kind != "daphne" and base:
             ratio = sum(r["cpu_us"]) / sum(base["cpu_us"])
-            print(
-                f"{key} / {peer}: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
-                f"p99 ×{r['p99'] / base['p99']:.2f}"
-            )
+            print(f"{key} / {peer}: server CPU per reading ×{ratio:.2f}, p50 ×{r['p50'] / base['p50']:.2f}, "
+                  f"p99 ×{r['p99'] / base['p99']:.2f}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} CPUs")
     print(
         f"goal p99 ≤ {GOAL_P99_MS} ms, every reading delivered:",
-        ", ".join(
-            f"{k} {'met' if v['p99'] <= GOAL_P99_MS and not v['missed'] else 'MISSED'}"
-            for k, v in results.items()
-        ),
+        ", ".join(f"{k} {'met' if v['p99'] <= GOAL_P99_MS and not v['missed'] else 'MISSED'}"
+                  for k, v in results.items()),
     )
     return 0
 

@@ -22,9 +22,7 @@ if len(SECRET_KEY) < 32:
     raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters")
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
-CSRF_TRUSTED_ORIGINS = envlist(
-    "CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"]
-)
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
 # How many reverse proxies in front of us append to X-Forwarded-For; 0 trusts no header.
 TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0, minimum=0)
 
@@ -120,11 +118,7 @@ REDIS_URL = redis_url("REDIS_URL")
 # cuts every idle socket with 1011. Longer than the pop, yet finite: a Redis that went
 # away still surfaces as an error instead of a hang.
 REDIS_SOCKET_TIMEOUT_S = envint("REDIS_SOCKET_TIMEOUT_S", 30, minimum=10)
-REDIS_CLIENT = {
-    "socket_timeout": REDIS_SOCKET_TIMEOUT_S,
-    "socket_connect_timeout": 5,
-    "socket_keepalive": True,
-}
+REDIS_CLIENT = {"socket_timeout": REDIS_SOCKET_TIMEOUT_S, "socket_connect_timeout": 5, "socket_keepalive": True}
 # The channel layer's connections per server process, and how long a command waits for
 # one when all are busy (gpuconsole/channel_layer.py).
 REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", 100, minimum=4)
@@ -133,11 +127,7 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "gpuconsole.channel_layer.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [{"address": REDIS_URL, **REDIS_CLIENT}],
-                "capacity": 5000,
-                "expiry": 30,
-            },
+            "CONFIG": {"hosts": [{"address": REDIS_URL, **REDIS_CLIENT}], "capacity": 5000, "expiry": 30},
         }
     }
     CACHES = {
@@ -151,9 +141,7 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = dict(REDIS_CLIENT)
     CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 else:
-    CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}
-    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
@@ -282,9 +270,7 @@ AUDIT_ARCHIVE_DIR = envstr("AUDIT_ARCHIVE_DIR", str(VAR_DIR / "audit-archive"))
 # Each sealed batch's signed tree head, appended and fsynced outside the database
 # (docs/audit.md); empty: none (the newest records are then pinned only by checkpoints).
 AUDIT_HEADS_FILE = envstr("AUDIT_HEADS_FILE", str(VAR_DIR / "audit-heads.jsonl"))
-AUDIT_PUBLISH_IN_THREAD = envbool(
-    "AUDIT_PUBLISH_IN_THREAD", True
-)  # off: the committer waits for the fsync
+AUDIT_PUBLISH_IN_THREAD = envbool("AUDIT_PUBLISH_IN_THREAD", True)  # off: the committer waits for the fsync
 # PostgreSQL: how long each process's sealer thread waits, once woken by a commit, before
 # its look for pending records (0: each committer looks at once; docs/audit.md).
 AUDIT_SEAL_DELAY_MS = envint("AUDIT_SEAL_DELAY_MS", 0, minimum=0)
@@ -295,9 +281,7 @@ AUDIT_VERIFY_RATE = envrate("AUDIT_VERIFY_RATE", "10/min")
 # Billing: one currency per deployment.
 BILLING_CURRENCY = envstr("BILLING_CURRENCY", "USD")
 if not (len(BILLING_CURRENCY) == 3 and BILLING_CURRENCY.isalpha() and BILLING_CURRENCY.isupper()):
-    raise ImproperlyConfigured(
-        f"BILLING_CURRENCY={BILLING_CURRENCY!r} must be an ISO 4217 code such as USD"
-    )
+    raise ImproperlyConfigured(f"BILLING_CURRENCY={BILLING_CURRENCY!r} must be an ISO 4217 code such as USD")
 BILLING_ACCOUNT_ID = envstr("BILLING_ACCOUNT_ID", "gpu-console")
 BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
 # The simulated spot market is for demos only (make run turns it on); production spot
@@ -345,11 +329,7 @@ OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)
 OIDC_USE_PKCE = True
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 # django-axes first: it refuses a sign-in that is locked out before a password is checked.
-AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
-    "console.sso.Backend",
-]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend", "console.sso.Backend"]
 # Sign-in throttling (the page, the API token endpoint): after LOGIN_FAILURE_LIMIT failures
 # for one username, or from one client address, sign-ins from it are refused with 429 for
 # LOGIN_COOLOFF_MINUTES. Attempts live in the database, shared by every worker; the client
@@ -401,9 +381,5 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.channels.server": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
-        "axes": {"level": "ERROR"},
-    },
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "axes": {"level": "ERROR"}},
 }

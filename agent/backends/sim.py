@@ -72,21 +72,9 @@ ECC_CHANCE = 1e-5
 # Health facts of a sound H100/H200 (monitoring/health.py: FACTS), sent in a "health"
 # event only by a GPU given a fault (``SimGpu.set_fault``, or "fault" in a fleet file).
 SOUND_FACTS = {
-    "ecc_corrected_aggregate": 0,
-    "ecc_uncorrected_aggregate": 0,
-    "retired_sbe": 0,
-    "retired_dbe": 0,
-    "retired_pending": 0,
-    "remap_correctable": 0,
-    "remap_uncorrectable": 0,
-    "remap_pending": 0,
-    "remap_failed": 0,
-    "pcie_gen": 5,
-    "pcie_gen_max": 5,
-    "pcie_width": 16,
-    "pcie_width_max": 16,
-    "nvlink_links": 18,
-    "nvlink_down": 0,
+    "ecc_corrected_aggregate": 0, "ecc_uncorrected_aggregate": 0, "retired_sbe": 0, "retired_dbe": 0,
+    "retired_pending": 0, "remap_correctable": 0, "remap_uncorrectable": 0, "remap_pending": 0, "remap_failed": 0,
+    "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "nvlink_links": 18, "nvlink_down": 0,
 }
 # fault -> (facts, metrics) it changes; "xid:<code>" and "lost" are events instead.
 FAULTS = {
@@ -114,12 +102,8 @@ def workload_for(instance_name: str) -> str:
     """The simulated workload of a running instance, from its name: the demo's seeded
     history (monitoring/demo.py) uses the same rule, so history and live data agree."""
     name = instance_name.lower()
-    for words, kind in (
-        (("train", "finetune", "pretrain"), "training"),
-        (("render", "etl"), "copy"),
-        (("spot", "batch-idle", "notebook-idle"), "held"),
-        (("embed", "small"), "light"),
-    ):
+    for words, kind in ((("train", "finetune", "pretrain"), "training"), (("render", "etl"), "copy"),
+                        (("spot", "batch-idle", "notebook-idle"), "held"), (("embed", "small"), "light")):
         if any(w in name for w in words):
             return kind
     return "inference"
@@ -177,14 +161,8 @@ class SimGpu:
     def set_fault(self, fault: str | None) -> None:
         """Simulate a fault from the next tick on: a name of FAULTS, "xid:<code>" or "lost";
         None or "none" clears it."""
-        if (
-            fault not in (None, "lost")
-            and fault not in FAULTS
-            and not re.fullmatch(r"xid:[0-9]{1,5}", str(fault))
-        ):
-            raise FleetError(
-                f"unknown fault {fault!r}: one of {', '.join(FAULTS)}, xid:<code> or lost"
-            )
+        if fault not in (None, "lost") and fault not in FAULTS and not re.fullmatch(r"xid:[0-9]{1,5}", str(fault)):
+            raise FleetError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}, xid:<code> or lost")
         self.fault = None if fault == "none" else fault
         self.fault_sent = False
 
@@ -200,29 +178,11 @@ class SimGpu:
         self.fault_sent = True
         fault = self.fault or ""
         if fault == "lost":
-            return [
-                {
-                    "t": now,
-                    "gpu": self.uuid,
-                    "event": {"kind": "gpu_lost", "message": "GPU is lost"},
-                }
-            ]
+            return [{"t": now, "gpu": self.uuid, "event": {"kind": "gpu_lost", "message": "GPU is lost"}}]
         if fault.startswith("xid:"):
             code = int(fault[4:])
-            return [
-                {
-                    "t": now,
-                    "gpu": self.uuid,
-                    "event": {"kind": "xid", "code": code, "message": f"Xid {code}"},
-                }
-            ]
-        return [
-            {
-                "t": now,
-                "gpu": self.uuid,
-                "event": {"kind": "health", "facts": {**SOUND_FACTS, **facts}},
-            }
-        ]
+            return [{"t": now, "gpu": self.uuid, "event": {"kind": "xid", "code": code, "message": f"Xid {code}"}}]
+        return [{"t": now, "gpu": self.uuid, "event": {"kind": "health", "facts": {**SOUND_FACTS, **facts}}}]
 
     def hello(self) -> dict:
         return {
@@ -308,13 +268,8 @@ class SimGpu:
                 self.nvlink_rx += traffic * 4
         procs = None
         if self.pid:
-            procs = [
-                {
-                    "pid": self.pid,
-                    "used_memory": max(0, mem_used - 520_093_696),
-                    **_describe(self.kind, self.pid, self.alloc[1]),
-                }
-            ]
+            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 520_093_696),
+                      **_describe(self.kind, self.pid, self.alloc[1])}]
         if slow:
             m["energy_mj"] = self.energy_mj
             m["pcie_tx_bytes"] = self.pcie_tx
@@ -358,12 +313,8 @@ def _describe(kind: str, pid: int, instance: str) -> dict:
     """What /proc would say about the simulated process (the nvml agent reads it)."""
     container = hashlib.sha1(f"{instance}/{pid}".encode()).hexdigest()[:12]
     cmd = COMMANDS.get(kind, "python main.py")
-    return {
-        "name": cmd.split()[0] if " -m " not in cmd else cmd.split()[2].split(".")[0],
-        "user": "ubuntu",
-        "cmd": cmd,
-        "cgroup": container if instance else f"/user.slice/pid-{pid}",
-    }
+    return {"name": cmd.split()[0] if " -m " not in cmd else cmd.split()[2].split(".")[0], "user": "ubuntu",
+            "cmd": cmd, "cgroup": container if instance else f"/user.slice/pid-{pid}"}
 
 
 class SimSlice:
@@ -384,12 +335,8 @@ class SimSlice:
         self.activity = 0.0
 
     def hello(self) -> dict:
-        return {
-            "uuid": self.uuid,
-            "gpu_instance_id": self.gpu_instance_id,
-            "profile": self.profile,
-            "memory_total": self.memory_total,
-        }
+        return {"uuid": self.uuid, "gpu_instance_id": self.gpu_instance_id, "profile": self.profile,
+                "memory_total": self.memory_total}
 
     def step(self, slow: bool) -> tuple[dict, list[dict] | None]:
         kind = allocated_kind(self.alloc)
@@ -413,21 +360,12 @@ class SimSlice:
             m |= {"gpu_util": util, "mem_util": pick(memu_r)}
         elif slow and self.gpm:  # MIG: GPM per GPU instance, over the slow interval (NVML has no
             # utilization on MIG devices, so an A100's slices report memory only)
-            m |= {
-                "gpu_util": util,
-                "tensor_active_pct": pick(tens_r),
-                "sm_occupancy_pct": pick(occ_r),
-                "dram_bw_util_pct": pick(dram_r),
-            }
+            m |= {"gpu_util": util, "tensor_active_pct": pick(tens_r), "sm_occupancy_pct": pick(occ_r),
+                  "dram_bw_util_pct": pick(dram_r)}
         procs = None
         if self.pid:
-            procs = [
-                {
-                    "pid": self.pid,
-                    "used_memory": max(0, mem_used - 300_000_000),
-                    **_describe(kind, self.pid, self.alloc[1]),
-                }
-            ]
+            procs = [{"pid": self.pid, "used_memory": max(0, mem_used - 300_000_000),
+                      **_describe(kind, self.pid, self.alloc[1])}]
         return m, procs
 
 
@@ -503,9 +441,7 @@ class SimSource(Source):
         return records
 
     @staticmethod
-    def _with_slices(
-        gpu: SimGpu, m: dict, slow: bool, now: float, records: list
-    ) -> tuple[dict, None]:
+    def _with_slices(gpu: SimGpu, m: dict, slow: bool, now: float, records: list) -> tuple[dict, None]:
         """Slice records first; the GPU's own reading then follows its slices' load."""
         used, busy = 0, 0.0
         for sl in gpu.slices:
@@ -517,30 +453,18 @@ class SimSource(Source):
             used += sm["mem_used"]
             busy += sl.activity / len(gpu.slices)
         power_frac = 0.10 + 0.8 * busy
-        m = dict(
-            m,
-            mem_used=used + 500_000_000,
-            power_mw=int(gpu.power_limit_mw * power_frac),
-            sm_clock_mhz=MAX_SM_CLOCK - 100 if busy > 0.05 else IDLE_SM_CLOCK,
-            clocks_event_reasons=0 if busy > 0.05 else REASON_IDLE,
-        )
+        m = dict(m, mem_used=used + 500_000_000, power_mw=int(gpu.power_limit_mw * power_frac),
+                 sm_clock_mhz=MAX_SM_CLOCK - 100 if busy > 0.05 else IDLE_SM_CLOCK,
+                 clocks_event_reasons=0 if busy > 0.05 else REASON_IDLE)
         gpu.temp += (28 + 52 * power_frac - gpu.temp) * 0.08
         m["temp_c"] = int(gpu.temp)
         if gpu.mode == "mig":
             # In MIG mode NVML has no utilization of the whole GPU, and GPM is per GPU instance.
-            for name in (
-                "gpu_util",
-                "mem_util",
-                "tensor_active_pct",
-                "sm_occupancy_pct",
-                "dram_bw_util_pct",
-            ):
+            for name in ("gpu_util", "mem_util", "tensor_active_pct", "sm_occupancy_pct", "dram_bw_util_pct"):
                 m.pop(name, None)
         else:
             m["gpu_util"] = int(100 * busy)
-            m.pop(
-                "tensor_active_pct", None
-            )  # vGPU hosts: no GPM split per vGPU; the sum is unknown
+            m.pop("tensor_active_pct", None)  # vGPU hosts: no GPM split per vGPU; the sum is unknown
         return m, None
 
     def follow(self, base_url: str) -> None:
@@ -554,26 +478,19 @@ class SimSource(Source):
         for host in self.fleet:
             if not host.token:
                 continue
-            request = urllib.request.Request(
-                self.follow_url, headers={"Authorization": f"Bearer {host.token}"}
-            )
+            request = urllib.request.Request(self.follow_url, headers={"Authorization": f"Bearer {host.token}"})
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
                     devices = json.loads(response.read())["devices"]
             except (OSError, ValueError, KeyError) as exc:
-                log.warning(
-                    "allocations of %s cannot be read (%s); keeping the last ones", host.host, exc
-                )
+                log.warning("allocations of %s cannot be read (%s); keeping the last ones", host.host, exc)
                 continue
             apply_allocations(host, devices)
 
     def start(self, emit: Emit, loop=None) -> None:
         if getattr(self, "follow_url", None):
             self.poll_allocations()
-            self.spawn(
-                lambda: run_every(self.stop_event, FOLLOW_EVERY_S, self.poll_allocations),
-                "sim-follow",
-            )
+            self.spawn(lambda: run_every(self.stop_event, FOLLOW_EVERY_S, self.poll_allocations), "sim-follow")
 
         def step():
             for host, records in self.tick().items():
@@ -677,18 +594,14 @@ def _check_gpu(where: str, gpu, seen: set) -> None:
     if gpu.get("mode") not in (None, "mig", "vgpu"):
         raise FleetError(f'{where}.mode must be "mig" or "vgpu"')
     fault = gpu.get("fault")
-    if fault is not None and not (
-        isinstance(fault, str)
-        and (fault in FAULTS or fault == "lost" or re.fullmatch(r"xid:[0-9]{1,5}", fault))
-    ):
+    if fault is not None and not (isinstance(fault, str) and (fault in FAULTS or fault == "lost"
+                                                                or re.fullmatch(r"xid:[0-9]{1,5}", fault))):
         raise FleetError(f"{where}.fault must be one of {', '.join(FAULTS)}, lost or xid:<code>")
     slices = gpu.get("slices", [])
     if not isinstance(slices, list) or (slices and gpu.get("mode") is None):
         raise FleetError(f"{where}.slices must be a list, and needs a mode")
     for k, sl in enumerate(slices):
         if not isinstance(sl, dict) or not str(sl.get("uuid", "")).startswith(("MIG-", "VGPU-")):
-            raise FleetError(
-                f"{where}.slices[{k}].uuid must be a string starting with MIG- or VGPU-"
-            )
+            raise FleetError(f"{where}.slices[{k}].uuid must be a string starting with MIG- or VGPU-")
         if isinstance(sl.get("memory_total"), bool) or not isinstance(sl.get("memory_total"), int):
             raise FleetError(f"{where}.slices[{k}].memory_total must be an integer")

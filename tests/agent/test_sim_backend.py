@@ -89,32 +89,12 @@ def test_only_hopper_and_later_report_gpm_metrics(tmp_path):
 def test_a_mig_slice_reports_activity_only_from_hopper_on(tmp_path):
     """A MIG slice's activity is GPM's (NVML has no utilization on MIG devices): an
     A100's slices report their memory alone, an H100's their utilization and GPM too."""
-
     def mig(uuid, name):
-        return {
-            "uuid": uuid,
-            "index": 0,
-            "name": name,
-            "mode": "mig",
-            "slices": [
-                {
-                    "uuid": f"MIG-{uuid}",
-                    "gpu_instance_id": 1,
-                    "profile": "1g.10gb",
-                    "memory_total": 10 * 2**30,
-                }
-            ],
-        }
-
+        return {"uuid": uuid, "index": 0, "name": name, "mode": "mig", "slices": [
+            {"uuid": f"MIG-{uuid}", "gpu_instance_id": 1, "profile": "1g.10gb", "memory_total": 10 * 2**30}]}
     path = tmp_path / "fleet.json"
-    path.write_text(
-        json.dumps(
-            [
-                {"host": "a", "gpus": [mig("GPU-a100", "A100-80GB")]},
-                {"host": "h", "gpus": [mig("GPU-h100", "H100-80GB")]},
-            ]
-        )
-    )
+    path.write_text(json.dumps([{"host": "a", "gpus": [mig("GPU-a100", "A100-80GB")]},
+                                {"host": "h", "gpus": [mig("GPU-h100", "H100-80GB")]}]))
     source = SimSource.from_fleet(load_fleet(path), interval=1.0, slow_interval=1.0)
     seen = {}
     for _ in range(5):
@@ -174,14 +154,10 @@ def test_a_fleet_file_names_a_bad_fault(tmp_path):
     from agent.backends.sim import FleetError, load_fleet
 
     path = tmp_path / "fleet.json"
-    path.write_text(
-        json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}])
-    )
+    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:abc"}]}]))
     with pytest.raises(FleetError, match=r"gpus\[0\]\.fault must be one of"):
         load_fleet(path)
-    path.write_text(
-        json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:79"}]}])
-    )
+    path.write_text(json.dumps([{"host": "h1", "gpus": [{"uuid": "GPU-a", "index": 0, "fault": "xid:79"}]}]))
     assert load_fleet(path)[0]["gpus"][0]["fault"] == "xid:79"
 
 

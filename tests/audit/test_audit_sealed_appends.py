@@ -75,9 +75,7 @@ def test_events_are_sealed_in_commit_order_and_a_rollback_leaves_no_gap():
 @on_postgres
 def test_a_pending_event_is_sealed_once_and_never_edited(events):
     events(2)
-    pending = AuditEvent.objects.create(
-        actor_type="system", actor_name="system", action="test.pending"
-    )
+    pending = AuditEvent.objects.create(actor_type="system", actor_name="system", action="test.pending")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=pending.pk).update(action="test.other")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
