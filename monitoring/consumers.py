@@ -65,10 +65,8 @@ def _writers() -> ThreadPoolExecutor:
     """Threads for sample writes, apart from the one thread of other ORM calls, so
     one slow write holds up only its own agent. SQLite has one writer anyway."""
     default = 1 if connection.vendor == "sqlite" else 4
-    return ThreadPoolExecutor(
-        max_workers=int(getattr(settings, "INGEST_WRITER_THREADS", default)),
-        thread_name_prefix="ingest",
-    )
+    return ThreadPoolExecutor(max_workers=int(getattr(settings, "INGEST_WRITER_THREADS", default)),
+                              thread_name_prefix="ingest")
 
 
 @cache
@@ -163,10 +161,8 @@ class Flusher:
         self.busy: set[int] = set()  # id() of the links a write holds
         self.failed: weakref.WeakSet = weakref.WeakSet()  # links whose write failed
         self.running = 0
-        self.last_write = float("-inf")  # the event loop's time when the last write started
-        self.gathering: asyncio.TimerHandle | None = None
-        self.last_attribution = float("-inf")
-        self.gathering_reads: asyncio.TimerHandle | None = None
+        self.started = {"reads": float("-inf"), "writes": float("-inf")}  # loop time of each stage's last start
+        self.timers: dict[str, asyncio.TimerHandle] = {}  # a stage waiting for more frames
 
     def submit(self, link: ingest.Link, batch: frames.Samples) -> asyncio.Future:
         """A future of (boot_id, high) acks for ``batch``, or the write's exception."""
@@ -179,13 +175,9 @@ class Flusher:
     def _attribute_next(self) -> None:
         if self.attributing or not self.waiting:
             return
-        loop = asyncio.get_running_loop()
-        wait = self.last_attribution + gather_s(reads=True) - loop.time()
-        if wait > 0 and sum(len(batch.records) for _, batch, _ in self.waiting) < GATHER_RECORDS:
-            if self.gathering_reads is None:
-                self.gathering_reads = loop.call_later(wait, self._gathered_reads)
+        if self._gathering("reads", (batch for _, batch, _ in self.waiting), self._attribute_next):
             return
-        self.last_attribution = loop.time()
+        self.started["reads"] = asyncio.get_running_loop().time()
         taken, left, per_link = [], [], {}
         for item in self.waiting:
             key = id(item[0])
@@ -205,8 +197,7 @@ class Flusher:
         latest = {}
         try:
             prepared = await _read(ingest.prepare)(
-                [(link, [batch for batch, _ in items]) for link, items in groups.values()]
-            )
+                [(link, [batch for batch, _ in items]) for link, items in groups.values()])
         except Exception as exc:  # noqa: BLE001 (every connection of the batch hears of it)
             for _, _, future in taken:
                 if not future.done():
@@ -222,17 +213,8 @@ class Flusher:
         self._attribute_next()
 
     def _write_next(self) -> None:
-        loop = asyncio.get_running_loop()
         while self.running < self.concurrency and self.ready:
-            wait = self.last_write + gather_s() - loop.time()
-            if (
-                wait > 0
-                and sum(len(b.records) for prep, _ in self.ready for b in prep.batches)
-                < GATHER_RECORDS
-            ):
-                # frames trickle in: let more of them join this write
-                if self.gathering is None:
-                    self.gathering = loop.call_later(wait, self._gathered)
+            if self._gathering("writes", (b for prep, _ in self.ready for b in prep.batches), self._write_next):
                 return
             taken, left, held = [], [], set(self.busy)
             for item in self.ready:
@@ -249,16 +231,23 @@ class Flusher:
                 return
             self.busy.update(id(prep.link) for prep, _ in taken)
             self.running += 1
-            self.last_write = loop.time()
+            self.started["writes"] = asyncio.get_running_loop().time()
             asyncio.ensure_future(self._write(taken))
 
-    def _gathered_reads(self) -> None:
-        self.gathering_reads = None
-        self._attribute_next()
+    def _gathering(self, stage: str, batches, then) -> bool:
+        """Whether ``stage`` ("reads" or "writes") waits for more frames; ``then`` is
+        called when the wait is over."""
+        loop = asyncio.get_running_loop()
+        wait = self.started[stage] + gather_s(reads=stage == "reads") - loop.time()
+        if wait > 0 and sum(len(batch.records) for batch in batches) < GATHER_RECORDS:
+            if stage not in self.timers:  # frames trickle in: let more of them join
+                self.timers[stage] = loop.call_later(wait, self._gathered, stage, then)
+            return True
+        return False
 
-    def _gathered(self) -> None:
-        self.gathering = None
-        self._write_next()
+    def _gathered(self, stage: str, then) -> None:
+        del self.timers[stage]
+        then()
 
     async def _write(self, taken: list) -> None:
         try:
@@ -336,32 +325,20 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.host = None
         self.hello = None
         self.closing = False
-        self.unacked: collections.deque[asyncio.Future] = (
-            collections.deque()
-        )  # frames not yet stored, in order
+        self.unacked: collections.deque[asyncio.Future] = collections.deque()  # frames not yet stored, in order
         self.ready = asyncio.Event()  # set while frames wait to be acked
         self.acker: asyncio.Task | None = None
         await self.accept()
         if b"token" in self.scope.get("query_string", b"").lower():
-            await self.refuse(
-                p.CLOSE_BAD_TOKEN,
-                "bad_token",
-                "never send the token in the URL; use the Authorization header",
-            )
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
             return
         raw = _bearer(self.scope)
         if raw is None:
-            await self.refuse(
-                p.CLOSE_BAD_TOKEN,
-                "bad_token",
-                "send the host token as 'Authorization: Bearer <token>'",
-            )
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "send the host token as 'Authorization: Bearer <token>'")
             return
         token = await database_sync_to_async(services.authenticate_agent)(raw)
         if token is None:
-            await self.refuse(
-                p.CLOSE_BAD_TOKEN, "bad_token", "the host token is not valid or was revoked"
-            )
+            await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "the host token is not valid or was revoked")
             return
         self.host = token.host
         loop = asyncio.get_running_loop()
@@ -377,18 +354,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
     def _expire_at(self, when: float) -> None:
         if getattr(self, "expiry", None) is not None:
             self.expiry.cancel()
-        self.expiry = asyncio.get_running_loop().call_later(
-            max(0.0, when - time.time()), self._token_expired
-        )
+        self.expiry = asyncio.get_running_loop().call_later(max(0.0, when - time.time()), self._token_expired)
 
     def _token_expired(self):
         if not self.closing:
             asyncio.ensure_future(
-                self.refuse(
-                    p.CLOSE_TOKEN_EXPIRED,
-                    "token_expired",
-                    "the host token expired; connect with its replacement",
-                )
+                self.refuse(p.CLOSE_TOKEN_EXPIRED, "token_expired", "the host token expired; connect with its replacement")
             )
 
     async def agent_token(self, message):
@@ -400,28 +371,21 @@ class AgentConsumer(AsyncWebsocketConsumer):
     def _hello_late(self):
         if self.hello is None and not self.closing:
             asyncio.ensure_future(
-                self.refuse(
-                    p.CLOSE_HELLO_TIMEOUT,
-                    "hello_timeout",
-                    f"no hello within {HELLO_TIMEOUT_S:.0f} s",
-                )
+                self.refuse(p.CLOSE_HELLO_TIMEOUT, "hello_timeout", f"no hello within {HELLO_TIMEOUT_S:.0f} s")
             )
 
     async def disconnect(self, code):
         if code == p.CLOSE_TOO_LARGE and not self.closing and self.host is not None:
             # Refused by the server before the consumer saw it (gpuconsole/serving.py).
             await database_sync_to_async(_note_refusal)(
-                self.host, "frame_too_large", f"a frame over {p.MAX_FRAME_BYTES} bytes", True
-            )
+                self.host, "frame_too_large", f"a frame over {p.MAX_FRAME_BYTES} bytes", True)
         self.closing = True
         for handle in (getattr(self, "timer", None), getattr(self, "expiry", None)):
             if handle is not None:
                 handle.cancel()
         if getattr(self, "token_group", None) is not None:
             await self.channel_layer.group_discard(self.token_group, self.channel_name)
-            await self.channel_layer.group_discard(
-                diagnostics.agent_group(self.host.pk), self.channel_name
-            )
+            await self.channel_layer.group_discard(diagnostics.agent_group(self.host.pk), self.channel_name)
         await agent_links.left(self)
         if self.acker is not None:
             self.acker.cancel()
@@ -442,11 +406,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await link.read(self, text_data)
             return
         try:
-            frame = frames.read(
-                text_data if text_data is not None else bytes_data,
-                hello_expected=self.hello is None,
-                now=time.time(),
-            )
+            frame = frames.read(text_data if text_data is not None else bytes_data,
+                                hello_expected=self.hello is None, now=time.time())
             if self.hello is None:
                 await self.on_hello(frame)
             else:
@@ -454,50 +415,32 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 if len(self.unacked) >= QUEUE_FRAMES:
                     # Agents send one frame and wait for its ack; this one did not.
                     # (gpuconsole/serving.py stops reading the socket meanwhile.)
-                    raise inventory.Refused(
-                        p.CLOSE_FLOOD,
-                        "too_many_unacked",
-                        f"more than {QUEUE_FRAMES} frames wait to be stored; "
-                        "send the next frame after the ack of the last",
-                    )
+                    raise inventory.Refused(p.CLOSE_FLOOD, "too_many_unacked",
+                                            f"more than {QUEUE_FRAMES} frames wait to be stored; "
+                                            "send the next frame after the ack of the last")
                 self.unacked.append(flusher().submit(self.link, batch))
                 self.ready.set()
         except frames.FrameError as exc:
-            await self.refuse(
-                exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame()
-            )
+            await self.refuse(exc.close_code, exc.code, exc.message, bad_frame=True, extra=exc.frame())
         except inventory.Refused as exc:
             await self.refuse(exc.close_code, exc.code, exc.message)
         except Exception:
             log.exception("agent connection of %s failed", self.host.name)
-            await self.refuse(
-                p.CLOSE_SERVER_ERROR, "server_error", "the server failed; try again later"
-            )
+            await self.refuse(p.CLOSE_SERVER_ERROR, "server_error", "the server failed; try again later")
 
     async def on_hello(self, hello: frames.Hello):
         if hello.host != self.host.name:
-            raise inventory.Refused(
-                p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}"
-            )
+            raise inventory.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
         result = await database_sync_to_async(inventory.accept_hello)(
             host=self.host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT
         )
-        await database_sync_to_async(ingest.connected)(
-            host=self.host, hello=hello, result=result, peer=_peer(self.scope)
-        )
+        await database_sync_to_async(ingest.connected)(host=self.host, hello=hello, result=result, peer=_peer(self.scope))
         self.hello = hello
         self.timer.cancel()
         self.link = ingest.Link(self.host.pk, self.host.name)
         self.acker = asyncio.ensure_future(self.ack_loop())
-        await self.send_frame(
-            p.Welcome(
-                v=p.VERSION,
-                host=self.host.name,
-                server_time=time.time(),
-                registered=result.registered,
-                vanished=result.vanished,
-            )
-        )
+        await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),
+                                        registered=result.registered, vanished=result.vanished))
         await agent_links.joined(self)  # e.g. the host's network rules, now and on every change
 
     async def ack_loop(self):
@@ -510,12 +453,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 raise
             except Exception:
                 log.exception("storing samples of %s failed", self.host.name)
-                await self.send_frame(
-                    p.Error(
-                        code="server_error",
-                        message="the server could not store this batch; send it again",
-                    )
-                )
+                await self.send_frame(p.Error(code="server_error",
+                                              message="the server could not store this batch; send it again"))
                 self.closing = True
                 await self.close(code=p.CLOSE_SERVER_ERROR)
                 return
@@ -533,15 +472,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def send_frame(self, frame: p.Welcome | p.Ack | p.Error):
         await self.send(text_data=p.encode(frame))
 
-    async def refuse(
-        self,
-        close_code: int,
-        code: str,
-        message: str,
-        *,
-        bad_frame: bool = False,
-        extra: p.Error | None = None,
-    ):
+    async def refuse(self, close_code: int, code: str, message: str, *, bad_frame: bool = False,
+                     extra: p.Error | None = None):
         if self.closing:
             return
         self.closing = True
@@ -597,22 +529,13 @@ def _refusal(user, kind: str, ident: int | None) -> str | None:
     """Why a subscription is refused (DENIED, recorded in the audit log; MISSING), or
     None: the whole question in one hop to the database thread."""
     if not _allowed(user, kind, ident):
-        record_event(
-            actor=user,
-            action="live.denied",
-            outcome=Outcome.DENIED,
-            details={"kind": kind, "id": ident},
-        )
+        record_event(actor=user, action="live.denied", outcome=Outcome.DENIED, details={"kind": kind, "id": ident})
         return DENIED
     return MISSING if _missing(kind, ident) else None
 
 
 def _group(kind: str, ident: int | None) -> str:
-    return (
-        {"team": team_group, "instance": instance_group, "host": host_group}[kind](ident)
-        if ident is not None
-        else FLEET_GROUP
-    )
+    return {"team": team_group, "instance": instance_group, "host": host_group}[kind](ident) if ident is not None else FLEET_GROUP
 
 
 def _target(target) -> tuple[str, int | None] | str:
@@ -666,11 +589,7 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         except jsonlimits.JsonRefused as exc:
             await self.fail(exc.message if exc.code != "bad_json" else "messages are JSON objects")
             return
-        if (
-            not isinstance(message, dict)
-            or len(message) != 1
-            or next(iter(message)) not in ("subscribe", "unsubscribe")
-        ):
+        if not isinstance(message, dict) or len(message) != 1 or next(iter(message)) not in ("subscribe", "unsubscribe"):
             await self.fail('send {"subscribe": {"kind": …, "id": …}} or {"unsubscribe": {…}}')
             return
         verb, target = next(iter(message.items()))
