@@ -276,8 +276,12 @@ def plan(argv: list[str] | None, env=os.environ) -> Plan:
         raise UsageError("--trace is only for --backend replay")
     if args.backend != "sim" and (args.fleet or args.hosts or args.gpus or args.follow_allocations or args.spread):
         raise UsageError("--fleet, --hosts, --gpus and --spread are only for --backend sim")
+    if args.spread and args.once:
+        raise UsageError("--spread spreads the hosts' samples over each interval; with --once each host samples once")
     source = make_source(args)
     hosts = source.hosts()
+    if args.spread and len(hosts) < 2:
+        raise UsageError("--spread needs several hosts (--hosts N, or a --fleet of several)")
     if token is None and any(h.token is None for h in hosts):
         raise UsageError(f"no token: give --token-file PATH, --token TOKEN or set {TOKEN_ENV}")
     if not is_loopback(urlsplit(server).hostname) and server.startswith("ws://"):

@@ -341,6 +341,9 @@ def main() -> int:
     bad = [layer for layer in args.layers.split(",") if layer not in ("memory", "redis") and not 2 <= workers(layer) <= 32]
     if bad:
         parser.error(f"unknown layer(s) {', '.join(map(repr, bad))}: memory, redis or redis<K> (K from 2 to 32)")
+    agent_workers = max([workers(layer) - 1 for layer in args.layers.split(",") if layer.startswith("redis")] + [1])
+    if args.spread and args.gpus < 16 * agent_workers:
+        parser.error(f"--spread needs at least two hosts of 8 GPUs per agent process: --gpus {16 * agent_workers} or more")
     if any(map(asgi_servers.is_floor, asgi_servers.parse(args.servers))) and "memory" not in args.layers.split(","):
         parser.error("floor-<server> runs on the memory layer only: add memory to --layers")
 

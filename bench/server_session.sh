@@ -7,14 +7,15 @@
 #   bash bench/server_session.sh live   # 1,000 GPUs x 20 browsers, memory and two workers on Redis
 #   bash bench/server_session.sh live_workers   # the same with agents over 4 workers, 50 ms coalescing
 #   bash bench/server_session.sh audit_appends,live_1000x20   # any of them by name, comma-separated
+#   bash bench/server_session.sh setup  # only PostgreSQL, Redis and Python set up, for runs of one's own
 # Every benchmark's own printout goes to $OUT/<name>.txt, the machine to $OUT/machine.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part="${1:-pg}"
 for name in ${part//,/ }; do
   case "$name" in
-    pg|live|all|cpu_per_reading|audit_appends|billing|live_1000x20|live_workers) ;;
-    *) echo "unknown part '$name': pg, live, all, cpu_per_reading, audit_appends, billing, live_1000x20 or live_workers" >&2
+    setup|pg|live|all|cpu_per_reading|audit_appends|billing|live_1000x20|live_workers) ;;
+    *) echo "unknown part '$name': setup, pg, live, all, cpu_per_reading, audit_appends, billing, live_1000x20 or live_workers" >&2
        exit 2 ;;
   esac
 done

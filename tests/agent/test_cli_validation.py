@@ -134,3 +134,12 @@ def test_spread_is_for_the_sim_only(fail):
     assert "--spread are only for --backend sim" in fail(
         "--server", SERVER, "--token", "t", "--spread"
     )
+
+
+def test_spread_needs_several_hosts_and_repeated_samples(fail):
+    assert "--spread needs several hosts" in fail(
+        "--server", SERVER, "--token", "t", "--backend", "sim", "--spread"
+    )
+    assert "with --once each host samples once" in fail(
+        "--server", SERVER, "--token", "t", "--backend", "sim", "--hosts", "4", "--spread", "--once"
+    )
