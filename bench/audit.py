@@ -14,6 +14,8 @@
    costs in the database, without record_event's Python and after-commit work); once with the transaction ending at the write, once with
    ``--caller-ms`` more work in it; audited writers make the after-commit look through the sealer thread
    (``--seal-delay-ms``, AUDIT_SEAL_DELAY_MS), and once more with the look made at once;
+   each run also gives the CPU per event of the writer processes (their sealer threads
+   included) and, where PostgreSQL runs on this machine, of all its processes;
    then the whole log verified (one gap-free chain, nothing left pending);
 5. the offline verifier (``audit.offline_verify``, no Django, no database) on a whole-log
    JSON Lines bundle, the same as a zip of CSV rows, and a bundle of every tenth record
@@ -284,7 +286,7 @@ CHAIN_SQL = (
 KINDS = ("plain", "row", "chain", "audited")
 
 
-def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_ms: float) -> None:
+def _append_worker(env: dict, seconds: float, ready, done, results, kind: str, caller_ms: float) -> None:
     """One writer process: once every writer is set up, append for ``seconds``, each in
     its own committed transaction; reports how many.
 
@@ -311,6 +313,7 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
     connection.ensure_connection()
     pid, count = os.getpid(), 0
     ready.wait()
+    cpu = time.process_time()  # the writer's own, its sealer thread's included
     until = time.perf_counter() + seconds
     while time.perf_counter() < until and kind == "plain":
         with transaction.atomic(), connection.cursor() as cursor:
@@ -344,8 +347,11 @@ def _append_worker(env: dict, seconds: float, ready, results, kind: str, caller_
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_sleep(%s)", [caller_ms / 1000])
         count += 1
+    cpu = time.process_time() - cpu
+    done.wait()  # every writer's connections still open while PostgreSQL's CPU is read
+    done.wait()
     connection.close()
-    results.put(count)
+    results.put((count, cpu))
 
 
 def append_rate(
@@ -355,19 +361,43 @@ def append_rate(
 
     env = {**env, "AUDIT_SEAL_DELAY_MS": str(int(seal_delay_ms))}
     ctx = multiprocessing.get_context("spawn")
-    ready, results = ctx.Barrier(writers + 1), ctx.Queue()
+    ready, done, results = ctx.Barrier(writers + 1), ctx.Barrier(writers + 1), ctx.Queue()
     procs = [
-        ctx.Process(target=_append_worker, args=(env, seconds, ready, results, kind, caller_ms))
+        ctx.Process(target=_append_worker, args=(env, seconds, ready, done, results, kind, caller_ms))
         for _ in range(writers)
     ]
     for proc in procs:
         proc.start()
     ready.wait()  # every writer set up and connected: the clock starts for all at once
-    total = sum(results.get(timeout=seconds + 120) for _ in procs)
+    server0 = _postgres_cpu()
+    done.wait(timeout=seconds + 120)  # every writer through its loop
+    server = _postgres_cpu() - server0 if server0 is not None else None
+    done.wait(timeout=60)
+    got = [results.get(timeout=seconds + 120) for _ in procs]
     for proc in procs:
         proc.join()
+    total, cpu = sum(n for n, _ in got), sum(c for _, c in got)
     return {"writers": writers, "seconds": seconds, "caller_ms": caller_ms, "seal_delay_ms": seal_delay_ms,
-            "events": total, "events_per_s": round(total / seconds)}
+            "events": total, "events_per_s": round(total / seconds),
+            "writer_cpu_us": round(cpu / max(total, 1) * 1e6),
+            "postgres_cpu_us": round(server / max(total, 1) * 1e6) if server is not None else None}
+
+
+def _postgres_cpu() -> float | None:
+    """CPU seconds used so far by every PostgreSQL process of this machine (its
+    backends, WAL writer and checkpointer), or None where PostgreSQL runs elsewhere."""
+    if PG["host"] not in ("127.0.0.1", "localhost", "::1") or not os.path.isdir("/proc"):
+        return None
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"postgres"):
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: float = 20) -> dict:
@@ -728,7 +758,9 @@ def _drop(args) -> None:
 
 def _print_append(appended: dict) -> None:
     for name, rate in appended["rates"].items():
-        print(f"  {name:>20}: {rate:,} transactions/s")
+        run = appended["runs"][name]
+        server = f", PostgreSQL {run['postgres_cpu_us']:,} us" if run.get("postgres_cpu_us") is not None else ""
+        print(f"  {name:>20}: {rate:,} transactions/s; CPU per event: writers {run['writer_cpu_us']:,} us{server}")
     for name, ratio in appended["ratios"].items():
         print(f"  {name:>28}: {ratio}x")
     print(
