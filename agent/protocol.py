@@ -269,6 +269,10 @@ def encode_procs(procs: list[Proc]) -> str:
     """Processes as compact JSON (what the server stores)."""
     return msgspec.json.encode(procs).decode()
 
+# How long the agent waits for the welcome after its hello (then it closes and
+# connects again later); the server skips a hello whose turn comes after it.
+WELCOME_TIMEOUT_S = 10.0
+
 # Close codes sent by the server.
 CLOSE_BAD_FRAME = 4400
 CLOSE_BAD_TOKEN = 4401

@@ -32,7 +32,7 @@ from .spool import Batch, Spool, SpoolError
 
 log = logging.getLogger("gpuconsole.agent")
 
-WELCOME_TIMEOUT_S = 10.0
+WELCOME_TIMEOUT_S = protocol.WELCOME_TIMEOUT_S
 ACK_TIMEOUT_S = 30.0
 CLOCK_SKEW_WARNING_S = 2.0
 # While connected, records the server has not acknowledged this long are spooled too.

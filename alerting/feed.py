@@ -31,9 +31,9 @@ def raise_alert(kind: str, condition: Condition, *, now: datetime | None = None)
     return alerts.raise_alert(kind, condition, now=now)
 
 
-def resolve(key: str, *, now: datetime | None = None, why: str = "") -> None:
-    """Resolve the active alert of ``key``, if there is one."""
-    alerts.resolve_key(key, now=now, why=why)
+def resolve(*keys: str, now: datetime | None = None, why: str = "") -> None:
+    """Resolve the active alert of each key given, where there is one."""
+    alerts.resolve_keys(keys, now=now, why=why)
 
 
 def is_active(key: str) -> bool:
@@ -73,8 +73,8 @@ class Telemetry:
     def raise_alert(self, kind: str, *, now: datetime | None = None, **condition) -> None:
         raise_alert(kind, Condition(**condition), now=now)
 
-    def resolve(self, key: str, *, now: datetime | None = None, why: str = "") -> None:
-        resolve(key, now=now, why=why)
+    def resolve(self, *keys: str, now: datetime | None = None, why: str = "") -> None:
+        resolve(*keys, now=now, why=why)
 
     def is_active(self, key: str) -> bool:
         return is_active(key)

@@ -26,7 +26,7 @@ class Keeper(Protocol):
 
     def raise_alert(self, kind: str, *, now: datetime | None = None, **condition) -> None: ...
 
-    def resolve(self, key: str, *, now: datetime | None = None, why: str = "") -> None: ...
+    def resolve(self, *keys: str, now: datetime | None = None, why: str = "") -> None: ...
 
     def is_active(self, key: str) -> bool: ...
 
@@ -61,7 +61,7 @@ class Unconnected:
     def raise_alert(self, kind, *, now=None, **condition) -> None:
         pass
 
-    def resolve(self, key, *, now=None, why="") -> None:
+    def resolve(self, *keys, now=None, why="") -> None:
         pass
 
     def is_active(self, key) -> bool:
@@ -96,8 +96,9 @@ def raise_alert(kind: str, *, now: datetime | None = None, **condition) -> None:
     _keeper.raise_alert(kind, now=now, **condition)
 
 
-def resolve(key: str, *, now: datetime | None = None, why: str = "") -> None:
-    _keeper.resolve(key, now=now, why=why)
+def resolve(*keys: str, now: datetime | None = None, why: str = "") -> None:
+    """Resolve the active alert of each key (one query for them all)."""
+    _keeper.resolve(*keys, now=now, why=why)
 
 
 def is_active(key: str) -> bool:

@@ -308,6 +308,17 @@ def _peer(scope) -> str:
     return str(client[0] or "")
 
 
+def _accept_hello(host: Host, hello: frames.Hello, peer: str, arrived: float) -> inventory.HelloResult | None:
+    """The hello's inventory check and the connection's record, in one turn of the
+    database thread; None, with nothing done, when that turn comes after the agent
+    has given up waiting for the welcome."""
+    if time.monotonic() - arrived > p.WELCOME_TIMEOUT_S:
+        return None
+    result = inventory.accept_hello(host=host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT)
+    ingest.connected(host=host, hello=hello, result=result, peer=peer)
+    return result
+
+
 class AgentConsumer(AsyncWebsocketConsumer):
     """Protocol v1 (docs/agent-protocol.md): hello → welcome, then samples → ack."""
 
@@ -409,7 +420,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
             frame = frames.read(text_data if text_data is not None else bytes_data,
                                 hello_expected=self.hello is None, now=time.time())
             if self.hello is None:
-                await self.on_hello(frame)
+                # Here in time: however long its turn at the database takes (a fleet's
+                # agents reconnecting at once after a restart), it is not "late".
+                self.timer.cancel()
+                await self.on_hello(frame, arrived=time.monotonic())
             else:
                 batch = frame
                 if len(self.unacked) >= QUEUE_FRAMES:
@@ -428,15 +442,19 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.exception("agent connection of %s failed", self.host.name)
             await self.refuse(p.CLOSE_SERVER_ERROR, "server_error", "the server failed; try again later")
 
-    async def on_hello(self, hello: frames.Hello):
+    async def on_hello(self, hello: frames.Hello, arrived: float):
         if hello.host != self.host.name:
             raise inventory.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
-        result = await database_sync_to_async(inventory.accept_hello)(
-            host=self.host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT
-        )
-        await database_sync_to_async(ingest.connected)(host=self.host, hello=hello, result=result, peer=_peer(self.scope))
+        result = await database_sync_to_async(_accept_hello)(self.host, hello, _peer(self.scope), arrived)
+        if result is None:
+            # The agent stopped waiting for its welcome and will connect again: its
+            # hello's work is not done for nothing, so the queue behind it drains sooner.
+            log.info("hello of %s skipped: its turn came after the agent's %.0f s wait", self.host.name,
+                     p.WELCOME_TIMEOUT_S)
+            self.closing = True
+            await self.close(code=1013)  # try again later
+            return
         self.hello = hello
-        self.timer.cancel()
         self.link = ingest.Link(self.host.pk, self.host.name)
         self.acker = asyncio.ensure_future(self.ack_loop())
         await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),

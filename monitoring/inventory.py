@@ -81,7 +81,7 @@ def _reconcile(host: Host, hello: Hello) -> HelloResult:
         else:
             _update_gpu(host, gpu, info)
         _register_slices(host, gpu, info, result)
-        alert_hooks.resolve(f"gpu_lost:{info.uuid}", why=f"{host.name} reports it again")
+    alert_hooks.resolve(*(f"gpu_lost:{info.uuid}" for info in hello.gpus), why=f"{host.name} reports it again")
     for uuid, gpu in known.items():
         if uuid in reported:
             continue

@@ -1,0 +1,83 @@
+"""A fleet's agents reconnecting at once (a console restart): hellos wait their turn at
+the database, and the server neither refuses a hello that arrived in time nor does the
+work of one whose agent has stopped waiting."""
+
+import json
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from telemetry_wire import hello
+
+from agent import protocol as p
+from alerting.models import Alert
+from audit.models import AuditEvent
+from monitoring import consumers, frames, inventory, services
+from monitoring.models import AgentState
+
+
+@pytest.fixture
+def token(ops, fleet):
+    return services.create_host_token(actor=ops, host=fleet["hosts"]["h100-a"], name="rack 4")[1]
+
+
+def _hello(**kw) -> frames.Hello:
+    return frames.read(json.dumps(hello(**kw)), hello_expected=True, now=time.time())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_hello_that_arrived_in_time_is_welcomed_however_long_its_turn(agent, token, monkeypatch):
+    monkeypatch.setattr(consumers, "HELLO_TIMEOUT_S", 0.3)
+    slow = inventory.accept_hello
+
+    def accept_later(**kw):
+        time.sleep(0.6)  # the hellos ahead of it at the database
+        return slow(**kw)
+
+    monkeypatch.setattr(inventory, "accept_hello", accept_later)
+    async with agent(token) as a:
+        assert (await a.hello())["type"] == "welcome"
+    assert await AgentState.objects.filter(connected=True).acount() == 0  # disconnected at the end
+    assert not await AuditEvent.objects.filter(action="agent.reject").aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_hello_whose_turn_comes_after_the_agents_wait_is_skipped(agent, token, monkeypatch):
+    monkeypatch.setattr(p, "WELCOME_TIMEOUT_S", 0.2)
+    real = consumers._accept_hello
+
+    def after_a_wait(*args):
+        time.sleep(0.3)
+        return real(*args)
+
+    monkeypatch.setattr(consumers, "_accept_hello", after_a_wait)
+    async with agent(token) as a:
+        await a.send(hello())
+        assert await a.closed() == 1013  # try again later
+    assert not await AgentState.objects.aexists()
+    assert not await AuditEvent.objects.filter(action__in=["agent.connect", "agent.reject"]).aexists()
+
+
+def test_a_skipped_hello_changes_nothing(fleet):
+    host = fleet["hosts"]["h100-a"]
+    assert consumers._accept_hello(host, _hello(), "", time.monotonic() - p.WELCOME_TIMEOUT_S - 1) is None
+    assert not AgentState.objects.exists()
+    assert consumers._accept_hello(host, _hello(), "", time.monotonic()) is not None
+    assert AgentState.objects.get(host=host).connected
+
+
+def test_gpus_reported_again_resolve_their_alerts_in_one_lookup(fleet):
+    host = fleet["hosts"]["h100-a"]
+    inventory.accept_hello(host=host, hello=_hello(), conflict_code=p.CLOSE_GPU_CONFLICT)
+    six = hello()["gpus"][:6]
+    inventory.accept_hello(host=host, hello=_hello(gpus=six), conflict_code=p.CLOSE_GPU_CONFLICT)
+    lost = Alert.objects.filter(key__startswith="gpu_lost:", state="open")
+    assert sorted(a.key for a in lost) == ["gpu_lost:GPU-h100-a-6", "gpu_lost:GPU-h100-a-7"]
+    with CaptureQueriesContext(connection) as queries:
+        inventory.accept_hello(host=host, hello=_hello(), conflict_code=p.CLOSE_GPU_CONFLICT)
+    lookups = [q["sql"] for q in queries
+               if q["sql"].startswith("SELECT") and '"monitoring_alert"."key"' in q["sql"].partition("WHERE")[2]]
+    assert len(lookups) == 1, lookups
+    assert not lost.all().exists()
+    assert Alert.objects.filter(key__startswith="gpu_lost:", state="resolved").count() == 2
