@@ -42,6 +42,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -287,6 +288,17 @@ KINDS = ("plain", "row", "chain", "audited")
 
 
 def _append_worker(env: dict, seconds: float, ready, done, results, kind: str, caller_ms: float) -> None:
+    """One writer process (``_append_writes``); if it fails, the barriers are broken so
+    that the parent and the other writers stop waiting for it."""
+    try:
+        _append_writes(env, seconds, ready, done, results, kind, caller_ms)
+    except BaseException:
+        ready.abort()
+        done.abort()
+        raise
+
+
+def _append_writes(env: dict, seconds: float, ready, done, results, kind: str, caller_ms: float) -> None:
     """One writer process: once every writer is set up, append for ``seconds``, each in
     its own committed transaction; reports how many.
 
@@ -368,12 +380,17 @@ def append_rate(
     ]
     for proc in procs:
         proc.start()
-    ready.wait()  # every writer set up and connected: the clock starts for all at once
-    server0 = _postgres_cpu()
-    done.wait(timeout=seconds + 120)  # every writer through its loop
-    server = _postgres_cpu() - server0 if server0 is not None else None
-    done.wait(timeout=60)
-    got = [results.get(timeout=seconds + 120) for _ in procs]
+    try:
+        ready.wait(timeout=300)  # every writer set up and connected: the clock starts for all at once
+        server0 = _postgres_cpu()
+        done.wait(timeout=seconds + 120)  # every writer through its loop
+        server = _postgres_cpu() - server0 if server0 is not None else None
+        done.wait(timeout=60)
+        got = [results.get(timeout=seconds + 120) for _ in procs]
+    except threading.BrokenBarrierError:
+        for proc in procs:
+            proc.join(30)
+        sys.exit(f"a {kind} writer failed (exit codes {[proc.exitcode for proc in procs]}); its error is above")
     for proc in procs:
         proc.join()
     total, cpu = sum(n for n, _ in got), sum(c for _, c in got)
@@ -388,7 +405,7 @@ def _postgres_cpu() -> float | None:
     backends, WAL writer and checkpointer), or None where PostgreSQL runs elsewhere."""
     if PG["host"] not in ("127.0.0.1", "localhost", "::1") or not os.path.isdir("/proc"):
         return None
-    total = 0
+    total, seen = 0, False
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"postgres"):
@@ -397,7 +414,8 @@ def _postgres_cpu() -> float | None:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        seen = True
+    return total / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: float = 20) -> dict:

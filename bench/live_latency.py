@@ -342,8 +342,9 @@ def main() -> int:
     if bad:
         parser.error(f"unknown layer(s) {', '.join(map(repr, bad))}: memory, redis or redis<K> (K from 2 to 32)")
     agent_workers = max([workers(layer) - 1 for layer in args.layers.split(",") if layer.startswith("redis")] + [1])
-    if args.spread and args.gpus < 16 * agent_workers:
-        parser.error(f"--spread needs at least two hosts of 8 GPUs per agent process: --gpus {16 * agent_workers} or more")
+    if args.spread and (args.gpus + 7) // 8 < 2 * agent_workers:
+        parser.error(f"--spread needs at least two hosts (of up to 8 GPUs) per agent process: "
+                     f"--gpus {8 * (2 * agent_workers - 1) + 1} or more")
     if any(map(asgi_servers.is_floor, asgi_servers.parse(args.servers))) and "memory" not in args.layers.split(","):
         parser.error("floor-<server> runs on the memory layer only: add memory to --layers")
 

@@ -308,11 +308,15 @@ def _peer(scope) -> str:
     return str(client[0] or "")
 
 
-def _accept_hello(host: Host, hello: frames.Hello, peer: str, arrived: float) -> inventory.HelloResult | None:
+# A hello's work and its welcome's way back take this long at most, under load.
+WELCOME_MARGIN_S = 1.0
+
+
+def _accept_hello(host: Host, hello: frames.Hello, peer: str, since: float) -> inventory.HelloResult | None:
     """The hello's inventory check and the connection's record, in one turn of the
-    database thread; None, with nothing done, when that turn comes after the agent
-    has given up waiting for the welcome."""
-    if time.monotonic() - arrived > p.WELCOME_TIMEOUT_S:
+    database thread; None, with nothing done, when that turn comes too late for the
+    welcome to reach the agent (waiting since ``since``, its connection) in time."""
+    if time.monotonic() - since > p.WELCOME_TIMEOUT_S - WELCOME_MARGIN_S:
         return None
     result = inventory.accept_hello(host=host, hello=hello, conflict_code=p.CLOSE_GPU_CONFLICT)
     ingest.connected(host=host, hello=hello, result=result, peer=peer)
@@ -340,6 +344,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.ready = asyncio.Event()  # set while frames wait to be acked
         self.acker: asyncio.Task | None = None
         await self.accept()
+        # The agent sends its hello as soon as it is connected, and waits for the
+        # welcome from then on (p.WELCOME_TIMEOUT_S); the hello waits meanwhile for this
+        # connection's token check at the database.
+        self.opened = time.monotonic()
         if b"token" in self.scope.get("query_string", b"").lower():
             await self.refuse(p.CLOSE_BAD_TOKEN, "bad_token", "never send the token in the URL; use the Authorization header")
             return
@@ -423,7 +431,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 # Here in time: however long its turn at the database takes (a fleet's
                 # agents reconnecting at once after a restart), it is not "late".
                 self.timer.cancel()
-                await self.on_hello(frame, arrived=time.monotonic())
+                await self.on_hello(frame, since=self.opened)
             else:
                 batch = frame
                 if len(self.unacked) >= QUEUE_FRAMES:
@@ -442,20 +450,22 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.exception("agent connection of %s failed", self.host.name)
             await self.refuse(p.CLOSE_SERVER_ERROR, "server_error", "the server failed; try again later")
 
-    async def on_hello(self, hello: frames.Hello, arrived: float):
+    async def on_hello(self, hello: frames.Hello, since: float):
         if hello.host != self.host.name:
             raise inventory.Refused(p.CLOSE_BAD_TOKEN, "bad_token", f"this token does not belong to host {hello.host}")
-        result = await database_sync_to_async(_accept_hello)(self.host, hello, _peer(self.scope), arrived)
+        result = await database_sync_to_async(_accept_hello)(self.host, hello, _peer(self.scope), since)
         if result is None:
             # The agent stopped waiting for its welcome and will connect again: its
             # hello's work is not done for nothing, so the queue behind it drains sooner.
             log.info("hello of %s skipped: its turn came after the agent's %.0f s wait", self.host.name,
                      p.WELCOME_TIMEOUT_S)
             self.closing = True
-            await self.close(code=1013)  # try again later
+            await self.close(code=1013, reason="hello_skipped")  # try again later
             return
-        self.hello = hello
+        self.hello = hello  # connected: the disconnect is recorded whatever happens next
         self.link = ingest.Link(self.host.pk, self.host.name)
+        if self.closing:  # closed while the hello waited (its token revoked or expired)
+            return
         self.acker = asyncio.ensure_future(self.ack_loop())
         await self.send_frame(p.Welcome(v=p.VERSION, host=self.host.name, server_time=time.time(),
                                         registered=result.registered, vanished=result.vanished))

@@ -2,10 +2,12 @@
 the database, and the server neither refuses a hello that arrived in time nor does the
 work of one whose agent has stopped waiting."""
 
+import asyncio
 import json
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from telemetry_wire import hello
@@ -14,7 +16,7 @@ from agent import protocol as p
 from alerting.models import Alert
 from audit.models import AuditEvent
 from monitoring import consumers, frames, inventory, services
-from monitoring.models import AgentState
+from monitoring.models import AgentState, HostToken
 
 
 @pytest.fixture
@@ -81,3 +83,29 @@ def test_gpus_reported_again_resolve_their_alerts_in_one_lookup(fleet):
     assert len(lookups) == 1, lookups
     assert not lost.all().exists()
     assert Alert.objects.filter(key__startswith="gpu_lost:", state="resolved").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_connection_closed_while_its_hello_waited_gets_no_welcome(agent, ops, fleet, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    token, raw = await sync_to_async(services.create_host_token)(actor=ops, host=fleet["hosts"]["h100-a"], name="x")
+    await HostToken.objects.filter(pk=token.pk).aupdate(expires_at=timezone.now() + timedelta(seconds=0.3))
+    slow = inventory.accept_hello
+
+    def accept_later(**kw):
+        time.sleep(0.8)  # the token expires meanwhile
+        return slow(**kw)
+
+    monkeypatch.setattr(inventory, "accept_hello", accept_later)
+    async with agent(raw) as a:
+        await a.send(hello())
+        first = await a.recv()
+        assert first["type"] == "error" and first["code"] == "token_expired", first
+        assert await a.closed() == p.CLOSE_TOKEN_EXPIRED
+        await asyncio.sleep(1.0)  # the hello's turn ends after the close
+        assert await a.ws.receive_nothing(timeout=0.2)  # no welcome, no network rules
+    state = await AgentState.objects.aget()
+    assert not state.connected  # its connection recorded, then its end
