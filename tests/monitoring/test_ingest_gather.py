@@ -6,7 +6,13 @@ agent catching up, go at once."""
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from monitoring import consumers, fanout
+
+# Storage is stood in for, but the flusher's threads may be ones an earlier test used,
+# and look at their database connections' age as they always do (CONNECTION_CHECK_S).
+pytestmark = pytest.mark.django_db
 
 
 class Link:
