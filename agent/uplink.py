@@ -32,7 +32,6 @@ from .spool import Batch, Spool, SpoolError
 
 log = logging.getLogger("gpuconsole.agent")
 
-WELCOME_TIMEOUT_S = protocol.WELCOME_TIMEOUT_S
 ACK_TIMEOUT_S = 30.0
 CLOCK_SKEW_WARNING_S = 2.0
 # While connected, records the server has not acknowledged this long are spooled too.
@@ -490,7 +489,7 @@ class HostLink:
                 incoming.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def _await_welcome(self, ws) -> None:
-        deadline = time.monotonic() + WELCOME_TIMEOUT_S
+        deadline = time.monotonic() + protocol.WELCOME_TIMEOUT_S
         frame = None
         try:
             while type(frame) is not protocol.Welcome:  # an ack before the welcome: skipped

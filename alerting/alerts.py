@@ -162,10 +162,6 @@ def is_active(key: str) -> bool:
     return Alert.objects.filter(key=key, state__in=ACTIVE_STATES).exists()
 
 
-def resolve_key(key: str, *, now: datetime | None = None, why: str = "") -> None:
-    resolve_keys([key], now=now, why=why)
-
-
 def resolve_keys(keys, *, now: datetime | None = None, why: str = "") -> None:
     """Resolve the active alerts of these keys: one query to find them, whatever their number."""
     for alert in Alert.objects.filter(key__in=list(keys), state__in=ACTIVE_STATES).order_by("id"):

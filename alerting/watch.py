@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from instances.models import Gpu, GpuSlice, Instance
 
 from . import rule_cache, rules
-from .alerts import Condition, raise_alert, resolve_key, thresholds
+from .alerts import Condition, raise_alert, resolve_keys, thresholds
 from .models import ACTIVE_STATES, Alert, AlertKind, AlertRule
 
 
@@ -273,7 +273,7 @@ class Watch:
         )
 
     def _apply_resolve(self, key, t, why) -> None:
-        resolve_key(key, now=_at(t), why=why)
+        resolve_keys([key], now=_at(t), why=why)
 
     def _apply_xid(self, rule: RuleRef, key, device, holder, t, code, message, instance_id, team_id) -> None:
         raise_alert(AlertKind.XID, Condition(

@@ -62,14 +62,22 @@ def parse(text: str) -> list[str]:
     return names
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds of a server process and the processes under it (granian serves from
-    a worker process of its own)."""
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user and system) one process of this machine has used so far, or
+    None when it cannot be read (gone, or elsewhere)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds of a server process and the processes under it (granian serves from
+    a worker process of its own)."""
+    own = process_cpu(pid)
+    if own is None:
         return 0.0
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return own + sum(cpu_seconds(child) for child in children(pid))
 
 

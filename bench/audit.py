@@ -47,7 +47,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import wsclient  # bench/, beside this script
+import asgi_servers  # bench/, beside this script
+import wsclient
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
@@ -405,17 +406,16 @@ def _postgres_cpu() -> float | None:
     backends, WAL writer and checkpointer), or None where PostgreSQL runs elsewhere."""
     if PG["host"] not in ("127.0.0.1", "localhost", "::1") or not os.path.isdir("/proc"):
         return None
-    total, seen = 0, False
+    found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"postgres"):
                 continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-        seen = True
-    return total / os.sysconf("SC_CLK_TCK") if seen else None
+        found.append(asgi_servers.process_cpu(int(pid)))
+    found = [cpu for cpu in found if cpu is not None]
+    return sum(found) if found else None
 
 
 def append_bench(env: dict, seconds: float, caller_ms: float, seal_delay_ms: float = 20) -> dict:

@@ -48,6 +48,8 @@ from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 
+import asgi_servers  # bench/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuconsole.settings")
@@ -264,11 +266,7 @@ def backend_cpu() -> float | None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return asgi_servers.process_cpu(pid)
 
 
 def own_cpu() -> float:

@@ -239,7 +239,7 @@ class Flusher:
         called when the wait is over."""
         loop = asyncio.get_running_loop()
         wait = self.started[stage] + gather_s(reads=stage == "reads") - loop.time()
-        if wait > 0 and sum(len(batch.records) for batch in batches) < GATHER_RECORDS:
+        if wait > 0 and not _at_least(GATHER_RECORDS, batches):
             if stage not in self.timers:  # frames trickle in: let more of them join
                 self.timers[stage] = loop.call_later(wait, self._gathered, stage, then)
             return True
@@ -310,6 +310,15 @@ def _peer(scope) -> str:
 
 # A hello's work and its welcome's way back take this long at most, under load.
 WELCOME_MARGIN_S = 1.0
+
+
+def _at_least(records: int, batches) -> bool:
+    """Whether the batches hold that many readings (counting stops there)."""
+    for batch in batches:
+        records -= len(batch.records)
+        if records <= 0:
+            return True
+    return False
 
 
 def _accept_hello(host: Host, hello: frames.Hello, peer: str, since: float) -> inventory.HelloResult | None:
