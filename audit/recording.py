@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -196,6 +197,20 @@ def _append_sql(queued: bool) -> str:
     return _SQL[key]
 
 
+def _run_prepared(sql: str, params: list) -> tuple:
+    """One row of ``sql`` run as a prepared statement on this thread's connection.
+
+    Django's PostgreSQL cursors bind parameters on the client: every append would send
+    its statement as new text, for PostgreSQL to parse and plan again, after Python has
+    quoted each value into it. A server-side binding cursor on the same connection (the
+    same transaction) sends the values apart, and psycopg prepares the statement once
+    per connection and reuses it. Errors still come out as Django's."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchone()
+
+
 def _append(event: AuditEvent, details_text: str, user) -> None:
     """The append on PostgreSQL: one statement, and after the commit one more look for
     records left waiting (``seal_pending``)."""
@@ -209,9 +224,7 @@ def _append(event: AuditEvent, details_text: str, user) -> None:
         event.source_ip, event.user_agent, event.request_id, details_text,
     ]  # fmt: skip
     delayed = bool(sealer.delay_seconds())
-    with connection.cursor() as cursor:
-        cursor.execute(_append_sql(queued=delayed), params)
-        event.id, event.seq, prev, digest, head_seq, event.actor_role = cursor.fetchone()
+    event.id, event.seq, prev, digest, head_seq, event.actor_role = _run_prepared(_append_sql(queued=delayed), params)
     event.prev_hash, event.hash = prev or "", digest or ""
     event._state.adding, event._state.db = False, connection.alias
     if event.seq is not None:

@@ -93,6 +93,10 @@ def database_from_url(name: str, url: str) -> dict:
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
+            # Django binds parameters on the client, and those queries are never
+            # prepared; this lets the few statements run on a server-binding cursor with
+            # ``prepare=True`` (the audited append) be prepared once per connection.
+            "OPTIONS": {"prepare_threshold": 5},
         }
     if parsed.scheme == "sqlite":
         path = url[len("sqlite://") :].lstrip("/") if url.startswith("sqlite:///") else ""

@@ -199,3 +199,32 @@ def test_stop_ends_the_sealer_thread_at_once_and_starts_no_other(settings):
         assert not thread.is_alive() and one._thread is None
     assert None not in seqs("test.pending")
     assert verify().valid
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("delay_ms", [0, 20])
+def test_the_append_is_a_statement_prepared_once_per_connection(settings, delay_ms):
+    """PostgreSQL parses and plans the append once per connection, not once per event:
+    the values travel apart from the statement's text."""
+    settings.AUDIT_SEAL_DELAY_MS = delay_ms
+    ChainHead.objects.get_or_create(id=1)
+    for n in range(3):
+        recording.record_event(actor="writer", action="test.prepared", details={"n": n})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%audit_auditevent%"
+                       if delay_ms else "%audit_append(%"])
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert len(prepared) == 1
+    sealer.seal_pending()
+    assert [e["details"]["n"] for e in AuditEvent.objects.filter(action="test.prepared").order_by("seq").values("details")] == [0, 1, 2]
+    assert verify().valid
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_in_the_prepared_append_is_djangos():
+    from django.db import DataError
+
+    with pytest.raises(DataError):
+        recording._run_prepared("SELECT 1 / %s", [0])
