@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -284,10 +285,24 @@ def run_layer(name: str, env: dict, data: dict, fleet_file: Path, var: Path, arg
         "closed": closed,
         "ready_after": window.ready_after,
         "errors": server_errors(var, name),
+        "agent_warnings": agent_warnings(var, name),
         # Server CPU per GPU reading stored and fanned out (µs), each server process:
         # the agents' worker first (with "memory" it also serves the browsers).
         "cpu_us": [c / (args.gpus * args.seconds) * 1e6 for c in cpu],
     }
+
+
+def agent_warnings(var: Path, name: str) -> tuple[int, list[tuple[int, str]]]:
+    """How many warnings and errors the sim agents logged (they log at warning level),
+    and the three most common, numbers and host names left out: a worker that falls
+    behind shows here first (agents reconnecting, no welcome, no ack)."""
+    kinds: Counter[str] = Counter()
+    for path in sorted(var.glob(f"agent-{name}-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            _, level, message = line.partition(": warning: ") if ": warning: " in line else line.partition(": error: ")
+            if level:
+                kinds[re.sub(r"\b[0-9a-f]{8,}\b|\d+", "N", message)[:120]] += 1
+    return sum(kinds.values()), [(n, text) for text, n in kinds.most_common(3)]
 
 
 def server_errors(var: Path, name: str) -> list[str]:
@@ -437,6 +452,10 @@ def bench(args, env: dict, var: Path) -> int:
             )
         for line in r["errors"]:
             print(f"{layer} server: {line[:200]}")
+        total, common = r["agent_warnings"]
+        if total:
+            print(f"{layer}: the agents logged {total} warnings; most often: "
+                  + "; ".join(f"{n}× {text!r}" for n, text in common))
     print(
         f"{'layer':16} {'readings':>9} {'missed':>7} {'per client/s':>13} {'msgs/client/s':>14} {'GPUs/msg':>9} "
         f"{'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
