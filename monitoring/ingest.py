@@ -45,11 +45,13 @@ _raw_metrics = operator.attrgetter(*RAW_METRICS)
 def connected(*, host: Host, hello: Hello, result: HelloResult, peer: str = "") -> None:
     with transaction.atomic():
         now = timezone.now()
-        AgentState.objects.update_or_create(
-            host=host,
-            defaults={"connected": True, "connected_at": now, "last_seen_at": now, "boot_id": hello.boot_id,
-                      "agent": hello.agent[:80], "backend": hello.backend[:20]},
-        )
+        state = {"connected": True, "connected_at": now, "last_seen_at": now, "boot_id": hello.boot_id,
+                 "agent": hello.agent[:80], "backend": hello.backend[:20]}
+        # One UPDATE for a host seen before (every reconnect: a worker's whole fleet of
+        # agents after a restart), rather than update_or_create's savepoint, locking
+        # read and update; the row is made on the host's first connection only.
+        if not AgentState.objects.filter(host=host).update(**state):
+            AgentState.objects.update_or_create(host=host, defaults=state)
         AgentSession.objects.get_or_create(host=host, boot_id=hello.boot_id)
         record_event(
             actor=host, action="agent.connect", target=host,

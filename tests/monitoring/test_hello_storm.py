@@ -109,3 +109,20 @@ async def test_a_connection_closed_while_its_hello_waited_gets_no_welcome(agent,
         assert await a.ws.receive_nothing(timeout=0.2)  # no welcome, no network rules
     state = await AgentState.objects.aget()
     assert not state.connected  # its connection recorded, then its end
+
+
+def test_a_reconnecting_agents_record_is_one_update(fleet):
+    """A worker's agents all come back after a restart: each known host's connection is
+    recorded with one UPDATE, no savepoint and no locking read; the first one makes it."""
+    host = fleet["hosts"]["h100-a"]
+    assert not AgentState.objects.filter(host=host).exists()
+    assert consumers._accept_hello(host, _hello(), "", time.monotonic()) is not None
+    first = AgentState.objects.get(host=host)
+    assert first.connected and first.boot_id == _hello().boot_id
+    AgentState.objects.filter(host=host).update(connected=False)
+    with CaptureQueriesContext(connection) as queries:
+        assert consumers._accept_hello(host, _hello(), "", time.monotonic()) is not None
+    touching = [q["sql"] for q in queries.captured_queries if "monitoring_agentstate" in q["sql"]]
+    assert len(touching) == 1 and touching[0].startswith("UPDATE"), touching
+    assert AgentState.objects.get(host=host).connected
+    assert AgentState.objects.get(host=host).connected_at > first.connected_at
