@@ -206,6 +206,7 @@ def _run_prepared(sql: str, params: list) -> tuple:
     same transaction) sends the values apart, and psycopg prepares the statement once
     per connection and reuses it. Errors still come out as Django's."""
     connection.ensure_connection()
+    connection.validate_no_broken_transaction()  # as Django's own cursors check first
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         return cursor.fetchone()

@@ -413,8 +413,8 @@ def _postgres_cpu() -> float | None:
                 continue
         except OSError:
             continue
-        found.append(asgi_servers.process_cpu(int(pid)))
-    found = [cpu for cpu in found if cpu is not None]
+        if (cpu := asgi_servers.process_cpu(int(pid))) is not None:
+            found.append(cpu)
     return sum(found) if found else None
 
 

@@ -298,10 +298,8 @@ def agent_warnings(var: Path, name: str) -> tuple[int, list[tuple[int, str]]]:
     behind shows here first (agents reconnecting, no welcome, no ack)."""
     kinds: Counter[str] = Counter()
     for path in sorted(var.glob(f"agent-{name}-*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            _, level, message = line.partition(": warning: ") if ": warning: " in line else line.partition(": error: ")
-            if level:
-                kinds[re.sub(r"\b[0-9a-f]{8,}\b|\d+", "N", message)[:120]] += 1
+        for found in re.finditer(r": (?:warning|error): (.*)", path.read_text(errors="replace")):
+            kinds[re.sub(r"\b[0-9a-f]{8,}\b|\d+", "N", found[1])[:120]] += 1
     return sum(kinds.values()), [(n, text) for text, n in kinds.most_common(3)]
 
 
