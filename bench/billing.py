@@ -25,9 +25,11 @@ rows metering wrote, rolled back), what storing those rows costs the database wi
 client involved, as a ratio to the aggregate too; and the client floor: the window
 read as metering reads it plus the same rows sent back through its COPY (rolled back),
 what a client that meters in Python pays before rating anything. Where PostgreSQL runs on this machine,
-the CPU seconds of the benchmark process and of its database backend during meter +
-invoice are printed as well, each also as a multiple of the store floor: neither side's
-CPU can be hidden by overlapping it with the other's, so each bounds the wall time.
+the CPU seconds of the benchmark process (with the rating workers it forks, METER_WORKERS)
+and of its database backend during meter + invoice are printed as well, each also as a
+multiple of the store floor. The backend is the one that writes everything (the workers'
+own backends only read): its CPU cannot be hidden by overlapping it with anything, so it
+bounds the wall time.
 
 Peak Python memory (tracemalloc) is taken in a second, untimed pass of meter + invoice
 refresh — metering is idempotent, so the pass rebuilds the same rows.
@@ -194,9 +196,10 @@ def meter_and_invoice() -> tuple[float, float]:
     from billing import invoices, meter_runs
 
     t0 = time.perf_counter()
-    meter_runs.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
+    result = meter_runs.meter_window(actor="bench", start=MONTH, end=NEXT, now=NOW)
     t1 = time.perf_counter()
     invoices.issue_months(actor="bench", before=NEXT.date(), now=NOW)
+    print(f"rated in {result.workers} process{'es' if result.workers > 1 else ''} (METER_WORKERS, docs/billing.md)")
     return t1 - t0, time.perf_counter() - t1
 
 
@@ -270,8 +273,9 @@ def backend_cpu() -> float | None:
 
 
 def own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """CPU seconds of this process and of the rating workers it has waited for."""
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def freshness_run() -> float:
@@ -354,7 +358,7 @@ def main() -> None:
     # of Python and the database, so each is shown against the store floor as well.
     server = ("n/a (database elsewhere)" if server0 is None or server1 is None
               else f"{server1 - server0:.2f} s = {(server1 - server0) / floor_s:.2f}x the store floor")
-    print(f"CPU during meter + invoice: this process {cpu1 - cpu0:.2f} s = {(cpu1 - cpu0) / floor_s:.2f}x the store "
+    print(f"CPU during meter + invoice: this process and its rating workers {cpu1 - cpu0:.2f} s = {(cpu1 - cpu0) / floor_s:.2f}x the store "
           f"floor, its PostgreSQL backend {server}")
     print(f"store floor: PostgreSQL alone re-inserting the month's {usage} usage records and {charges} charges "
           f"(INSERT … SELECT, rolled back) {floor_s:.2f} s = {floor_s / sql_s:.1f}x the aggregate")

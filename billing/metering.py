@@ -15,16 +15,18 @@ month of 10,000 instances; the periodic task meters a day at a time).
 
 from __future__ import annotations
 
+import pickle
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import Q, TextField, Value
+from django.db.models.functions import Cast, Mod
 
-from console import bulk
+from console import bulk, snapshot_workers
 from instances.models import HOLDING_STATES, Host, Instance, LifecycleEvent, PricingModel
 from instances.transitions import stopping_grace
 
@@ -32,8 +34,10 @@ from . import prices, pricing
 from .models import (
     Charge,
     ChargeType,
+    Price,
     PricingCategory,
     Reservation,
+    SpotPrice,
     UnratedUsage,
     UsageRecord,
 )
@@ -59,6 +63,7 @@ class Result:
     charges: int = 0
     unrated: int = 0
     months: set[tuple[int, date]] = field(default_factory=set)
+    workers: int = 1  # processes that rated the window
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,13 @@ class Catalog:
         self.spot.update({sku: spot.get(sku, pricing.Schedule(sku, ())) for sku in spot_skus})
         idle = prices.schedules(prices.IDLE, idle_skus, self.start, self.end)
         self.idle.update({sku: idle.get(sku) for sku in idle_skus})
+
+    def preload_all(self) -> None:
+        """Read every spot and idle-capacity schedule of the window, whatever SKUs the
+        instances turn out to have (before rating workers start: they read no prices)."""
+        skus = set(Price.objects.order_by().values_list("sku", flat=True).distinct()) | set(
+            SpotPrice.objects.order_by().values_list("sku", flat=True).distinct())
+        self.preload(skus, skus)
 
     def list_schedule(self, sku: str) -> pricing.Schedule:
         try:
@@ -166,48 +178,135 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     if day1 <= day0:
         return result
     cutoff = min(day1, now)
-    for model in (UsageRecord, Charge, UnratedUsage):
-        model.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
-    catalog = Catalog(day0, cutoff)
-    regions = dict(Host.objects.values_list("id", "region__name"))
+    # Asked before anything here locks or writes: rating workers read in a snapshot of
+    # this transaction, which would not show them what it had written.
+    spread = settings.METER_WORKERS > 1 and snapshot_workers.untouched()
+    ids = _candidates(day0, cutoff)
+    window = Window(day0, cutoff, Catalog(day0, cutoff), dict(Host.objects.values_list("id", "region__name")),
+                    _reservations(day0, cutoff))
+    if spread and len(ids) >= settings.METER_WORKERS_FROM:
+        return _meter_spread(window, ids, settings.METER_WORKERS, result, now)
+    _delete(day0, day1)
     # Everything is read first (the instances held, their events, prices and
     # reservations), so that usage records can stream to the database while they are
     # computed: PostgreSQL stores them on one core while rating runs on another.
-    instances = _events(_candidates(day0, cutoff), day0, cutoff)
-    catalog.preload({m.sku for m, _, _ in instances if m.pricing_model == PricingModel.SPOT},
-                    {m.sku for m, _, _ in instances if m.pricing_model == PricingModel.IDLE})
-    reservations = _reservations(day0, cutoff)
-    # Reserved whole-GPU usage by (team, GPU model, day), rated once every instance's
-    # usage is known (reservations cover a team's GPUs of a model second by second).
-    reserved: dict[tuple[int, int, datetime], list] = defaultdict(list)
+    instances = _events(ids, day0, cutoff)
+    window.catalog.preload({m.sku for m, _, _ in instances if m.pricing_model == PricingModel.SPOT},
+                           {m.sku for m, _, _ in instances if m.pricing_model == PricingModel.IDLE})
     held = Held(now)
-    grace = stopping_grace()
     usage: list[tuple] = []
     with bulk.Writer(Charge, CHARGE_COLUMNS) as charges:
-        ledger = Ledger(charges.write, result)
-        for meta, instance_id, events in instances:
-            covered = meta.pricing_model == PricingModel.RESERVED and meta.whole
-            team_id, model_id = meta.team_id, meta.gpu_model_id
-            for run, host_id in _runs(events, grace):
-                region = regions.get(host_id, "")
-                for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
-                    if e <= s:
-                        continue
-                    usage.append((team_id, instance_id, model_id, meta.sku, meta.pricing_model, region, day, s, e,
-                                  run.gpus, run.start, run.end, run.preempted))
-                    if covered:
-                        use = pricing.Use(instance_id, s, e, run.gpus, (run.start, instance_id))
-                        reserved[(team_id, model_id, day)].append((use, meta, region))
-                        continue
-                    try:
-                        _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
-                    except pricing.PricingError as exc:
-                        held.add(instance_id, meta, day, s, e, run.gpus, str(exc))
-            ledger.flush()  # this instance's charges are complete
-        _rate_reserved(ledger, catalog, reserved, reservations, cutoff, held)
+        rate_window(window, instances, Ledger(charges.write, result), held, usage)
     result.usage_records = bulk.copy(UsageRecord, USAGE_COLUMNS, usage)
     result.unrated = held.flush()
     return result
+
+
+@dataclass
+class Window:
+    """What rating a window needs besides the instances: read once, before rating."""
+
+    day0: datetime
+    cutoff: datetime
+    catalog: Catalog
+    regions: dict[int, str]
+    reservations: dict[tuple[int, int, datetime], list]
+
+
+def _meter_spread(window: Window, ids: list[int], n: int, result: Result, now: datetime) -> Result:
+    """``meter`` with rating spread over ``n`` worker processes, each reading and
+    rating the instances of every n-th team (a team's reservations cover its own GPUs
+    only) in a snapshot of this transaction, and sending its charges and usage records
+    back encoded for COPY: this process only writes them, as they come."""
+    wanted = set(ids)
+    lo, hi = (ids[0], ids[-1]) if ids else (0, -1)
+    queries = [(_sql(_metas_query(lo, hi, (part, n))), _sql(_events_query(lo, hi, window.day0, window.cutoff, (part, n))))
+               for part in range(n)]
+    window.catalog.preload_all()
+    charges, usage_records = bulk.Encoder(Charge, CHARGE_COLUMNS), bulk.Encoder(UsageRecord, USAGE_COLUMNS)
+
+    def work(part: int, cursor, send) -> None:
+        metas_sql, events_sql = queries[part]
+        metas = _meta_rows(cursor.execute(*metas_sql).fetchall(), wanted)
+        instances = _grouped(metas, cursor.execute(*events_sql).fetchall(), wanted)
+        mine = replace(window, reservations={k: v for k, v in window.reservations.items() if k[0] % n == part})
+        rows, done, held, usage = [], Result(window.day0, window.cutoff), Held(now), []
+
+        def write(row: tuple) -> None:
+            rows.append(row)
+            if len(rows) >= BATCH:
+                send("charges", charges.encode(rows))
+                rows.clear()
+
+        rate_window(mine, instances, Ledger(write, done), held, usage)
+        send("charges", charges.encode(rows))
+        send("usage", usage_records.encode(usage))
+        send("result", pickle.dumps((done.charges, done.months, len(usage), held.rows)))
+
+    usage_chunks, held, result.workers = [], Held(now), n
+    with snapshot_workers.Spread(n, work) as workers:
+        _delete(window.day0, pricing.ceil_day(window.cutoff))
+
+        def charge_chunks():
+            for tag, payload in workers:
+                if tag == "charges":
+                    yield payload
+                elif tag == "usage":
+                    usage_chunks.append(payload)
+                else:
+                    count, months, usage_count, unrated = pickle.loads(payload)
+                    result.charges += count
+                    result.months |= months
+                    result.usage_records += usage_count
+                    held.rows += unrated
+
+        bulk.copy_encoded(charges, charge_chunks())
+    bulk.copy_encoded(usage_records, usage_chunks)
+    result.unrated = held.flush()
+    return result
+
+
+def _sql(queryset) -> tuple[str, list]:
+    sql, params = queryset.query.sql_with_params()
+    return sql, list(params)
+
+
+def _delete(day0: datetime, day1: datetime) -> None:
+    for model in (UsageRecord, Charge, UnratedUsage):
+        model.objects.filter(period_start__gte=day0, period_start__lt=day1).delete()
+
+
+def rate_window(window: Window, instances: list[tuple[Meta, int, list]], ledger: Ledger, held: Held,
+                usage: list[tuple]) -> None:
+    """Rate ``instances`` (with every reservation of their teams in ``window``): their
+    charges go to ``ledger`` as each instance's are complete, their usage records to
+    ``usage``, what cannot be priced to ``held``. Reads nothing: it runs as well in a
+    rating worker (``billing.rating_pool``) as here."""
+    day0, cutoff, catalog, regions = window.day0, window.cutoff, window.catalog, window.regions
+    # Reserved whole-GPU usage by (team, GPU model, day), rated once every instance's
+    # usage is known (reservations cover a team's GPUs of a model second by second).
+    reserved: dict[tuple[int, int, datetime], list] = defaultdict(list)
+    grace = stopping_grace()
+    for meta, instance_id, events in instances:
+        covered = meta.pricing_model == PricingModel.RESERVED and meta.whole
+        team_id, model_id = meta.team_id, meta.gpu_model_id
+        for run, host_id in _runs(events, grace):
+            region = regions.get(host_id, "")
+            for day, s, e in pricing.day_segments(max(run.start, day0), min(run.end or cutoff, cutoff)):
+                if e <= s:
+                    continue
+                usage.append((team_id, instance_id, model_id, meta.sku, meta.pricing_model, region, day, s, e,
+                              run.gpus, run.start, run.end, run.preempted))
+                if covered:
+                    use = pricing.Use(instance_id, s, e, run.gpus, (run.start, instance_id))
+                    reserved[(team_id, model_id, day)].append((use, meta, region))
+                    continue
+                try:
+                    _rate(ledger, catalog, instance_id, meta, region, day, s, e, run)
+                except pricing.PricingError as exc:
+                    held.add(instance_id, meta, day, s, e, run.gpus, str(exc))
+        ledger.flush()  # this instance's charges are complete
+    _rate_reserved(ledger, catalog, reserved, window.reservations, cutoff, held)
 
 
 class Held:
@@ -251,17 +350,41 @@ def _held(ids) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _metas(lo: int, hi: int, wanted: set[int]) -> dict[int, Meta]:
-    rows = Instance.objects.filter(id__gte=lo, id__lte=hi).values_list(
+def _metas_query(lo: int, hi: int, part: tuple[int, int] | None = None):
+    """The billing facts of the instances with ids in [lo, hi] (of the teams whose id
+    is ``part[0]`` modulo ``part[1]``, where given)."""
+    rows = Instance.objects.filter(id__gte=lo, id__lte=hi)
+    if part:
+        rows = rows.annotate(part=Mod("team_id", Value(part[1]))).filter(part=part[0])
+    return rows.values_list(
         "id", "team_id", "gpu_model_id", "gpu_model__name", "slice_profile__kind", "slice_profile__name",
         "pricing_model", "max_price",
     )
+
+
+def _meta_rows(rows, wanted: set[int]) -> dict[int, Meta]:
     metas = {}
     for pk, team_id, model_id, model, kind, profile, pricing_model, max_price in rows:
         if pk in wanted:
             sku = f"{model}:{kind}:{profile}" if kind else model
             metas[pk] = Meta(team_id, model_id, sku, pricing_model, whole=not kind, max_price=max_price)
     return metas
+
+
+def _events_query(lo: int, hi: int, start: datetime, cutoff: datetime, part: tuple[int, int] | None = None):
+    """The lifecycle events of the instances with ids in [lo, hi] that may have held
+    GPUs in [start, cutoff), in order (their times as text, see ``_utc``)."""
+    rows = (
+        LifecycleEvent.objects.filter(instance_id__gte=lo, instance_id__lte=hi, instance__created_at__lt=cutoff)
+        .filter(Q(instance__state__in=HOLDING_STATES) | Q(instance__state_changed_at__gte=start))
+    )
+    if part:
+        rows = rows.annotate(part=Mod("instance__team_id", Value(part[1]))).filter(part=part[0])
+    return (
+        rows.order_by("instance_id", "time", "id")
+        .annotate(time_text=_as_text("time"))
+        .values_list("instance_id", "time_text", "to_state", "gpu_count", "by_platform", "host_id")
+    )
 
 
 def _events(ids: list[int], start: datetime, cutoff: datetime) -> list[tuple[Meta, int, list]]:
@@ -271,16 +394,13 @@ def _events(ids: list[int], start: datetime, cutoff: datetime) -> list[tuple[Met
     if not ids:
         return []
     lo, hi, wanted = ids[0], ids[-1], set(ids)
-    metas = _metas(lo, hi, wanted)
-    rows = (
-        LifecycleEvent.objects.filter(instance_id__gte=lo, instance_id__lte=hi, instance__created_at__lt=cutoff)
-        .filter(Q(instance__state__in=HOLDING_STATES) | Q(instance__state_changed_at__gte=start))
-        .order_by("instance_id", "time", "id")
-        .annotate(time_text=_as_text("time"))
-        .values_list("instance_id", "time_text", "to_state", "gpu_count", "by_platform", "host_id")
-    )
+    metas = _meta_rows(_metas_query(lo, hi), wanted)
+    return _grouped(metas, bulk.fetch(_events_query(lo, hi, start, cutoff)), wanted)
+
+
+def _grouped(metas: dict[int, Meta], rows, wanted: set[int]) -> list[tuple[Meta, int, list]]:
     out, current, events = [], None, []
-    for instance_id, time, to_state, gpus, by_platform, host_id in bulk.fetch(rows):
+    for instance_id, time, to_state, gpus, by_platform, host_id in rows:
         if instance_id != current:
             if events:
                 out.append((metas[current], current, events))

@@ -10,6 +10,7 @@ a query's rows in one fetch from the driver."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from django.core.exceptions import EmptyResultSet
@@ -35,15 +36,9 @@ class Writer:
         if self.connection.vendor != "postgresql":
             self.write = self._rows.append
             return self
-        ops = self.connection.ops
-        by_name = {f.attname: f for f in self.model._meta.concrete_fields}
-        columns = ", ".join(ops.quote_name(by_name[name].column) for name in self.names)
-        table = ops.quote_name(self.model._meta.db_table)
+        statement, types = _copy_in(self.connection, self.model, self.names)
         self._cursor = self.connection.cursor()
-        # The columns' own types, so that each value is sent in binary as exactly that.
-        self._cursor.execute(f"SELECT {columns} FROM {table} LIMIT 0")
-        types = [column.type_code for column in self._cursor.description]
-        self._copy = self._cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)")
+        self._copy = self._cursor.cursor.copy(statement)
         out = self._copy.__enter__()
         out.set_types(types)
         self.write = out.write_row
@@ -59,6 +54,65 @@ class Writer:
             self._copy.__exit__(*exc)
         finally:
             self._cursor.close()
+
+
+def _copy_in(connection, model, names: Sequence[str]) -> tuple[str, list[int]]:
+    """The binary COPY statement for ``names`` of ``model`` and the columns' own types,
+    so that each value is sent in binary as exactly that."""
+    ops = connection.ops
+    by_name = {f.attname: f for f in model._meta.concrete_fields}
+    columns = ", ".join(ops.quote_name(by_name[name].column) for name in names)
+    table = ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {table} LIMIT 0")
+        types = [column.type_code for column in cursor.description]
+    return f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)", types
+
+
+class Encoder:
+    """Rows encoded for a binary COPY into ``names`` of ``model`` without the database
+    at hand, in another process say: made where the connection is (PostgreSQL only),
+    then ``encode(rows)`` anywhere gives bytes that ``copy_encoded`` writes as they
+    are. The values are converted by the connection's own adapters, as ``Writer``'s."""
+
+    _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, flags, no extension
+    _TRAILER = struct.pack("!h", -1)
+    _NULL = struct.pack("!i", -1)
+
+    def __init__(self, model, names: Sequence[str]):
+        from psycopg.adapt import Transformer
+        from psycopg.pq import Format
+
+        connection = connections[DEFAULT_DB_ALIAS]
+        self.model, self.names = model, tuple(names)
+        self.statement, types = _copy_in(connection, model, names)
+        self._transformer = Transformer(connection.connection)
+        self._transformer.set_dumper_types(types, Format.BINARY)
+        self._formats = [Format.BINARY] * len(types)
+        self._count = struct.pack("!h", len(types))
+
+    def encode(self, rows) -> bytes:
+        out, count, null, length = bytearray(), self._count, self._NULL, struct.Struct("!i").pack
+        dump = self._transformer.dump_sequence
+        for row in rows:
+            out += count
+            for value in dump(row, self._formats):
+                if value is None:
+                    out += null
+                else:
+                    out += length(len(value))
+                    out += value
+        return bytes(out)
+
+
+def copy_encoded(encoder: Encoder, chunks) -> None:
+    """Write the rows ``encoder.encode`` made, chunk by chunk as ``chunks`` yields
+    them, in one COPY."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor, cursor.cursor.copy(encoder.statement) as out:
+        out.write(encoder._HEADER)
+        for chunk in chunks:
+            out.write(chunk)
+        out.write(encoder._TRAILER)
 
 
 def copy(model, names: Sequence[str], rows: list[tuple]) -> int:

@@ -1,0 +1,156 @@
+"""Work spread over forked processes that read what this transaction sees.
+
+``Spread(n, work)`` forks ``n`` workers. Each opens its own connection to PostgreSQL,
+imports this transaction's snapshot (``pg_export_snapshot``) into a read-only
+transaction, and runs ``work(part, cursor, send)``: ``part`` is 0 … n-1, ``cursor`` a
+psycopg cursor in that snapshot, and ``send(tag, payload)`` hands bytes back. Iterating
+the ``Spread`` yields ``(tag, payload)`` as they arrive, from any worker, until every
+worker is done; an error in a worker is raised here with its traceback, and leaving the
+``with`` block stops any worker still running. Writing stays with this process and its
+transaction, so what the workers compute is stored all or nothing.
+
+A snapshot does not show the transaction's own changes to others, so workers may only
+start where it has written (and locked) nothing before the snapshot was asked for:
+``untouched()`` tells. A worker uses nothing of Django's connection (it belongs to this
+process); anything that tries raises.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import struct
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+_FRAME = struct.Struct("!BQ")  # tag index, payload length
+_DONE, _FAILED = 254, 255
+
+
+def untouched() -> bool:
+    """Whether this transaction could hand its snapshot to workers now: PostgreSQL,
+    inside an atomic block that has not written or locked a row yet."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL")
+        return cursor.fetchone()[0]
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+class Spread:
+    def __init__(self, n: int, work: Callable, tags: tuple[str, ...] = ("charges", "usage", "result")):
+        connection = connections[DEFAULT_DB_ALIAS]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_export_snapshot()")
+            snapshot = cursor.fetchone()[0]
+        params = connection.get_connection_params()
+        self.tags = tags
+        self._readers: dict[int, tuple[int, bytearray]] = {}  # fd: (pid, what has arrived)
+        self._selector = selectors.DefaultSelector()
+        for part in range(n):
+            read, write = os.pipe()
+            with warnings.catch_warnings():
+                # Python warns that forking a process with threads may deadlock the child
+                # on a lock another thread held. The worker takes none of this process's
+                # locks: it opens its own connection, computes, writes to its pipe, exits.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the worker
+                os.close(read)
+                self._work(part, work, snapshot, params, write)
+            os.close(write)
+            self._readers[read] = (pid, bytearray())
+            self._selector.register(read, selectors.EVENT_READ)
+
+    def _work(self, part: int, work: Callable, snapshot: str, params: dict, out: int) -> None:
+        status = 0
+        try:
+            _refuse_django_connection()
+            import psycopg
+            from psycopg import sql
+
+            def send(tag: str, payload: bytes) -> None:
+                _write_all(out, _FRAME.pack(self.tags.index(tag), len(payload)) + payload)
+
+            with psycopg.connect(**params) as conn:
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+                with conn.cursor() as cursor:
+                    cursor.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(snapshot))
+                    work(part, cursor, send)
+                conn.rollback()
+            _write_all(out, _FRAME.pack(_DONE, 0))
+        except BaseException:
+            status = 1
+            text = traceback.format_exc().encode()
+            try:
+                _write_all(out, _FRAME.pack(_FAILED, len(text)) + text)
+            except OSError:
+                pass
+        finally:
+            os._exit(status)  # nothing of this process's (its connection, atexit) is touched
+
+    def __iter__(self) -> Iterator[tuple[str, bytes]]:
+        while self._readers:
+            for key, _ in self._selector.select():
+                pid, buffer = self._readers[key.fd]
+                chunk = os.read(key.fd, 1 << 20)
+                buffer += chunk
+                done = False
+                while len(buffer) >= _FRAME.size and not done:
+                    tag, length = _FRAME.unpack_from(buffer)
+                    end = _FRAME.size + length
+                    if len(buffer) < end:
+                        break
+                    payload = bytes(buffer[_FRAME.size:end])
+                    del buffer[:end]
+                    if tag == _FAILED:
+                        raise WorkerFailed(f"worker {pid} failed:\n{payload.decode(errors='replace')}")
+                    done = tag == _DONE
+                    if not done:
+                        yield self.tags[tag], payload
+                if done:
+                    self._finish(key.fd)
+                elif not chunk:
+                    raise WorkerFailed(f"worker {pid} exited before it was done")
+
+    def _finish(self, fd: int) -> None:
+        pid, _ = self._readers.pop(fd)
+        self._selector.unregister(fd)
+        os.close(fd)
+        os.waitpid(pid, 0)
+
+    def __enter__(self) -> Spread:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd, (pid, _) in list(self._readers.items()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._finish(fd)
+        self._selector.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _refuse_django_connection() -> None:
+    def refuse(*args, **kwargs):
+        raise RuntimeError("a snapshot worker has its own connection; Django's belongs to the process that forked it")
+
+    for connection in connections.all(initialized_only=True):
+        connection.ensure_connection = refuse
