@@ -56,20 +56,27 @@ class Spread:
         self.tags = tags
         self._readers: dict[int, tuple[int, bytearray]] = {}  # fd: (pid, what has arrived)
         self._selector = selectors.DefaultSelector()
-        for part in range(n):
-            read, write = os.pipe()
-            with warnings.catch_warnings():
-                # Python warns that forking a process with threads may deadlock the child
-                # on a lock another thread held. The worker takes none of this process's
-                # locks: it opens its own connection, computes, writes to its pipe, exits.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-            if pid == 0:  # the worker
-                os.close(read)
-                self._work(part, work, snapshot, params, write)
-            os.close(write)
-            self._readers[read] = (pid, bytearray())
-            self._selector.register(read, selectors.EVENT_READ)
+        try:
+            for part in range(n):
+                self._fork(part, work, snapshot, params)
+        except BaseException:
+            self.__exit__()  # the workers already started
+            raise
+
+    def _fork(self, part: int, work: Callable, snapshot: str, params: dict) -> None:
+        read, write = os.pipe()
+        with warnings.catch_warnings():
+            # Python warns that forking a process with threads may deadlock the child on
+            # a lock another thread held. The worker takes none of this process's locks:
+            # it opens its own connection, computes, writes to its pipe and exits.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the worker
+            os.close(read)
+            self._work(part, work, snapshot, params, write)
+        os.close(write)
+        self._readers[read] = (pid, bytearray())
+        self._selector.register(read, selectors.EVENT_READ)
 
     def _work(self, part: int, work: Callable, snapshot: str, params: dict, out: int) -> None:
         status = 0
