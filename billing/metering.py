@@ -185,7 +185,7 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     window = Window(day0, cutoff, Catalog(day0, cutoff), dict(Host.objects.values_list("id", "region__name")),
                     _reservations(day0, cutoff))
     if spread and len(ids) >= settings.METER_WORKERS_FROM:
-        return _meter_spread(window, ids, settings.METER_WORKERS, result, now)
+        return _meter_spread(window, day1, ids, settings.METER_WORKERS, result, now)
     _delete(day0, day1)
     # Everything is read first (the instances held, their events, prices and
     # reservations), so that usage records can stream to the database while they are
@@ -213,7 +213,7 @@ class Window:
     reservations: dict[tuple[int, int, datetime], list]
 
 
-def _meter_spread(window: Window, ids: list[int], n: int, result: Result, now: datetime) -> Result:
+def _meter_spread(window: Window, day1: datetime, ids: list[int], n: int, result: Result, now: datetime) -> Result:
     """``meter`` with rating spread over ``n`` worker processes, each reading and
     rating the instances of every n-th team (a team's reservations cover its own GPUs
     only) in a snapshot of this transaction, and sending its charges and usage records
@@ -225,10 +225,12 @@ def _meter_spread(window: Window, ids: list[int], n: int, result: Result, now: d
     window.catalog.preload_all()
     charges, usage_records = bulk.Encoder(Charge, CHARGE_COLUMNS), bulk.Encoder(UsageRecord, USAGE_COLUMNS)
 
-    def work(part: int, cursor, send) -> None:
+    def read(part: int, cursor) -> list[tuple[Meta, int, list]]:
         metas_sql, events_sql = queries[part]
         metas = _meta_rows(cursor.execute(*metas_sql).fetchall(), wanted)
-        instances = _grouped(metas, cursor.execute(*events_sql).fetchall(), wanted)
+        return _grouped(metas, cursor.execute(*events_sql).fetchall(), wanted)
+
+    def work(part: int, instances: list[tuple[Meta, int, list]], send) -> None:
         mine = replace(window, reservations={k: v for k, v in window.reservations.items() if k[0] % n == part})
         rows, done, held, usage = [], Result(window.day0, window.cutoff), Held(now), []
 
@@ -244,8 +246,8 @@ def _meter_spread(window: Window, ids: list[int], n: int, result: Result, now: d
         send("result", pickle.dumps((done.charges, done.months, len(usage), held.rows)))
 
     usage_chunks, held, result.workers = [], Held(now), n
-    with snapshot_workers.Spread(n, work) as workers:
-        _delete(window.day0, pricing.ceil_day(window.cutoff))
+    with snapshot_workers.Spread(n, read, work) as workers:
+        _delete(window.day0, day1)
 
         def charge_chunks():
             for tag, payload in workers:

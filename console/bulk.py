@@ -94,7 +94,10 @@ class Encoder:
     def encode(self, rows) -> bytes:
         out, count, null, length = bytearray(), self._count, self._NULL, struct.Struct("!i").pack
         dump = self._transformer.dump_sequence
+        width = len(self.names)
         for row in rows:
+            if len(row) != width:  # the driver would not notice
+                raise ValueError(f"a row of {len(row)} values for the {width} columns {self.names}")
             out += count
             for value in dump(row, self._formats):
                 if value is None:

@@ -287,8 +287,9 @@ BILLING_ACCOUNT_ID = envstr("BILLING_ACCOUNT_ID", "gpu-console")
 BILLING_PROVIDER_NAME = envstr("BILLING_PROVIDER_NAME", "GPU Console")
 # Metering a window of at least METER_WORKERS_FROM instances on PostgreSQL rates it in
 # METER_WORKERS processes (docs/billing.md); 0 or 1 rates in the process itself. By
-# default one fewer than the cores, leaving one to the database's writing, at most 8.
-METER_WORKERS = envint("METER_WORKERS", min(8, (os.cpu_count() or 1) - 1), minimum=0)
+# default one fewer than the cores this process may use, leaving one to the database's
+# writing, at most 8.
+METER_WORKERS = envint("METER_WORKERS", min(8, len(os.sched_getaffinity(0)) - 1), minimum=0)
 METER_WORKERS_FROM = envint("METER_WORKERS_FROM", 2000, minimum=0)
 # The simulated spot market is for demos only (make run turns it on); production spot
 # prices come from operators and `manage.py import_spot_prices`.

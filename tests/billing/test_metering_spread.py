@@ -15,7 +15,7 @@ from django.db import connection, transaction
 
 from billing import meter_runs, metering, price_changes, reservations
 from billing.models import Charge, Invoice, Price, UnratedUsage, UsageRecord
-from console import snapshot_workers
+from console import bulk, snapshot_workers
 from console.models import Team
 from instances.models import GpuModel, Instance
 
@@ -68,7 +68,7 @@ def _meter(settings, workers, now=DEC + timedelta(hours=6)):
     return meter_runs.meter_window(actor="test", start=NOV, end=DEC + timedelta(days=1), now=now)
 
 
-def test_spread_rating_writes_the_same_rows_as_rating_in_one_process(world, settings):
+def test_spread_rating_writes_the_same_rows_as_rating_in_one_process(world, settings, acme, globex):
     # The H200 price goes after the usage, so that its usage is held unrated.
     Price.objects.filter(sku="H200-141GB").delete()
     one = _meter(settings, 1)
@@ -78,13 +78,15 @@ def test_spread_rating_writes_the_same_rows_as_rating_in_one_process(world, sett
     assert {metering.FREE_NOTE, metering.MINIMUM_NOTE, metering.OVERFLOW_NOTE, metering.SLICE_NOTE,
             metering.IDLE_NOTE} <= notes
     assert Charge.objects.filter(charge_type="unused_commitment").exists()
-    spread = _meter(settings, 3)
-    assert spread.workers == 3
+    # A number of workers that puts the two teams in different ones.
+    n = next(k for k in (3, 2, 4, 5, 7) if acme.pk % k != globex.pk % k)
+    spread = _meter(settings, n)
+    assert spread.workers == n
     assert (spread.charges, spread.usage_records, spread.unrated, spread.months) == (
         one.charges, one.usage_records, one.unrated, one.months)
     assert _rows() == in_process
     # More workers than teams: the idle ones send nothing and the rows are the same.
-    assert _meter(settings, 5).workers == 5
+    assert _meter(settings, 9).workers == 9
     assert _rows() == in_process
 
 
@@ -115,21 +117,25 @@ def test_a_failing_worker_leaves_what_was_metered_before(world, settings, monkey
 
 
 def test_a_worker_may_not_use_djangos_connection(db):
-    def work(part, cursor, send):
-        Team.objects.count()
+    def read(part, cursor):
+        return Team.objects.count()
 
-    with transaction.atomic(), snapshot_workers.Spread(1, work) as workers:
+    with transaction.atomic(), snapshot_workers.Spread(1, read, _nothing) as workers:
         with pytest.raises(snapshot_workers.WorkerFailed, match="own connection"):
             list(workers)
 
 
+def _nothing(*args):
+    pass
+
+
 def test_a_worker_that_dies_is_reported(db):
-    def work(part, cursor, send):
+    def work(part, what, send):
         if part == 1:
             os._exit(3)
         send("result", b"fine")
 
-    with transaction.atomic(), snapshot_workers.Spread(2, work) as workers:
+    with transaction.atomic(), snapshot_workers.Spread(2, _nothing, work) as workers:
         with pytest.raises(snapshot_workers.WorkerFailed, match="exited before it was done"):
             list(workers)
 
@@ -137,14 +143,17 @@ def test_a_worker_that_dies_is_reported(db):
 def test_workers_read_in_the_transactions_snapshot(acme):
     """A change committed elsewhere after the snapshot was taken is not seen."""
 
-    def work(part, cursor, send):
+    def read(part, cursor):
         time.sleep(0.5)  # long after the rename below is committed
         cursor.execute("SELECT name FROM console_team WHERE id = %s", [acme.pk])
-        send("result", cursor.fetchone()[0].encode())
+        return cursor.fetchone()[0]
+
+    def work(part, name, send):
+        send("result", name.encode())
 
     with transaction.atomic():
         assert snapshot_workers.untouched()
-        with snapshot_workers.Spread(2, work) as workers:
+        with snapshot_workers.Spread(2, read, work) as workers:
             with psycopg.connect(**connection.get_connection_params(), autocommit=True) as elsewhere:
                 elsewhere.execute("UPDATE console_team SET name = 'Renamed' WHERE id = %s", [acme.pk])
             seen = list(workers)
@@ -152,3 +161,46 @@ def test_workers_read_in_the_transactions_snapshot(acme):
         assert not snapshot_workers.untouched()  # it has written: no workers from here on
     assert seen == [("result", acme.name.encode())] * 2
     assert Team.objects.get(pk=acme.pk).name == "Renamed"
+
+
+def test_a_worker_holds_no_connection_once_it_has_read(db):
+    """Rating may wait on a full pipe while this process deletes and writes: by then
+    the worker's connection is closed, so no session sits idle in a transaction (which
+    ``idle_in_transaction_session_timeout`` would end)."""
+
+    def work(part, what, send):
+        send("result", b"read")
+        time.sleep(1)
+
+    def sessions():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():
+        before = sessions()
+        with snapshot_workers.Spread(2, lambda part, cursor: cursor.execute("SELECT 1").fetchone(), work) as workers:
+            for arrived, _ in enumerate(workers, start=1):
+                if arrived == 2:  # both are rating now (here: sleeping)
+                    deadline = time.monotonic() + 0.8  # a closed session's backend takes a moment to go
+                    while sessions() != before and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    assert sessions() == before
+
+
+def test_inside_a_savepoint_metering_rates_in_its_own_process(world, settings):
+    """No snapshot can be exported from a savepoint (the demo seeds meter inside one)."""
+    settings.METER_WORKERS, settings.METER_WORKERS_FROM = 3, 0
+    with transaction.atomic():
+        with transaction.atomic():
+            assert not snapshot_workers.untouched()
+            result = meter_runs.meter_window(actor="test", start=NOV, end=DEC, now=DEC)
+    assert result.workers == 1 and Charge.objects.exists()
+
+
+def test_an_encoded_row_must_fill_every_column(db):
+    encoder = bulk.Encoder(Team, ("name", "slug"))
+    assert encoder.encode([("Initech", "initech")])
+    with pytest.raises(ValueError, match="a row of 1 values for the 2 columns"):
+        encoder.encode([("Initech",)])
