@@ -4,6 +4,7 @@ cents; corrections compare what an issued month costs now with what was billed."
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -52,10 +53,7 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
     """Each team's usage lines for ``month``, from its charges: one aggregate over the
     charges' own columns (names are looked up once, not grouped on)."""
     charges = Charge.objects.filter(team_id__in=list(team_ids), month=month)
-    _room_to_sort()
     rows = (
-        # Integer columns first: the rows are sorted to be grouped, and comparing text
-        # under the database's collation is what made that sort slow.
         charges.values(
             "team_id", "instance_id", "reservation_id", "unit_price", "gpu_model_id", "charge_type",
             "pricing_category", "sku",
@@ -67,18 +65,15 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
             "pricing_category", "sku", "cents", "secs",
         )
     )
-    instances = {
-        pk: (name, pricing_model)
-        for pk, name, pricing_model in bulk.fetch(
-            Instance.objects.filter(id__in=charges.values("instance_id")).order_by()
-            .values_list("id", "name", "pricing_model"))
-    }
+    names = Instance.objects.filter(id__in=charges.values("instance_id")).order_by().values_list(
+        "id", "name", "pricing_model")
+    with _planned_for_many_rows():
+        rows, names = bulk.fetch(rows), bulk.fetch(names)
+    instances = {pk: (name, pricing_model) for pk, name, pricing_model in names}
     models = dict(GpuModel.objects.values_list("id", "name"))
     out: dict[int, list[Line]] = defaultdict(list)
     no_instance = (None, None)
-    for team_id, instance_id, reservation_id, unit_price, model_id, charge_type, category, sku, cents, secs in (
-        bulk.fetch(rows)
-    ):
+    for team_id, instance_id, reservation_id, unit_price, model_id, charge_type, category, sku, cents, secs in rows:
         name, pricing_model = instances.get(instance_id, no_instance)
         out[team_id].append(_line({
             "instance_id": instance_id, "reservation_id": reservation_id, "unit_price": unit_price,
@@ -91,15 +86,28 @@ def usage_lines(month: date, team_ids) -> dict[int, list[Line]]:
     return out
 
 
-def _room_to_sort() -> None:
-    """Let this transaction sort a month's charges in memory: right after a month is
-    metered the planner's statistics still describe the table before (often empty),
-    so it sorts to group rather than hashing, and 4 MB of default sort memory sends tens
-    of thousands of rows to disk (90 ms of the aggregate's 110 ms at 33,000 charges)."""
+@contextmanager
+def _planned_for_many_rows():
+    """Plan the reads inside as for a month's tens of thousands of charges. Right after
+    a month is metered, in the same transaction, the planner's statistics still describe
+    the table before (often empty): it would sort the charges to group them (and 4 MB of
+    default sort memory sent them to disk) and look their instances up one at a time.
+    Hashing both is 2–3× faster in the database at 33,000 charges (78 → 28 ms and
+    29 → 15 ms; the month's lines, 145 → 120 ms in all). The settings are this
+    transaction's own and are put back afterwards."""
     connection = connections[DEFAULT_DB_ALIAS]
-    if connection.vendor == "postgresql" and connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL work_mem = '64MB'")
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        yield
+        return
+    names = ("work_mem", "enable_sort", "enable_nestloop")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in names))
+        before = cursor.fetchone()
+        cursor.execute("SELECT set_config('work_mem', '64MB', true), set_config('enable_sort', 'off', true), "
+                       "set_config('enable_nestloop', 'off', true)")
+    yield
+    with connection.cursor() as cursor:  # not after an error: the transaction's rollback undoes them
+        cursor.execute("SELECT " + ", ".join(f"set_config('{n}', %s, true)" for n in names), before)
 
 
 def _line(row: dict) -> Line:

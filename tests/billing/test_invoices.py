@@ -2,9 +2,10 @@ from decimal import Decimal
 
 import pytest
 from billing_support import DEC, NOV, at
+from django.db import connection, transaction
 
 from audit.models import AuditEvent
-from billing import invoices, meter_runs, reconcile
+from billing import invoices, invoicing, meter_runs, reconcile
 from billing.models import Invoice, InvoiceLine, Price, UnratedUsage
 
 
@@ -211,3 +212,13 @@ def test_the_detail_holds_the_lines_and_total(november, api, alice):
     body = api(alice).get(f"/api/v1/invoices/{november.pk}/").json()
     assert body["total"] == "10.00"
     assert [(line["description"], line["amount"]) for line in body["lines"]] == [("job · H100-80GB · On-demand", "10.00")]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="planner settings exist on PostgreSQL only")
+def test_the_lines_planner_settings_are_put_back(acme):
+    with transaction.atomic():
+        invoicing.usage_lines(NOV.date(), [acme.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_sort'), current_setting('enable_nestloop'), "
+                           "current_setting('work_mem') <> '64MB'")
+            assert cursor.fetchone() == ("on", "on", True)
