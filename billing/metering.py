@@ -9,8 +9,11 @@ How it is fast: everything a window needs is read first (the instances, held aga
 deletion in one statement, their events with timestamps as text, every price schedule
 and reservation); then charges stream to PostgreSQL in one binary COPY as each
 instance's are complete, so the database stores them while Python rates the next; the
-usage records, kept meanwhile, follow in one more COPY. Memory therefore grows with the window (about 50 MiB for a
-month of 10,000 instances; the periodic task meters a day at a time).
+usage records, kept meanwhile, follow in one more COPY. Memory therefore grows with the
+window (about 50 MiB for a month of 10,000 instances; the periodic task meters a day at
+a time). A large window in a transaction that has written nothing yet is read and rated
+by worker processes instead (``_meter_spread``, ``console.snapshot_workers``), which send
+their rows encoded for COPY: this process only deletes the old rows and writes the new.
 """
 
 from __future__ import annotations
