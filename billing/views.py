@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Sum
+from django.db.models import Min, Sum
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -326,6 +326,7 @@ def price_list(request):
         "recent_spot": SpotPrice.objects.order_by("-time")[:30], "currency": currency(),
         "unrated": list(UnratedUsage.objects.select_related("instance", "team")[:50]) if operator else [],
         "unrated_skus": sorted(set(UnratedUsage.objects.values_list("sku", flat=True))) if operator else [],
+        "unrated_since": UnratedUsage.objects.aggregate(first=Min("period_start"))["first"] if operator else None,
         "spot_instances": Instance.objects.for_user(request.user).filter(
             pricing_model=PricingModel.SPOT, state=State.RUNNING).select_related("team")[:50] if operator else [],
     }

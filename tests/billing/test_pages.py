@@ -128,7 +128,10 @@ def test_operators_see_unrated_usage_on_the_prices_page(client, ops, alice, play
     Price.objects.filter(sku="H200-141GB").delete()
     meter()
     client.force_login(ops)
-    assert 'id="unrated-usage"' in client.get("/prices/").content.decode()
+    page = client.get("/prices/").content.decode()
+    assert 'id="unrated-usage"' in page
+    # How to bill it once priced, from the first day held.
+    assert "python manage.py meter --start 2026-11-03" in page
     client.force_login(alice)
     assert 'id="unrated-usage"' not in client.get("/prices/").content.decode()
 
