@@ -181,8 +181,9 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     if day1 <= day0:
         return result
     cutoff = min(day1, now)
-    # Asked before anything here locks or writes: rating workers read in a snapshot of
-    # this transaction, which would not show them what it had written.
+    _one_at_a_time()
+    # Asked before anything here locks a row or writes: rating workers read in a
+    # snapshot of this transaction, which would not show them what it had written.
     spread = settings.METER_WORKERS > 1 and snapshot_workers.untouched()
     ids = _candidates(day0, cutoff)
     window = Window(day0, cutoff, Catalog(day0, cutoff), dict(Host.objects.values_list("id", "region__name")),
@@ -203,6 +204,20 @@ def meter(start: datetime, end: datetime, *, now: datetime) -> Result:
     result.usage_records = bulk.copy(UsageRecord, USAGE_COLUMNS, usage)
     result.unrated = held.flush()
     return result
+
+
+METER_LOCK = 0x6D65746572  # "meter"
+
+
+def _one_at_a_time() -> None:
+    """Wait for any other metering run to end. Two runs over the same days (the
+    periodic task and an operator's ``manage.py meter``, say) would each delete only
+    what was committed and both insert their rows: billed twice. On PostgreSQL an
+    advisory lock held until the transaction ends (it writes nothing, so rating
+    workers can still be used); SQLite writes one transaction at a time anyway."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [METER_LOCK])
 
 
 @dataclass

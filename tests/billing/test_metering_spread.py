@@ -4,6 +4,7 @@ the transaction sees. The workers read in a snapshot of a committed state, so th
 tests commit their data (``transaction=True``) and run on PostgreSQL only."""
 
 import os
+import threading
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -204,3 +205,39 @@ def test_an_encoded_row_must_fill_every_column(db):
     assert encoder.encode([("Initech", "initech")])
     with pytest.raises(ValueError, match="a row of 1 values for the 2 columns"):
         encoder.encode([("Initech",)])
+
+
+def test_two_metering_runs_of_the_same_days_do_not_bill_twice(play, bob, acme, settings, monkeypatch):
+    """The second run waits for the first to commit, then replaces its rows."""
+    settings.METER_WORKERS = 1
+    play(bob, acme, runs=[(at(3, 0), at(3, 5), "terminate")])
+    inside, release = threading.Event(), threading.Event()
+    refresh = meter_runs._refresh_affected
+
+    def slow_refresh(result, now):
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(10)
+        return refresh(result, now)
+
+    monkeypatch.setattr(meter_runs, "_refresh_affected", slow_refresh)
+    done = []
+
+    def run():
+        try:
+            meter_runs.meter_window(actor="test", start=at(3), end=at(4), now=at(5))
+            done.append(threading.current_thread().name)
+        finally:
+            connection.close()
+
+    first, second = threading.Thread(target=run, name="first"), threading.Thread(target=run, name="second")
+    first.start()
+    assert inside.wait(10)
+    second.start()
+    time.sleep(0.5)
+    assert done == []  # the second waits for the first
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert done == ["first", "second"]
+    assert Charge.objects.count() == 1 and UsageRecord.objects.count() == 1
