@@ -599,18 +599,21 @@ class LiveConsumer(PolicyConsumer, AsyncWebsocketConsumer):
         self.joined: set[str] = set()
         self.own_groups: list[str] = []
         self.gpus = fanout.SocketMerge(fanout.interval_s(), lambda text: self.send(text_data=text))
-        await self.accept()
         user = self.scope.get("user")
         if not await self.may("signed_in"):
+            await self.accept()  # so that the close carries its code
             await self.close_once(CLOSE_UNAUTHENTICATED)
             return
-        # console.live.end_user_sockets reaches this socket through its user's group.
+        # console.live.end_user_sockets reaches this socket through its user's group:
+        # joined before the socket is accepted, so that a sign-out, password change or
+        # removal right after the browser sees it open still closes it.
         self.own_groups = [user_group(user.pk)]
         session = self.scope.get("session")
         if session is not None and session.session_key:
             self.own_groups.append(session_group(session.session_key))
         for group in self.own_groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
 
     async def disconnect(self, code):
         self.gpus.close()

@@ -1,6 +1,8 @@
 """Ending a user's sessions (sign-out everywhere, a changed password, a removed
 membership) closes their live sockets with 4401; other users' sockets stay open."""
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
@@ -42,6 +44,23 @@ async def test_sign_out_everywhere_closes_the_users_sockets(bob, alice):
     assert await closed_with(bobs) == 4401
     assert await alices.receive_nothing(timeout=0.3)
     await alices.disconnect()
+
+
+async def test_a_sign_out_right_after_the_socket_opens_closes_it(bob, monkeypatch):
+    """The socket joins its user's group before it is accepted: however long the
+    sign-in check takes, a session ended once the browser sees the socket open reaches it."""
+    from monitoring.consumers import LiveConsumer
+
+    may = LiveConsumer.may
+
+    async def slow_may(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await may(self, *args, **kwargs)
+
+    monkeypatch.setattr(LiveConsumer, "may", slow_may)
+    ws = await live_socket(bob)
+    await sync_to_async(services.sign_out_everywhere)(actor=bob, user=bob)
+    assert await closed_with(ws) == 4401
 
 
 async def test_a_changed_password_closes_the_users_sockets(bob):
