@@ -185,5 +185,9 @@ def _refuse_django_connection() -> None:
     def refuse(*args, **kwargs):
         raise RuntimeError("a snapshot worker has its own connection; Django's belongs to the process that forked it")
 
+    # Every way Django reaches the socket (a health check's query, a close's goodbye
+    # would go out on the connection this process is still using).
     for connection in connections.all(initialized_only=True):
-        connection.ensure_connection = refuse
+        connection.health_check_done = True
+        for name in ("ensure_connection", "_cursor", "is_usable", "close", "_close", "_commit", "_rollback"):
+            setattr(connection, name, refuse)

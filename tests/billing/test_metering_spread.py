@@ -121,9 +121,13 @@ def test_a_worker_may_not_use_djangos_connection(db):
     def read(part, cursor):
         return Team.objects.count()
 
-    with transaction.atomic(), snapshot_workers.Spread(1, read, _nothing) as workers:
-        with pytest.raises(snapshot_workers.WorkerFailed, match="own connection"):
-            list(workers)
+    with transaction.atomic():
+        with snapshot_workers.Spread(1, read, _nothing) as workers:
+            with pytest.raises(snapshot_workers.WorkerFailed, match="own connection"):
+                list(workers)
+        # Nothing went out on this process's connection from the worker.
+        assert Team.objects.filter(slug="nobody").count() == 0
+        assert snapshot_workers.untouched()
 
 
 def _nothing(*args):
