@@ -264,7 +264,7 @@ def _meter_spread(window: Window, day1: datetime, ids: list[int], n: int, result
         send("result", pickle.dumps((done.charges, done.months, len(usage), held.rows)))
 
     usage_chunks, held, result.workers = [], Held(now), n
-    with snapshot_workers.Spread(n, read, work) as workers:
+    with snapshot_workers.Spread(n, read, work, tags=("charges", "usage", "result")) as workers:
         _delete(window.day0, day1)
 
         def charge_chunks():
@@ -280,8 +280,8 @@ def _meter_spread(window: Window, day1: datetime, ids: list[int], n: int, result
                     result.usage_records += usage_count
                     held.rows += unrated
 
-        bulk.copy_encoded(charges, charge_chunks())
-    bulk.copy_encoded(usage_records, usage_chunks)
+        charges.copy(charge_chunks())
+    usage_records.copy(usage_chunks)
     result.unrated = held.flush()
     return result
 

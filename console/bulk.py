@@ -72,7 +72,7 @@ def _copy_in(connection, model, names: Sequence[str]) -> tuple[str, list[int]]:
 class Encoder:
     """Rows encoded for a binary COPY into ``names`` of ``model`` without the database
     at hand, in another process say: made where the connection is (PostgreSQL only),
-    then ``encode(rows)`` anywhere gives bytes that ``copy_encoded`` writes as they
+    then ``encode(rows)`` anywhere gives bytes that ``copy(chunks)`` writes as they
     are. The values are converted by the connection's own adapters, as ``Writer``'s."""
 
     _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, flags, no extension
@@ -107,15 +107,14 @@ class Encoder:
                     out += value
         return bytes(out)
 
-
-def copy_encoded(encoder: Encoder, chunks) -> None:
-    """Write the rows ``encoder.encode`` made, chunk by chunk as ``chunks`` yields
-    them, in one COPY."""
-    with connections[DEFAULT_DB_ALIAS].cursor() as cursor, cursor.cursor.copy(encoder.statement) as out:
-        out.write(encoder._HEADER)
-        for chunk in chunks:
-            out.write(chunk)
-        out.write(encoder._TRAILER)
+    def copy(self, chunks) -> None:
+        """Write what ``encode`` made, chunk by chunk as ``chunks`` yields them, in one
+        COPY on this process's connection."""
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor, cursor.cursor.copy(self.statement) as out:
+            out.write(self._HEADER)
+            for chunk in chunks:
+                out.write(chunk)
+            out.write(self._TRAILER)
 
 
 def copy(model, names: Sequence[str], rows: list[tuple]) -> int:

@@ -4,7 +4,8 @@
 PostgreSQL, imports this transaction's snapshot (``pg_export_snapshot``) into a
 read-only transaction, runs ``read(part, cursor)`` (``part`` is 0 … n-1, ``cursor`` a
 psycopg cursor in that snapshot), closes the connection, and then runs
-``work(part, what_read, send)``, where ``send(tag, payload)`` hands bytes back. So a
+``work(part, what_read, send)``, where ``send(tag, payload)`` hands bytes back
+(``tag`` one of the ``tags`` given). So a
 worker holds a connection only while it reads, and can wait on a full pipe for as long
 as the parent is busy. Iterating the ``Spread`` yields ``(tag, payload)`` as they
 arrive, from any worker, until every worker is done; an error in a worker is raised
@@ -53,7 +54,7 @@ class WorkerFailed(RuntimeError):
 
 
 class Spread:
-    def __init__(self, n: int, read: Callable, work: Callable, tags: tuple[str, ...] = ("charges", "usage", "result")):
+    def __init__(self, n: int, read: Callable, work: Callable, tags: tuple[str, ...] = ("result",)):
         connection = connections[DEFAULT_DB_ALIAS]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_export_snapshot()")
