@@ -4,10 +4,9 @@
 PostgreSQL, imports this transaction's snapshot (``pg_export_snapshot``) into a
 read-only transaction, runs ``read(part, cursor)`` (``part`` is 0 … n-1, ``cursor`` a
 psycopg cursor in that snapshot), closes the connection, and then runs
-``work(part, what_read, send)``, where ``send(tag, payload)`` hands bytes back
-(``tag`` one of the ``tags`` given). So a
-worker holds a connection only while it reads, and can wait on a full pipe for as long
-as the parent is busy. Iterating the ``Spread`` yields ``(tag, payload)`` as they
+``work(part, what_read, send)``, where ``send(tag, payload)`` hands bytes back (``tag``
+one of the ``tags`` given). So a worker holds a connection only while it reads, and can
+wait on a full pipe for as long as the parent is busy. Iterating the ``Spread`` yields ``(tag, payload)`` as they
 arrive, from any worker, until every worker is done; an error in a worker is raised
 here with its traceback, and leaving the ``with`` block stops any worker still running.
 Writing stays with this process and its transaction, so what the workers compute is

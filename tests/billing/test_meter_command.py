@@ -27,7 +27,9 @@ def _meter(*args):
     (["--start", "yesterday"], "is not a day like 2026-11-01"),
     (["--start", "2026-11-05", "--end", "2026-11-05"], "--end must be after --start"),
     (["--start", "2026-11-05", "--end", "2026-11-01"], "--end must be after --start"),
-    (["--start", "2999-01-01"], "is not in the past"),
+    (["--start", "2190-01-01"], "is not in the past"),
+    (["--start", "2026-11-01", "--end", "2999-01-01"], "Give a time between"),
+    (["--start", "0001-01-01"], "Give a time between"),
 ])
 def test_bad_flags_are_refused_and_nothing_is_metered(db, args, message):
     with pytest.raises(CommandError, match=message):

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from billing import meter_runs
+from console.validators import moment_in_range
 
 
 class Command(BaseCommand):
@@ -50,4 +51,9 @@ def _day(flag: str, text: str) -> datetime:
         day = datetime.strptime(text, "%Y-%m-%d").date()
     except ValueError:
         raise CommandError(f"{flag} {text[:40]!r} is not a day like 2026-11-01.") from None
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    try:
+        moment_in_range(moment)
+    except ValidationError as exc:
+        raise CommandError(f"{flag} {text}: {exc.messages[0]}") from None
+    return moment
